@@ -1,0 +1,59 @@
+# The project's commands live here and only here; CI and the README call these targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+STAMP := $(VENV)/.installed
+PROTOS := $(wildcard protos/jobwire/v1/*.proto)
+GENERATED := shared/jobwire/v1/.generated
+PYTEST_ARGS ?=
+
+.PHONY: install proto run serve demo test lint typecheck migrate bench clean
+
+install: $(STAMP) $(GENERATED)
+
+# compat editable mode puts each distribution folder on sys.path, so the three parts of the
+# `jobwire` namespace package (shared, services/jobapi, services/worker) merge as PEP 420 says.
+$(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/jobapi/pyproject.toml services/worker/pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt \
+	    --config-settings editable_mode=compat \
+	    -e 'shared[db]' -e 'services/worker[server]' -e services/jobapi
+	@touch $@
+
+proto: $(GENERATED)
+
+$(GENERATED): $(PROTOS) $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=shared --grpc_python_out=shared \
+	    --mypy_out=quiet:shared --mypy_grpc_out=quiet:shared $(PROTOS)
+	@touch $@
+
+run: install
+	@mkdir -p var
+	$(PY) -m jobwire.devrun
+
+demo: install
+	$(PY) -m jobwire.devrun --demo
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+typecheck: install
+	$(BIN)/mypy
+
+migrate: install
+	$(PY) -m jobwire migrate
+
+bench: install
+	$(PY) bench/throughput.py
+
+clean:
+	rm -rf $(VENV) var shared/jobwire/v1/*_pb2* $(GENERATED)

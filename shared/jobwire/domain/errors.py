@@ -1,0 +1,127 @@
+"""The one error hierarchy. The server's error interceptor maps it to gRPC status codes.
+
+Each subclass fixes a canonical code (a `grpc.StatusCode` name, kept as text so this module
+stays free of grpc) and a reason for `google.rpc.ErrorInfo`. Messages are user-facing:
+never a trace, a path or a host.
+"""
+
+from __future__ import annotations
+
+
+class JobwireError(Exception):
+    """Something went wrong in jobwire."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "JOBWIRE_ERROR"
+
+    def __init__(self, message: str | None = None, *, reason: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+        if reason is not None:
+            self.reason = reason
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidArgument(JobwireError):
+    """The request is not valid."""
+
+    code = "INVALID_ARGUMENT"
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, message: str, *, reason: str | None = None) -> None:
+        super().__init__(f"{field}: {message}", reason=reason)
+        self.field = field
+        self.description = message
+
+
+class JobNotFound(JobwireError):
+    """No such job."""
+
+    code = "NOT_FOUND"
+    reason = "JOB_NOT_FOUND"
+
+
+class JobNotCancellable(JobwireError):
+    """The job cannot be cancelled now."""
+
+    reason = "JOB_NOT_CANCELLABLE"
+
+
+class WorkerLeaseLost(JobwireError):
+    """This worker no longer holds the job's lease."""
+
+    reason = "WORKER_LEASE_LOST"
+
+
+class NotRetryable(JobwireError):
+    """The job cannot be retried."""
+
+    reason = "NOT_RETRYABLE"
+
+
+class ProgressRegression(JobwireError):
+    """Progress never goes back."""
+
+    reason = "PROGRESS_REGRESSION"
+
+
+class TotalChanged(JobwireError):
+    """The stage's total is already known and cannot change."""
+
+    reason = "TOTAL_CHANGED"
+
+
+class CancelNotRequested(JobwireError):
+    """No cancellation was requested for this job."""
+
+    reason = "CANCEL_NOT_REQUESTED"
+
+
+class InvalidTransition(JobwireError):
+    """The job is not in a state that allows this."""
+
+    reason = "INVALID_STATE"
+
+
+class IdempotencyKeyReused(JobwireError):
+    """This idempotency key was already used with another request."""
+
+    code = "ALREADY_EXISTS"
+    reason = "IDEMPOTENCY_KEY_REUSED"
+
+
+class Unauthenticated(JobwireError):
+    """A valid bearer token is required."""
+
+    code = "UNAUTHENTICATED"
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(JobwireError):
+    """This token may not do that."""
+
+    code = "PERMISSION_DENIED"
+    reason = "PERMISSION_DENIED"
+
+
+class ResourceExhausted(JobwireError):
+    """A limit was reached."""
+
+    code = "RESOURCE_EXHAUSTED"
+    reason = "RESOURCE_EXHAUSTED"
+
+
+class StoreUnavailable(JobwireError):
+    """The database is unavailable; retry later."""
+
+    code = "UNAVAILABLE"
+    reason = "STORE_UNAVAILABLE"
+
+
+class Conflict(JobwireError):
+    """A concurrent change won; retry the call."""
+
+    code = "ABORTED"
+    reason = "CONFLICT"

@@ -1,0 +1,140 @@
+"""The job as a value: what the store reads and every view is rendered from."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+
+from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.progress import Progress
+from jobwire.domain.stages import DEFAULT_PLAN, StageDef
+from jobwire.domain.states import Status
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+class ErrorCategory(str, Enum):
+    INPUT_INVALID = "INPUT_INVALID"
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
+    TIMEOUT = "TIMEOUT"
+    WORKER_LOST = "WORKER_LOST"
+    RESULT_INVALID = "RESULT_INVALID"
+    PROCESSING_ERROR = "PROCESSING_ERROR"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobFailure:
+    """What a user is told about a failure. `message` is plain text, never a trace."""
+
+    category: ErrorCategory
+    stage: str
+    message: str
+    retryable: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Artifact:
+    uri: str
+    size_bytes: int
+    sha256: str
+    content_type: str = ""
+    summary: str = ""
+
+    def verified(self) -> Artifact:
+        """The artifact if deliverable, else DELIVERABLE_INVALID; the job stays as it is."""
+        problem = None
+        if not self.uri or len(self.uri) > 2048:
+            problem = "result.uri must be 1 to 2048 characters"
+        elif not SHA256_HEX.fullmatch(self.sha256.lower()):
+            problem = "result.sha256 must be 64 hex digits"
+        elif self.size_bytes < 0:
+            problem = "result.size_bytes must not be negative"
+        elif len(self.content_type) > 255 or len(self.summary) > 2000:
+            problem = "result.content_type or summary is too long"
+        if problem:
+            raise InvalidArgument("result", problem, reason="DELIVERABLE_INVALID")
+        return Artifact(
+            uri=self.uri,
+            size_bytes=self.size_bytes,
+            sha256=self.sha256.lower(),
+            content_type=self.content_type,
+            summary=self.summary,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRecord:
+    """One job's current truth, as stored."""
+
+    job_no: str
+    tenant: str
+    job_type: str
+    queue: str
+    owner: str
+    labels: Mapping[str, str]
+    status: Status
+    priority: int
+    stage: str | None
+    progress: Progress
+    stages: tuple[StageDef, ...] = DEFAULT_PLAN
+    stalled: bool = False
+    attempt: int = 0
+    max_attempts: int = 1
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    run_after: datetime | None = None
+    error: JobFailure | None = None
+    result: Artifact | None = None
+    version: int = 1
+    locale: str = "en"
+    queue_position: int | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def stage_def(self) -> StageDef | None:
+        for stage in self.stages:
+            if stage.code == self.stage:
+                return stage
+        return None
+
+    @property
+    def cancellable(self) -> bool:
+        if self.status is Status.QUEUED:
+            return True
+        if self.status is Status.RUNNING:
+            current = self.stage_def
+            return current is None or current.cancellable
+        return False
+
+    @property
+    def downloadable(self) -> bool:
+        return self.status is Status.READY and self.result is not None
+
+
+_HIDDEN = (
+    # paths: two or more segments, Unix or Windows
+    (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-~@+]+){2,}[\\/]?"), "[path]"),
+    # IPv4 and IPv6 addresses, with an optional port
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "[address]"),
+    (re.compile(r"\[?\b[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}\]?(?::\d+)?", re.I), "[address]"),
+    # host names: three or more labels, or two with a common suffix
+    (re.compile(r"\b(?:[a-z0-9-]+\.){2,}[a-z][a-z0-9-]*\b", re.I), "[host]"),
+    (re.compile(r"\b[a-z0-9-]+\.(?:internal|local|lan|corp|com|net|org|io|svc)\b", re.I), "[host]"),
+)
+MAX_USER_MESSAGE = 300
+
+
+def plain_message(text: str) -> str:
+    """A failure message safe to show a user: one line, no trace, path, host or address."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines or lines[0].startswith(("Traceback", "File ")):
+        return "The job could not be completed."
+    line = lines[0]
+    for pattern, mask in _HIDDEN:
+        line = pattern.sub(mask, line)
+    return line[:MAX_USER_MESSAGE]

@@ -1,0 +1,76 @@
+"""Input limits and name rules shared by every entry point (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from jobwire.domain.errors import InvalidArgument
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+JOB_NO = re.compile(r"[A-Z][A-Z0-9]{0,15}-[0-9]{8}-[0-9]{3,12}")
+MAX_KEY_CHARS = 128
+MAX_LABELS = 32
+MAX_LABEL_KEY_CHARS = 63
+MAX_LABEL_VALUE_CHARS = 256
+MAX_PAYLOAD_BYTES = 1 << 20
+MAX_CHECKPOINT_BYTES = 64 << 10
+MAX_MESSAGE_CHARS = 1000
+MAX_DETAIL_CHARS = 16_000
+MIN_LEASE_S = 1.0
+MAX_LEASE_S = 3600.0
+MAX_PAGE_SIZE = 500
+DEFAULT_QUEUE = "default"
+
+
+def name(field: str, value: str) -> str:
+    if not NAME.fullmatch(value):
+        raise InvalidArgument(field, "must match [A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+    return value
+
+
+def queue(field: str, value: str) -> str:
+    return name(field, value or DEFAULT_QUEUE)
+
+
+def short_text(field: str, value: str, limit: int = MAX_KEY_CHARS) -> str:
+    if len(value) > limit:
+        raise InvalidArgument(field, f"at most {limit} characters")
+    if any(ord(c) < 32 for c in value):
+        raise InvalidArgument(field, "must not contain control characters")
+    return value
+
+
+def job_no(value: str) -> str:
+    if not JOB_NO.fullmatch(value):
+        raise InvalidArgument("job_no", "is not a job number like PT-20261008-001")
+    return value
+
+
+def labels(value: Mapping[str, str]) -> dict[str, str]:
+    if len(value) > MAX_LABELS:
+        raise InvalidArgument("labels", f"at most {MAX_LABELS} labels")
+    for key, text in value.items():
+        if not key or len(key) > MAX_LABEL_KEY_CHARS:
+            raise InvalidArgument("labels", f"keys are 1 to {MAX_LABEL_KEY_CHARS} characters")
+        short_text("labels", key, MAX_LABEL_KEY_CHARS)
+        short_text("labels", text, MAX_LABEL_VALUE_CHARS)
+    return dict(value)
+
+
+def blob(field: str, value: bytes, limit: int) -> bytes:
+    if len(value) > limit:
+        raise InvalidArgument(field, f"at most {limit} bytes")
+    return value
+
+
+def lease_seconds(value: float) -> float:
+    if not MIN_LEASE_S <= value <= MAX_LEASE_S:
+        raise InvalidArgument("lease_duration", "must be between 1 s and 1 h")
+    return value
+
+
+def page_size(value: int, default: int = 50) -> int:
+    if value < 0:
+        raise InvalidArgument("page_size", "must not be negative")
+    return min(value or default, MAX_PAGE_SIZE)

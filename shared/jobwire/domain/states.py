@@ -1,0 +1,79 @@
+"""Job states and the transition table, as data.
+
+The store builds every conditional UPDATE from `sources(action)`, and the tests walk the
+table cell by cell, so the rules live here once.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Final
+
+
+class Status(str, Enum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    READY = "READY"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL: Final = frozenset({Status.READY, Status.FAILED, Status.CANCELLED})
+LEASED: Final = frozenset({Status.RUNNING, Status.CANCEL_REQUESTED})
+
+
+class Action(str, Enum):
+    SUBMIT = "SUBMIT"
+    CLAIM = "CLAIM"
+    CANCEL = "CANCEL"
+    REPORT = "REPORT"
+    HEARTBEAT = "HEARTBEAT"
+    COMPLETE = "COMPLETE"
+    CONFIRM_CANCEL = "CONFIRM_CANCEL"
+    FAIL = "FAIL"
+    RELEASE = "RELEASE"
+    LEASE_EXPIRED = "LEASE_EXPIRED"  # the reaper found an expired lease past its grace
+    RETRY = "RETRY"
+    REQUEUE = "REQUEUE"  # an operator's decision for a stalled job
+
+
+Q, R, CR = Status.QUEUED, Status.RUNNING, Status.CANCEL_REQUESTED
+READY, FAILED, CANCELLED = Status.READY, Status.FAILED, Status.CANCELLED
+
+# action -> {from status -> the statuses it may end in}. Anything absent is refused.
+TRANSITIONS: Final[dict[Action, dict[Status, frozenset[Status]]]] = {
+    Action.CLAIM: {Q: frozenset({R})},
+    Action.CANCEL: {
+        Q: frozenset({CANCELLED}),
+        R: frozenset({CR}),
+        CR: frozenset({CR}),  # idempotent
+        CANCELLED: frozenset({CANCELLED}),  # idempotent
+    },
+    Action.REPORT: {R: frozenset({R}), CR: frozenset({CR})},
+    Action.HEARTBEAT: {R: frozenset({R}), CR: frozenset({CR})},
+    Action.COMPLETE: {R: frozenset({READY}), CR: frozenset({READY})},
+    Action.CONFIRM_CANCEL: {CR: frozenset({CANCELLED})},
+    # Fail while a cancel is pending ends CANCELLED: the user asked it to stop.
+    Action.FAIL: {R: frozenset({Q, FAILED}), CR: frozenset({CANCELLED})},
+    Action.RELEASE: {R: frozenset({Q}), CR: frozenset({CANCELLED})},
+    # INSPECT keeps an expired RUNNING job RUNNING (stalled); RETRY requeues or fails it.
+    Action.LEASE_EXPIRED: {R: frozenset({R, Q, FAILED}), CR: frozenset({CANCELLED})},
+    Action.RETRY: {FAILED: frozenset({Q})},
+    Action.REQUEUE: {R: frozenset({Q})},
+}
+
+
+def sources(action: Action) -> frozenset[Status]:
+    """The statuses from which `action` may start."""
+    if action is Action.SUBMIT:
+        return frozenset()
+    return frozenset(TRANSITIONS[action])
+
+
+def allowed(action: Action, current: Status, target: Status) -> bool:
+    return target in TRANSITIONS.get(action, {}).get(current, frozenset())

@@ -1,0 +1,107 @@
+"""What a person sees: a status label, a stage label, one line of detail and the actions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from jobwire.domain.job import JobRecord
+from jobwire.domain.states import Status
+
+LOCALES = ("en", "zh-CN")
+
+
+class UserAction(str, Enum):
+    VIEW = "VIEW"
+    CANCEL = "CANCEL"
+    PREVIEW = "PREVIEW"
+    DOWNLOAD = "DOWNLOAD"
+    RETRY = "RETRY"
+    RESUBMIT = "RESUBMIT"
+
+
+STATUS_LABELS: dict[Status, dict[str, str]] = {
+    Status.QUEUED: {"en": "Waiting", "zh-CN": "等待处理"},
+    Status.RUNNING: {"en": "Processing", "zh-CN": "正在处理"},
+    Status.CANCEL_REQUESTED: {"en": "Stopping", "zh-CN": "正在停止"},
+    Status.READY: {"en": "Done", "zh-CN": "处理完成"},
+    Status.FAILED: {"en": "Not completed", "zh-CN": "未完成"},
+    Status.CANCELLED: {"en": "Cancelled", "zh-CN": "已取消"},
+}
+
+_TEXT = {
+    "stage": {"en": "{label}, stage {i}/{n}", "zh-CN": "{label}，第 {i}/{n} 步"},
+    "units": {"en": "{done}/{total} ({pct}%)", "zh-CN": "{done}/{total}（{pct}%）"},
+    "units_open": {"en": "{done} done", "zh-CN": "已完成 {done}"},
+    "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
+    "next": {"en": "next in line", "zh-CN": "即将开始"},
+    "stalled": {"en": "no news from the worker", "zh-CN": "处理程序暂无响应"},
+    "sep": {"en": " · ", "zh-CN": " · "},
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class View:
+    locale: str
+    status_label: str
+    stage_label: str
+    detail: str
+    actions: tuple[UserAction, ...]
+
+
+def normalize_locale(locale: str) -> str:
+    """'zh', 'zh_CN', 'zh-cn' read as zh-CN; anything unknown reads as English."""
+    return "zh-CN" if locale.lower().replace("_", "-").startswith("zh") else "en"
+
+
+def actions_for(job: JobRecord) -> tuple[UserAction, ...]:
+    if job.status is Status.QUEUED:
+        return (UserAction.VIEW, UserAction.CANCEL)
+    if job.status is Status.RUNNING:
+        return (UserAction.VIEW, UserAction.CANCEL) if job.cancellable else (UserAction.VIEW,)
+    if job.status is Status.CANCEL_REQUESTED:
+        return (UserAction.VIEW,)
+    if job.status is Status.READY:
+        return (UserAction.PREVIEW, UserAction.DOWNLOAD) if job.downloadable else (UserAction.VIEW,)
+    if job.status is Status.FAILED:
+        retry = job.error is not None and job.error.retryable
+        return (UserAction.VIEW, UserAction.RETRY) if retry else (UserAction.VIEW,)
+    return (UserAction.RESUBMIT,)
+
+
+def render(job: JobRecord, locale: str) -> View:
+    loc = normalize_locale(locale or job.locale)
+    status_label = STATUS_LABELS[job.status][loc]
+    stage = job.stage_def
+    shows_stage = job.status in (Status.RUNNING, Status.CANCEL_REQUESTED)
+    stage_label = stage.label(loc) if stage is not None and shows_stage else ""
+    parts = [status_label]
+    if job.status is Status.QUEUED and job.queue_position is not None:
+        n = job.queue_position
+        parts.append(_TEXT["ahead"][loc].format(n=n) if n else _TEXT["next"][loc])
+    if stage_label:
+        parts = [_stage_line(job, stage_label, loc)]
+        if job.status is Status.CANCEL_REQUESTED:
+            parts.insert(0, status_label)
+    if job.status is Status.FAILED and job.error is not None and job.error.message:
+        parts.append(job.error.message)
+    if job.stalled and job.status in (Status.RUNNING, Status.CANCEL_REQUESTED):
+        parts.append(_TEXT["stalled"][loc])
+    return View(
+        locale=loc,
+        status_label=status_label,
+        stage_label=stage_label,
+        detail=_TEXT["sep"][loc].join(parts),
+        actions=actions_for(job),
+    )
+
+
+def _stage_line(job: JobRecord, stage_label: str, loc: str) -> str:
+    p = job.progress
+    line = _TEXT["stage"][loc].format(label=stage_label, i=p.stage_index, n=p.stage_count)
+    if p.percent is not None:
+        units = _TEXT["units"][loc].format(done=p.processed_units, total=p.total_units, pct=p.percent)
+        line += _TEXT["sep"][loc] + units
+    elif p.processed_units:
+        line += _TEXT["sep"][loc] + _TEXT["units_open"][loc].format(done=p.processed_units)
+    return line

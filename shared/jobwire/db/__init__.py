@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy Core tables, the engine, and the store that owns every write."""

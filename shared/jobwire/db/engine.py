@@ -1,0 +1,167 @@
+"""The database handle: engine setup per dialect and transactions that retry what is safe.
+
+Every write runs as one short transaction through `Database.write`; deadlocks (1213),
+lock-wait timeouts (1205), lost connections and optimistic-concurrency conflicts retry
+the whole transaction, so no caller ever sees half a change.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import FunctionElement
+
+from jobwire.domain.errors import Conflict, StoreUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
+DISCONNECT_MYSQL = {2003, 2006, 2013, 2055, 1927, 4031}
+MAX_TRIES = 6
+
+
+class RetryTransaction(Exception):
+    """Raised inside a transaction when an optimistic guard lost: run it again."""
+
+
+class db_now(FunctionElement[datetime]):  # noqa: N801 - reads like the SQL function it is
+    """The database clock in UTC with microseconds: only it decides leases."""
+
+    type = sa.DateTime()
+    inherit_cache = True
+
+
+@compiles(db_now, "mysql")
+@compiles(db_now, "mariadb")
+def _now_mysql(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "UTC_TIMESTAMP(6)"
+
+
+@compiles(db_now, "sqlite")
+def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
+    # strftime's %f gives milliseconds; pad to the microsecond form SQLAlchemy stores.
+    return "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+
+
+class Database:
+    """One engine and the transaction discipline around it."""
+
+    def __init__(self, url: str, *, pool_size: int = 8, echo: bool = False) -> None:
+        self.url = sa.make_url(url)
+        self.is_mysql = self.url.get_backend_name() in ("mysql", "mariadb")
+        self.engine = _mysql_engine(url, pool_size, echo) if self.is_mysql else _sqlite_engine(url, echo)
+
+    def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run `fn` in one write transaction, retrying it whole when that is safe."""
+        return self._run(fn, immediate=True)
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        return self._run(fn, immediate=False)
+
+    def ping(self) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+            return True
+        except DBAPIError:
+            return False
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def _run(self, fn: Callable[[Connection], T], *, immediate: bool) -> T:
+        for attempt in range(1, MAX_TRIES + 1):
+            try:
+                with self.engine.connect() as conn:
+                    conn = conn.execution_options(jobwire_immediate=immediate)
+                    with conn.begin():
+                        return fn(conn)
+            except RetryTransaction:
+                if attempt == MAX_TRIES:
+                    raise Conflict() from None
+            except DBAPIError as exc:
+                if not self._retryable(exc) or attempt == MAX_TRIES:
+                    raise self._translate(exc) from exc
+                log.info("retrying transaction after %s", _code(exc))
+            time.sleep(min(0.2, 0.005 * 2**attempt) * random.uniform(0.5, 1.0))
+        raise AssertionError("unreachable")
+
+    def _retryable(self, exc: DBAPIError) -> bool:
+        if exc.connection_invalidated:
+            return True
+        code = _code(exc)
+        if self.is_mysql:
+            return code in RETRYABLE_MYSQL or code in DISCONNECT_MYSQL
+        return isinstance(exc, OperationalError) and "locked" in str(exc.orig)
+
+    def _translate(self, exc: DBAPIError) -> Exception:
+        if isinstance(exc, OperationalError) or exc.connection_invalidated:
+            return StoreUnavailable()
+        if _code(exc) in RETRYABLE_MYSQL:
+            return Conflict()
+        return exc
+
+
+def _code(exc: DBAPIError) -> int | None:
+    args = getattr(exc.orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _mysql_engine(url: str, pool_size: int, echo: bool) -> Engine:
+    # SQLAlchemy's PyMySQL dialect sets CLIENT.FOUND_ROWS: rowcount counts matched rows.
+    engine = sa.create_engine(
+        url,
+        echo=echo,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=3600,
+        isolation_level="READ COMMITTED",  # gap locks under REPEATABLE READ deadlock claims
+        connect_args={"charset": "utf8mb4", "connect_timeout": 5},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _session(dbapi_conn: Any, _record: Any) -> None:
+        with dbapi_conn.cursor() as cur:
+            cur.execute(
+                "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,"
+                "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION', time_zone = '+00:00',"
+                " innodb_lock_wait_timeout = 5"
+            )
+
+    return engine
+
+
+def _sqlite_engine(url: str, echo: bool) -> Engine:
+    engine = sa.create_engine(
+        url, echo=echo, connect_args={"check_same_thread": False, "timeout": 30}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves, below
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        # Writers take the write lock up front: a deferred BEGIN that upgrades later can
+        # fail with SQLITE_BUSY without waiting, which would break "exactly one claim".
+        immediate = conn.get_execution_options().get("jobwire_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine

@@ -1,0 +1,123 @@
+"""Reads: one job with its queue position, pages of jobs, a job's events, workers."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from jobwire.db.tables import job, job_event
+from jobwire.db.tables import worker as worker_table
+from jobwire.db.writes import Row, load, select_jobs
+from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.states import LEASED, Status
+
+
+def get(conn: Connection, tenant: str, job_no: str) -> tuple[Row, int | None] | None:
+    row = load(conn, job.c.tenant == tenant, job.c.job_no == job_no)
+    if row is None:
+        return None
+    return row, queue_position(conn, row)
+
+
+def queue_position(conn: Connection, row: Row) -> int | None:
+    """Runnable jobs ahead of a QUEUED job: a range count on the claim index."""
+    if row["status"] != Status.QUEUED.value:
+        return None
+    ahead = sa.or_(
+        job.c.priority > row["priority"],
+        sa.and_(job.c.priority == row["priority"], job.c.id < row["id"]),
+    )
+    query = sa.select(sa.func.count()).select_from(job).where(
+        job.c.tenant == row["tenant"],
+        job.c.queue == row["queue"],
+        job.c.status == Status.QUEUED.value,
+        ahead,
+        job.c.run_after <= row["db_now"],
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def encode_page_token(last_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": last_id}).encode()).decode().rstrip("=")
+
+
+def decode_page_token(token: str) -> int | None:
+    if not token:
+        return None
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        after = raw["after"]
+    except (binascii.Error, ValueError, TypeError, KeyError, UnicodeDecodeError):
+        raise InvalidArgument("page_token", "is not a token this server issued") from None
+    if not isinstance(after, int) or after < 0:
+        raise InvalidArgument("page_token", "is not a token this server issued")
+    return after
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobFilter:
+    tenant: str
+    owner: str = ""
+    statuses: Sequence[Status] = ()
+    job_type: str = ""
+
+
+def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: str) -> tuple[list[Row], str]:
+    """Newest first; the token is the last id seen, so pages stay stable under inserts."""
+    before = decode_page_token(page_token)
+    clauses: list[sa.ColumnElement[bool]] = [job.c.tenant == where.tenant]
+    if where.owner:
+        clauses.append(job.c.owner == where.owner)
+    if where.statuses:
+        clauses.append(job.c.status.in_([s.value for s in where.statuses]))
+    if where.job_type:
+        clauses.append(job.c.job_type == where.job_type)
+    if before is not None:
+        clauses.append(job.c.id < before)
+    query = select_jobs(*clauses).order_by(job.c.id.desc()).limit(page_size + 1)
+    rows = [dict(r) for r in conn.execute(query).mappings()]
+    more = len(rows) > page_size
+    rows = rows[:page_size]
+    return rows, encode_page_token(rows[-1]["id"]) if more and rows else ""
+
+
+def list_events(conn: Connection, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[Row], str] | None:
+    """A job's evidence trail in order; None for an unknown job."""
+    row = load(conn, job.c.tenant == tenant, job.c.job_no == job_no)
+    if row is None:
+        return None
+    after = decode_page_token(page_token) or 0
+    query = (
+        sa.select(job_event)
+        .where(job_event.c.job_id == row["id"], job_event.c.id > after)
+        .order_by(job_event.c.id)
+        .limit(page_size + 1)
+    )
+    events = [dict(r) for r in conn.execute(query).mappings()]
+    more = len(events) > page_size
+    events = events[:page_size]
+    return events, encode_page_token(events[-1]["id"]) if more and events else ""
+
+
+def list_workers(conn: Connection, tenant: str, queue: str) -> list[dict[str, Any]]:
+    held = (
+        sa.select(job.c.worker_id, sa.func.count().label("n"))
+        .where(job.c.tenant == tenant, job.c.status.in_([s.value for s in LEASED]), job.c.worker_token.is_not(None))
+        .group_by(job.c.worker_id)
+    )
+    counts = {r.worker_id: r.n for r in conn.execute(held)}
+    query = sa.select(worker_table).where(worker_table.c.tenant == tenant).order_by(worker_table.c.worker_id)
+    out = []
+    for r in conn.execute(query).mappings():
+        queues = json.loads(r["queues"])
+        if queue and queue not in queues:
+            continue
+        out.append({**r, "queues": queues, "job_types": json.loads(r["job_types"]), "leases_held": counts.get(r["worker_id"], 0)})
+    return out

@@ -1,0 +1,99 @@
+"""Rows to domain values, and the snapshot each visible event carries for the change feed.
+
+A snapshot is the user-visible subset of the job row (plus its artifact) as JSON, and
+`record_from_row` reads both a live row and a snapshot: one path, so a resumed watcher
+sees exactly what Get would have shown at that version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from jobwire.domain import stages as stage_plans
+from jobwire.domain.job import Artifact, ErrorCategory, JobFailure, JobRecord
+from jobwire.domain.progress import Progress
+from jobwire.domain.stages import DEFAULT_PLAN
+from jobwire.domain.states import Status
+
+VISIBLE_COLUMNS = (
+    "job_no", "tenant", "job_type", "queue", "owner", "labels", "locale", "status", "priority",
+    "stage", "stage_index", "stage_count", "stages", "processed_units", "total_units",
+    "stalled", "attempt", "attempt_base", "max_attempts", "created_at", "updated_at",
+    "started_at", "finished_at", "run_after", "error_category", "error_stage",
+    "error_message", "error_retryable", "version",
+)  # fmt: skip
+ARTIFACT_COLUMNS = ("uri", "size_bytes", "sha256", "content_type", "summary")
+TIME_COLUMNS = frozenset({"created_at", "updated_at", "started_at", "finished_at", "run_after"})
+
+
+def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None) -> JobRecord:
+    status = Status(row["status"])
+    plan = stage_plans.from_json(json.loads(row["stages"])) if row["stages"] else DEFAULT_PLAN
+    return JobRecord(
+        job_no=row["job_no"],
+        tenant=row["tenant"],
+        job_type=row["job_type"],
+        queue=row["queue"],
+        owner=row["owner"],
+        labels=json.loads(row["labels"]),
+        locale=row["locale"],
+        status=status,
+        priority=row["priority"],
+        stage=row["stage"],
+        stages=plan,
+        progress=Progress(
+            stage_index=row["stage_index"],
+            stage_count=row["stage_count"] or len(plan),
+            processed_units=row["processed_units"],
+            total_units=row["total_units"],
+        ),
+        stalled=bool(row["stalled"]),
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        run_after=row["run_after"],
+        error=_failure(row) if status is Status.FAILED else None,
+        result=_artifact(row) if status is Status.READY else None,
+        version=row["version"],
+        queue_position=queue_position if status is Status.QUEUED else None,
+    )
+
+
+def _failure(row: Mapping[str, Any]) -> JobFailure | None:
+    if not row["error_category"]:
+        return None
+    return JobFailure(
+        category=ErrorCategory(row["error_category"]),
+        stage=row["error_stage"] or "",
+        message=row["error_message"] or "",
+        retryable=bool(row["error_retryable"]),
+    )
+
+
+def _artifact(row: Mapping[str, Any]) -> Artifact | None:
+    if row.get("uri") is None:
+        return None
+    return Artifact(**{name: row[name] for name in ARTIFACT_COLUMNS})
+
+
+def snapshot(row: Mapping[str, Any]) -> str:
+    """The user-visible state of `row` as JSON, for the event that produced it."""
+    out: dict[str, Any] = {}
+    for name in (*VISIBLE_COLUMNS, *ARTIFACT_COLUMNS):
+        value = row.get(name)
+        out[name] = value.isoformat() if isinstance(value, datetime) else value
+    return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+
+
+def row_from_snapshot(text: str) -> dict[str, Any]:
+    row: dict[str, Any] = json.loads(text)
+    for name in TIME_COLUMNS:
+        if row.get(name):
+            row[name] = datetime.fromisoformat(row[name])
+    return row

@@ -1,0 +1,102 @@
+"""JobStore: every read and conditional write of jobwire, each in one short transaction.
+
+Use cases call these methods; nothing else touches SQL. Methods are synchronous (the
+servers run them on a thread pool) and return domain values or rows for the RPC layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobwire.db import inspect as inspect_queries
+from jobwire.db import leases, reads, submit, user_actions
+from jobwire.db.engine import Database
+from jobwire.db.rows import record_from_row
+from jobwire.db.writes import Row, clock
+from jobwire.domain.errors import JobNotFound
+from jobwire.domain.job import Artifact, JobRecord
+
+
+class JobStore:
+    def __init__(self, db: Database, *, job_prefix: str = "PT") -> None:
+        self.db = db
+        self.job_prefix = job_prefix
+
+    # -- backends ---------------------------------------------------------------------
+    def submit(self, new: submit.NewJob) -> tuple[JobRecord, bool]:
+        row, created = self.db.write(lambda c: submit.submit(c, new, self.job_prefix))
+        return record_from_row(row, queue_position=None), created
+
+    def get(self, tenant: str, job_no: str) -> JobRecord:
+        found = self.db.read(lambda c: reads.get(c, tenant, job_no))
+        if found is None:
+            raise JobNotFound()
+        row, position = found
+        return record_from_row(row, queue_position=position)
+
+    def cancel(self, tenant: str, job_no: str) -> JobRecord:
+        return record_from_row(self.db.write(lambda c: user_actions.cancel(c, tenant, job_no)))
+
+    def retry(self, tenant: str, job_no: str) -> JobRecord:
+        return record_from_row(self.db.write(lambda c: user_actions.retry(c, tenant, job_no)))
+
+    def list_jobs(self, where: reads.JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
+        rows, token = self.db.read(lambda c: reads.list_jobs(c, where, page_size, page_token))
+        return [record_from_row(r) for r in rows], token
+
+    # -- workers ----------------------------------------------------------------------
+    def claim(self, who: leases.Claimant, max_jobs: int) -> list[Row]:
+        def tx(conn: Any) -> list[Row]:
+            rows = leases.claim(conn, who, max_jobs, skip_locked=self.db.is_mysql)
+            leases.seen(conn, who, rows[0]["db_now"] if rows else clock(conn))
+            return rows
+
+        return self.db.write(tx)
+
+    def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[tuple[str, str, datetime | None]]:
+        return self.db.write(lambda c: leases.heartbeat(c, tenant, worker_id, held))
+
+    def report(self, tenant: str, job_no: str, token: str, **fields: Any) -> Row:
+        return self._worker_call(lambda c: leases.report(c, tenant, job_no, token, **fields))
+
+    def complete(self, tenant: str, job_no: str, token: str, result: Artifact) -> JobRecord:
+        return record_from_row(self._worker_call(lambda c: leases.complete(c, tenant, job_no, token, result)))
+
+    def fail(self, tenant: str, job_no: str, token: str, failure: leases.Failure) -> JobRecord:
+        return record_from_row(self._worker_call(lambda c: leases.fail(c, tenant, job_no, token, failure)))
+
+    def confirm_cancel(self, tenant: str, job_no: str, token: str, note: str) -> JobRecord:
+        return record_from_row(self._worker_call(lambda c: leases.confirm_cancel(c, tenant, job_no, token, note)))
+
+    def release(self, tenant: str, job_no: str, token: str, checkpoint: bytes | None, note: str) -> JobRecord:
+        return record_from_row(self._worker_call(lambda c: leases.release(c, tenant, job_no, token, checkpoint, note)))
+
+    def _worker_call(self, fn: Any) -> Row:
+        try:
+            row: Row = self.db.write(fn)
+            return row
+        except leases.LateCall as late:
+            self.db.write(lambda c: leases.record_late_call(c, late))
+            raise
+
+    # -- operators --------------------------------------------------------------------
+    def requeue(self, tenant: str, job_no: str, reason: str) -> JobRecord:
+        return record_from_row(self.db.write(lambda c: user_actions.requeue(c, tenant, job_no, reason)))
+
+    def list_events(self, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[Row], str]:
+        found = self.db.read(lambda c: reads.list_events(c, tenant, job_no, page_size, page_token))
+        if found is None:
+            raise JobNotFound()
+        return found
+
+    def inspect(
+        self, tenant: str, *, stalled_after: timedelta, queue: str, kinds: Collection[inspect_queries.FindingKind]
+    ) -> list[tuple[inspect_queries.FindingKind, Row]]:
+        return self.db.read(
+            lambda c: inspect_queries.findings(c, tenant, stalled_after=stalled_after, queue=queue, kinds=kinds)
+        )
+
+    def list_workers(self, tenant: str, queue: str) -> list[dict[str, Any]]:
+        return self.db.read(lambda c: reads.list_workers(c, tenant, queue))

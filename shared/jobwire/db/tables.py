@@ -1,0 +1,165 @@
+"""The schema, declared once. Alembic migrations must agree with it (a test checks)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+
+metadata = MetaData()
+
+# DATETIME(6) on MySQL: leases are decided to the microsecond by the database clock.
+Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+# MEDIUMBLOB on MySQL: payloads go up to 1 MiB, beyond BLOB's 64 KiB.
+Blob = LargeBinary().with_variant(mysql.MEDIUMBLOB(), "mysql", "mariadb")
+LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+Id = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrement needs INTEGER
+
+job = Table(
+    "job",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("tenant", String(64), nullable=False),
+    Column("job_no", String(40), nullable=False),
+    Column("job_type", String(64), nullable=False),
+    Column("queue", String(64), nullable=False),
+    Column("owner", String(128), nullable=False, server_default=""),
+    Column("labels", Text, nullable=False),  # JSON object
+    Column("locale", String(35), nullable=False, server_default="en"),
+    Column("payload", Blob, nullable=False),
+    Column("fingerprint", String(64), nullable=False),  # sha256 of the submitted request
+    Column("idempotency_key", String(128), nullable=True),
+    Column("priority", Integer, nullable=False, server_default="0"),
+    Column("status", String(20), nullable=False),
+    # current stage: code, 1-based index, plan snapshot taken at claim time
+    Column("stage", String(32), nullable=True),
+    Column("stage_index", Integer, nullable=False, server_default="0"),
+    Column("stage_count", Integer, nullable=False, server_default="0"),
+    Column("stages", Text, nullable=True),  # JSON list of stage definitions
+    Column("processed_units", BigInteger, nullable=False, server_default="0"),
+    Column("total_units", BigInteger, nullable=True),
+    Column("checkpoint", Blob, nullable=True),  # up to 64 KiB: one byte past BLOB
+    # attempts: attempt counts up on every claim; attempt - attempt_base is what was charged
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("attempt_base", Integer, nullable=False, server_default="0"),
+    Column("max_attempts", Integer, nullable=False),
+    Column("initial_backoff_s", Float, nullable=False),
+    Column("max_backoff_s", Float, nullable=False),
+    Column("backoff_multiplier", Float, nullable=False),
+    Column("on_lease_lost", String(16), nullable=False),
+    # the lease: token embeds the epoch, so a token can never be valid twice
+    Column("worker_id", String(128), nullable=True),
+    Column("worker_token", String(80), nullable=True),
+    Column("lease_epoch", BigInteger, nullable=False, server_default="0"),
+    Column("lease_seconds", Float, nullable=True),
+    Column("lease_expires_at", Timestamp, nullable=True),
+    Column("heartbeat_at", Timestamp, nullable=True),
+    Column("stalled", Boolean, nullable=False, server_default="0"),
+    # the last operation that ended a lease, so a retried Complete/Fail/... replays
+    Column("ended_token", String(80), nullable=True),
+    Column("ended_kind", String(20), nullable=True),
+    # failure, user-facing fields plus internal detail for operators only
+    Column("error_category", String(32), nullable=True),
+    Column("error_stage", String(32), nullable=True),
+    Column("error_message", Text, nullable=True),
+    Column("error_retryable", Boolean, nullable=True),
+    Column("error_detail", LongText, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    Column("started_at", Timestamp, nullable=True),
+    Column("finished_at", Timestamp, nullable=True),
+    Column("run_after", Timestamp, nullable=False),
+    Column("version", BigInteger, nullable=False, server_default="1"),
+    UniqueConstraint("job_no", name="uq_job_job_no"),
+    UniqueConstraint("tenant", "idempotency_key", name="uq_job_idempotency"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+# The claim scans this index in order: same sort directions as ORDER BY priority DESC, id,
+# or MySQL falls back to a filesort and FOR UPDATE locks every queued row (MEASURED.md).
+Index(
+    "ix_job_claim",
+    job.c.tenant,
+    job.c.queue,
+    job.c.status,
+    job.c.priority.desc(),
+    job.c.id,
+)
+Index("ix_job_owner", job.c.tenant, job.c.owner, job.c.id)
+Index("ix_job_lease", job.c.status, job.c.lease_expires_at)
+Index("ix_job_finished", job.c.status, job.c.finished_at)
+
+job_event = Table(
+    "job_event",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("tenant", String(64), nullable=False),
+    Column("job_no", String(40), nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("kind", String(40), nullable=False),
+    # visible events change what users see (the change feed); others are evidence only
+    Column("visible", Boolean, nullable=False),
+    Column("from_status", String(20), nullable=True),
+    Column("to_status", String(20), nullable=True),
+    Column("stage", String(32), nullable=True),
+    Column("processed_units", BigInteger, nullable=True),
+    Column("total_units", BigInteger, nullable=True),
+    Column("worker_id", String(128), nullable=True),
+    Column("attempt", Integer, nullable=True),
+    Column("detail", LongText, nullable=True),
+    Column("snapshot", LongText, nullable=True),  # the user-visible job after this event
+    Column("created_at", Timestamp, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+Index("ix_job_event_job", job_event.c.job_id, job_event.c.version)
+
+artifact = Table(
+    "artifact",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("uri", String(2048), nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("content_type", String(255), nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("job_id", name="uq_artifact_job"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+job_day_counter = Table(
+    "job_day_counter",
+    metadata,
+    Column("day", String(8), primary_key=True),
+    Column("last_seq", BigInteger, nullable=False),
+    mysql_engine="InnoDB",
+)
+
+worker = Table(
+    "worker",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("worker_id", String(128), primary_key=True),
+    Column("queues", Text, nullable=False),  # JSON list
+    Column("job_types", Text, nullable=False),  # JSON list
+    Column("last_seen_at", Timestamp, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)

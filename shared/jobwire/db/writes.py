@@ -1,0 +1,124 @@
+"""The one shape every state change takes: read, decide, guarded UPDATE, event.
+
+A change reads the row together with the database clock, lets the domain decide, then
+writes with an UPDATE guarded by the version it read (and the status, and for worker
+calls the token and epoch). Zero matched rows means someone else won: the transaction
+is retried whole. The event row that records the change commits with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql as mysql_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Connection
+
+from jobwire.db.engine import RetryTransaction, db_now
+from jobwire.db.rows import snapshot
+from jobwire.db.tables import artifact, job, job_event
+
+Row = dict[str, Any]
+
+# A queued job shows no stage; the next attempt starts again at the first one.
+UNSTAGED: Mapping[str, Any] = {"stage": None, "stage_index": 0, "processed_units": 0, "total_units": None}
+
+_JOINED = job.outerjoin(artifact, artifact.c.job_id == job.c.id)
+_ARTIFACT_COLS = [artifact.c[name] for name in ("uri", "size_bytes", "sha256", "content_type", "summary")]
+
+
+def select_jobs(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """Job rows with their artifact and the database clock as `db_now`."""
+    return sa.select(job, *_ARTIFACT_COLS, db_now().label("db_now")).select_from(_JOINED).where(*where)
+
+
+def load(conn: Connection, *where: sa.ColumnElement[bool]) -> Row | None:
+    found = conn.execute(select_jobs(*where)).mappings().first()
+    return dict(found) if found is not None else None
+
+
+def clock(conn: Connection) -> datetime:
+    now = conn.execute(sa.select(db_now())).scalar_one()
+    assert isinstance(now, datetime)
+    return now
+
+
+def apply(
+    conn: Connection,
+    row: Row,
+    changes: Mapping[str, Any],
+    *,
+    kind: str,
+    now: datetime,
+    token_guard: bool = False,
+    detail: str | None = None,
+) -> Row:
+    """Write `changes` if the row is still as read; record the visible event; return the new row."""
+    where = [job.c.id == row["id"], job.c.version == row["version"], job.c.status == row["status"]]
+    if token_guard:
+        where += [job.c.worker_token == row["worker_token"], job.c.lease_epoch == row["lease_epoch"]]
+    values = {**changes, "version": row["version"] + 1, "updated_at": now}
+    if conn.execute(sa.update(job).where(*where).values(**values)).rowcount != 1:
+        raise RetryTransaction()
+    new = {**row, **values}
+    record_event(conn, new, kind=kind, from_status=row["status"], now=now, detail=detail)
+    return new
+
+
+def record_event(
+    conn: Connection,
+    row: Mapping[str, Any],
+    *,
+    kind: str,
+    now: datetime,
+    from_status: str | None,
+    visible: bool = True,
+    detail: str | None = None,
+    worker_id: str | None = None,
+) -> None:
+    conn.execute(sa.insert(job_event).values(**event_values(row, kind, now, from_status, visible, detail, worker_id)))
+
+
+def event_values(
+    row: Mapping[str, Any],
+    kind: str,
+    now: datetime,
+    from_status: str | None,
+    visible: bool = True,
+    detail: str | None = None,
+    worker_id: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "job_id": row["id"],
+        "tenant": row["tenant"],
+        "job_no": row["job_no"],
+        "version": row["version"],
+        "kind": kind,
+        "visible": visible,
+        "from_status": from_status,
+        "to_status": row["status"],
+        "stage": row["stage"],
+        "processed_units": row["processed_units"],
+        "total_units": row["total_units"],
+        "worker_id": worker_id or row.get("worker_id"),
+        "attempt": row["attempt"],
+        "detail": detail,
+        "snapshot": snapshot(row) if visible else None,
+        "created_at": now,
+    }
+
+
+def upsert(
+    conn: Connection, table: sa.Table, values: Mapping[str, Any], update: Mapping[str, Any]
+) -> None:
+    """INSERT `values`, or apply `update` when the primary key exists (both dialects)."""
+    if conn.dialect.name == "sqlite":
+        lite = sqlite_dialect.insert(table).values(**values)
+        keys = [c.name for c in table.primary_key.columns]
+        conn.execute(lite.on_conflict_do_update(index_elements=keys, set_=dict(update)))
+    else:
+        ins = mysql_dialect.insert(table).values(**values)
+        conn.execute(ins.on_duplicate_key_update(dict(update)))

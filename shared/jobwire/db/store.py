@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from jobwire.db import inspect as inspect_queries
 from jobwire.db import leases, reads, submit, user_actions
 from jobwire.db.engine import Database
+from jobwire.db.migrate import upgrade
 from jobwire.db.rows import record_from_row
 from jobwire.db.writes import Row, clock
 from jobwire.domain.errors import JobNotFound
@@ -47,10 +49,11 @@ class JobStore:
         return [record_from_row(r) for r in rows], token
 
     # -- workers ----------------------------------------------------------------------
-    def claim(self, who: leases.Claimant, max_jobs: int) -> list[Row]:
+    def claim(self, who: leases.Claimant, max_jobs: int, record_seen: bool = True) -> list[Row]:
         def tx(conn: Any) -> list[Row]:
             rows = leases.claim(conn, who, max_jobs, skip_locked=self.db.is_mysql)
-            leases.seen(conn, who, rows[0]["db_now"] if rows else clock(conn))
+            if record_seen:
+                leases.seen(conn, who, rows[0]["db_now"] if rows else clock(conn))
             return rows
 
         return self.db.write(tx)
@@ -100,3 +103,13 @@ class JobStore:
 
     def list_workers(self, tenant: str, queue: str) -> list[dict[str, Any]]:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue))
+
+
+def open_store(url: str, *, pool_size: int = 8, job_prefix: str = "PT", migrate: bool = True) -> JobStore:
+    """The store for `url`, its schema created or upgraded first when `migrate`."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    db = Database(url, pool_size=pool_size)
+    if migrate:
+        upgrade(db)
+    return JobStore(db, job_prefix=job_prefix)

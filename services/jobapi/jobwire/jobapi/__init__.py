@@ -1,0 +1,1 @@
+"""jobapi: JobService for backends and AdminService for operators."""

@@ -1,0 +1,67 @@
+"""JobService: decode and validate requests, call the use cases, encode the answers."""
+
+from __future__ import annotations
+
+import grpc
+
+from jobwire.db.reads import JobFilter
+from jobwire.db.submit import NewJob
+from jobwire.domain import limits
+from jobwire.jobapi.jobs import Jobs
+from jobwire.rpc import auth, convert
+from jobwire.v1 import job_pb2, job_pb2_grpc
+
+MAX_LOCALE_CHARS = 35
+
+
+def _locale(value: str) -> str:
+    return limits.short_text("locale", value, MAX_LOCALE_CHARS)
+
+
+def decode_submit(request: job_pb2.SubmitRequest, tenant: str) -> NewJob:
+    return NewJob(
+        tenant=tenant,
+        job_type=limits.name("job_type", request.job_type),
+        queue=limits.queue("queue", request.queue),
+        payload=limits.blob("payload", request.payload, limits.MAX_PAYLOAD_BYTES),
+        idempotency_key=limits.short_text("idempotency_key", request.idempotency_key) or None,
+        priority=request.priority,
+        run_after=convert.from_timestamp(request.run_after) if request.HasField("run_after") else None,
+        retry=convert.retry_policy(request.retry_policy, request.HasField("retry_policy")),
+        owner=limits.short_text("owner", request.owner),
+        labels=limits.labels(request.labels),
+        locale=_locale(request.locale) or "en",
+    )
+
+
+class JobServicer(job_pb2_grpc.JobServiceServicer):
+    def __init__(self, jobs: Jobs) -> None:
+        self.jobs = jobs
+
+    async def Submit(self, request: job_pb2.SubmitRequest, context: grpc.aio.ServicerContext) -> job_pb2.SubmitResponse:
+        who = auth.current()
+        job, created = await self.jobs.submit(who, decode_submit(request, who.tenant))
+        return job_pb2.SubmitResponse(job=convert.job_to_proto(job, request.locale), created=created)
+
+    async def Get(self, request: job_pb2.GetRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        job = await self.jobs.get(auth.current(), limits.job_no(request.job_no))
+        return convert.job_to_proto(job, _locale(request.locale))
+
+    async def Cancel(self, request: job_pb2.CancelRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        job = await self.jobs.cancel(auth.current(), limits.job_no(request.job_no))
+        return convert.job_to_proto(job, _locale(request.locale))
+
+    async def Retry(self, request: job_pb2.RetryRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        job = await self.jobs.retry(auth.current(), limits.job_no(request.job_no))
+        return convert.job_to_proto(job, _locale(request.locale))
+
+    async def ListJobs(self, request: job_pb2.ListJobsRequest, context: grpc.aio.ServicerContext) -> job_pb2.ListJobsResponse:
+        where = JobFilter(
+            tenant=auth.current().tenant,
+            owner=limits.short_text("owner", request.owner),
+            statuses=[convert.status(s) for s in request.statuses],
+            job_type=limits.name("job_type", request.job_type) if request.job_type else "",
+        )
+        locale = _locale(request.locale)
+        jobs, token = await self.jobs.list_jobs(where, limits.page_size(request.page_size), request.page_token)
+        return job_pb2.ListJobsResponse(jobs=[convert.job_to_proto(j, locale) for j in jobs], next_page_token=token)

@@ -1,0 +1,1 @@
+"""WorkerService: how the fleet claims, reports on and finishes jobs."""

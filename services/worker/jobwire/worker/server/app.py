@@ -1,0 +1,14 @@
+"""Wiring WorkerService into a server process."""
+
+from __future__ import annotations
+
+from jobwire.serving import Runtime
+from jobwire.v1 import worker_pb2, worker_pb2_grpc
+from jobwire.worker.server.leasing import Leasing
+from jobwire.worker.server.servicer import WorkerServicer
+
+
+def add_worker_service(rt: Runtime) -> None:
+    servicer = WorkerServicer(Leasing(rt.store, rt.blocking, rt.wakeup), rt.settings)
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, rt.host.server)
+    rt.host.add_service(worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name)

@@ -1,0 +1,70 @@
+"""Use cases behind WorkerService: long-polling claims, reports, endings, wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from datetime import datetime
+
+from jobwire.db.leases import Claimant, Failure
+from jobwire.db.store import JobStore
+from jobwire.db.writes import Row
+from jobwire.domain.job import Artifact, JobRecord
+from jobwire.domain.states import Status
+from jobwire.rpc.blocking import Blocking
+from jobwire.rpc.wakeup import Wakeup
+
+# Claimers in other processes are not woken in memory: they look again this often.
+POLL_INTERVAL_S = 0.5
+# ListWorkers needs "last seen", not every poll: one write per worker this often.
+SEEN_EVERY_S = 5.0
+
+
+class Leasing:
+    def __init__(self, store: JobStore, blocking: Blocking, wakeup: Wakeup) -> None:
+        self.store = store
+        self.blocking = blocking
+        self.wakeup = wakeup
+        self._seen: dict[tuple[str, str], float] = {}
+
+    async def claim(self, who: Claimant, max_jobs: int, wait_s: float) -> list[Row]:
+        """Leases for up to `max_jobs` jobs, waiting up to `wait_s` for the first."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            rows = await self.blocking(self.store.claim, who, max_jobs, self._note_seen(who))
+            remaining = deadline - time.monotonic()
+            if rows or remaining <= 0:
+                return rows
+            await self.wakeup.wait(who.tenant, who.queues, min(remaining, POLL_INTERVAL_S))
+
+    def _note_seen(self, who: Claimant) -> bool:
+        key, now = (who.tenant, who.worker_id), time.monotonic()
+        if now - self._seen.get(key, -SEEN_EVERY_S) < SEEN_EVERY_S:
+            return False
+        self._seen[key] = now
+        return True
+
+    async def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[tuple[str, str, datetime | None]]:
+        return await self.blocking(self.store.heartbeat, tenant, worker_id, held)
+
+    async def report(self, tenant: str, job_no: str, token: str, **fields: object) -> Row:
+        return await self.blocking(self.store.report, tenant, job_no, token, **fields)
+
+    async def complete(self, tenant: str, job_no: str, token: str, result: Artifact) -> JobRecord:
+        return await self.blocking(self.store.complete, tenant, job_no, token, result)
+
+    async def fail(self, tenant: str, job_no: str, token: str, failure: Failure) -> JobRecord:
+        return self._requeued(await self.blocking(self.store.fail, tenant, job_no, token, failure))
+
+    async def confirm_cancel(self, tenant: str, job_no: str, token: str, note: str) -> JobRecord:
+        return await self.blocking(self.store.confirm_cancel, tenant, job_no, token, note)
+
+    async def release(self, tenant: str, job_no: str, token: str, checkpoint: bytes | None, note: str) -> JobRecord:
+        return self._requeued(await self.blocking(self.store.release, tenant, job_no, token, checkpoint, note))
+
+    def _requeued(self, job: JobRecord) -> JobRecord:
+        if job.status is Status.QUEUED:
+            # A retry with a backoff is not runnable yet; the poll finds it when it is.
+            asyncio.get_running_loop().call_soon(self.wakeup.notify, job.tenant, job.queue)
+        return job

@@ -1,0 +1,143 @@
+"""WorkerService: decode and validate worker calls, run the leasing use cases, encode."""
+
+from __future__ import annotations
+
+import grpc
+
+from jobwire.db.leases import Claimant, Failure
+from jobwire.db.rows import record_from_row
+from jobwire.domain import limits
+from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.stages import validate_plan
+from jobwire.domain.states import Status
+from jobwire.rpc import auth, convert
+from jobwire.rpc.config import Settings
+from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
+from jobwire.worker.server.leasing import Leasing
+
+MAX_JOBS_PER_CLAIM = 100
+MAX_WAIT_S = 60.0
+MAX_JOB_TYPES = 100
+MAX_HEARTBEAT_LEASES = 1000
+MAX_TOKEN_CHARS = 80
+
+
+def _worker_id(value: str) -> str:
+    if not value:
+        raise InvalidArgument("worker_id", "is required")
+    return limits.short_text("worker_id", value)
+
+
+def _token(value: str) -> str:
+    return limits.short_text("worker_token", value, MAX_TOKEN_CHARS)
+
+
+def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[Claimant, int, float]:
+    who = auth.current()
+    queues = sorted({limits.queue("queues", q) for q in request.queues} or {limits.DEFAULT_QUEUE})
+    for queue in queues:
+        who.check_queue(queue)
+    if not request.job_types or len(request.job_types) > MAX_JOB_TYPES:
+        raise InvalidArgument("job_types", f"name 1 to {MAX_JOB_TYPES} job types this worker runs")
+    plans = {
+        limits.name("job_types.name", spec.name): validate_plan(convert.stage_plan(spec.stages), field_name="job_types.stages")
+        for spec in request.job_types
+    }
+    if not 0 <= request.max_jobs <= MAX_JOBS_PER_CLAIM:
+        raise InvalidArgument("max_jobs", f"must be between 0 and {MAX_JOBS_PER_CLAIM}")
+    wait = convert.seconds(request.wait)
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise InvalidArgument("wait", f"must be between 0 and {MAX_WAIT_S:.0f} s")
+    lease = convert.seconds(request.lease_duration) if request.HasField("lease_duration") else settings.lease_seconds
+    claimant = Claimant(
+        tenant=who.tenant, worker_id=_worker_id(request.worker_id), queues=queues, plans=plans,
+        lease_seconds=limits.lease_seconds(lease),
+    )  # fmt: skip
+    return claimant, request.max_jobs or 1, wait
+
+
+def _lease(row: dict[str, object]) -> worker_pb2.Lease:
+    record = record_from_row(row)
+    checkpoint = row["checkpoint"]
+    lease_s = float(row["lease_seconds"])  # type: ignore[arg-type]
+    return worker_pb2.Lease(
+        job_no=record.job_no,
+        worker_token=str(row["worker_token"]),
+        job_type=record.job_type,
+        payload=bytes(row["payload"]),  # type: ignore[arg-type]
+        attempt=record.attempt,
+        checkpoint=bytes(checkpoint) if checkpoint is not None else b"",  # type: ignore[arg-type]
+        has_checkpoint=checkpoint is not None,
+        stages=convert.stage_defs(record.stages),
+        lease_expires_at=convert.timestamp(row["lease_expires_at"]),  # type: ignore[arg-type]
+        heartbeat_interval=convert.duration(lease_s / 3),
+    )
+
+
+class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
+    def __init__(self, leasing: Leasing, settings: Settings) -> None:
+        self.leasing = leasing
+        self.settings = settings
+
+    async def Claim(self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ClaimResponse:
+        who, max_jobs, wait = decode_claim(request, self.settings)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = max(0.0, min(wait, remaining - 0.5))  # answer before the caller gives up
+        rows = await self.leasing.claim(who, max_jobs, wait)
+        return worker_pb2.ClaimResponse(leases=[_lease(r) for r in rows])
+
+    async def Heartbeat(self, request: worker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext) -> worker_pb2.HeartbeatResponse:
+        if len(request.leases) > MAX_HEARTBEAT_LEASES:
+            raise InvalidArgument("leases", f"at most {MAX_HEARTBEAT_LEASES} per heartbeat")
+        held = [(limits.job_no(ref.job_no), _token(ref.worker_token)) for ref in request.leases]
+        states = await self.leasing.heartbeat(auth.current().tenant, _worker_id(request.worker_id), held)
+        return worker_pb2.HeartbeatResponse(leases=[
+            worker_pb2.LeaseState(
+                job_no=job_no, state=worker_pb2.LeaseState.State.Value(state),
+                lease_expires_at=convert.timestamp(expires),
+            ) for job_no, state, expires in states
+        ])  # fmt: skip
+
+    async def ReportStage(self, request: worker_pb2.ReportStageRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ReportStageResponse:
+        checkpoint = request.checkpoint if request.HasField("checkpoint") else None
+        row = await self.leasing.report(
+            auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token),
+            stage=limits.short_text("stage", request.stage, 32),
+            processed=request.processed_units,
+            total=request.total_units if request.HasField("total_units") else None,
+            checkpoint=limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES) if checkpoint is not None else None,
+            note=limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS),
+        )  # fmt: skip
+        return worker_pb2.ReportStageResponse(
+            cancel_requested=row["status"] == Status.CANCEL_REQUESTED.value,
+            lease_expires_at=convert.timestamp(row["lease_expires_at"]),
+        )
+
+    async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        result = convert.artifact(request.result)
+        job = await self.leasing.complete(auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), result)
+        return convert.job_to_proto(job)
+
+    async def Fail(self, request: worker_pb2.FailRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        failure = Failure(
+            category=convert.category(request.category),
+            message=limits.short_text("message", request.message.replace("\n", " "), limits.MAX_MESSAGE_CHARS),
+            retryable=request.retryable,
+            detail=request.detail[: limits.MAX_DETAIL_CHARS],
+        )
+        job = await self.leasing.fail(auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), failure)
+        return convert.job_to_proto(job)
+
+    async def ConfirmCancel(self, request: worker_pb2.ConfirmCancelRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        note = limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS)
+        job = await self.leasing.confirm_cancel(auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), note)
+        return convert.job_to_proto(job)
+
+    async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        checkpoint = request.checkpoint if request.HasField("checkpoint") else None
+        if checkpoint is not None:
+            limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES)
+        note = limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS)
+        job = await self.leasing.release(auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), checkpoint, note)
+        return convert.job_to_proto(job)

@@ -1,0 +1,1 @@
+"""gRPC plumbing shared by both services: config, server bootstrap, interceptors, conversion."""

@@ -1,0 +1,115 @@
+"""Who is calling: bearer tokens from the TOML auth file, checked per service role.
+
+Tokens are stored as SHA-256, so the file holds nothing a thief could replay. Without an
+auth file every caller is the anonymous tenant "default" with every role; the server
+then refuses to listen beyond loopback (see server.py).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import hmac
+import tomllib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from jobwire.domain.errors import PermissionDenied, Unauthenticated
+
+ROLES = ("client", "worker", "admin")
+SERVICE_ROLES = {
+    "jobwire.v1.JobService": "client",
+    "jobwire.v1.WorkerService": "worker",
+    "jobwire.v1.AdminService": "admin",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Principal:
+    tenant: str
+    roles: frozenset[str]
+    queues: frozenset[str]
+
+    def may_use(self, queue: str) -> bool:
+        return "*" in self.queues or queue in self.queues
+
+    def check_queue(self, queue: str) -> None:
+        if not self.may_use(queue):
+            raise PermissionDenied(f"this token may not use queue {queue!r}")
+
+
+ANONYMOUS = Principal(tenant="default", roles=frozenset(ROLES), queues=frozenset({"*"}))
+_current: contextvars.ContextVar[Principal] = contextvars.ContextVar("jobwire_principal", default=ANONYMOUS)
+
+
+def current() -> Principal:
+    """The caller of the RPC being served."""
+    return _current.get()
+
+
+def load_tokens(path: Path) -> dict[str, Principal]:
+    """sha256 hex -> principal, from the TOML auth file (DESIGN.md §7)."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    tokens: dict[str, Principal] = {}
+    for entry in data.get("token", []):
+        role = entry["role"]
+        if role not in ROLES:
+            raise ValueError(f"auth file: unknown role {role!r}")
+        tokens[str(entry["sha256"]).lower()] = Principal(
+            tenant=str(entry["tenant"]), roles=frozenset({role}), queues=frozenset(entry.get("queues", ["*"]))
+        )
+    return tokens
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, tokens: Mapping[str, Principal] | None) -> None:
+        self._tokens = tokens
+
+    def resolve(self, method: str, metadata: Any) -> Principal:
+        service = method.lstrip("/").split("/", 1)[0]
+        role = SERVICE_ROLES.get(service)
+        if self._tokens is None or role is None:
+            return ANONYMOUS
+        bearer = next((v for k, v in metadata or () if k == "authorization"), "")
+        scheme, _, token = str(bearer).partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated()
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        principal = next((p for h, p in self._tokens.items() if hmac.compare_digest(h, digest)), None)
+        if principal is None:
+            raise Unauthenticated()
+        if role not in principal.roles:
+            raise PermissionDenied(f"this token is not allowed to call {service}")
+        return principal
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        method, metadata = details.method, details.invocation_metadata  # type: ignore[attr-defined]
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                _current.set(self.resolve(method, metadata))
+                return await inner(request, context)
+
+            return handler._replace(unary_unary=unary)  # type: ignore[attr-defined,no-any-return]
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                _current.set(self.resolve(method, metadata))
+                async for item in inner_stream(request, context):
+                    yield item
+
+            return handler._replace(unary_stream=stream)  # type: ignore[attr-defined,no-any-return]
+        return handler

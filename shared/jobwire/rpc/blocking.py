@@ -1,0 +1,29 @@
+"""Running the synchronous store off the event loop, on a pool sized to the DB pool."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class Blocking:
+    """`await blocking(fn, *args)` runs fn on a bounded thread pool."""
+
+    def __init__(self, threads: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="jobwire-db")
+
+    async def __call__(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        call: Callable[[], T] = functools.partial(fn, *args, **kwargs)
+        return await loop.run_in_executor(self._pool, call)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+

@@ -1,0 +1,59 @@
+"""Server configuration from JOBWIRE_* environment variables (DESIGN.md §7)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+DEFAULT_DATABASE_URL = "sqlite:///var/jobwire.db"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    database_url: str = DEFAULT_DATABASE_URL
+    listen: str = "127.0.0.1:50051"
+    auth_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    metrics_listen: str | None = None
+    job_prefix: str = "PT"
+    lease_seconds: float = 30.0
+    reaper_interval_seconds: float = 5.0
+    stall_grace_seconds: float | None = None  # default: one lease
+    max_streams: int = 4000
+    db_pool_size: int = 8
+    feed_poll_seconds: float = 0.05
+
+    @property
+    def stall_grace(self) -> float:
+        return self.lease_seconds if self.stall_grace_seconds is None else self.stall_grace_seconds
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ, **overrides: object) -> Settings:
+        def path(name: str) -> Path | None:
+            value = env.get(name)
+            return Path(value) if value else None
+
+        def number(name: str, default: float) -> float:
+            return float(env.get(name, default))
+
+        grace = env.get("JOBWIRE_STALL_GRACE_SECONDS")
+        settings = cls(
+            database_url=env.get("JOBWIRE_DATABASE_URL", DEFAULT_DATABASE_URL),
+            listen=env.get("JOBWIRE_LISTEN", "127.0.0.1:50051"),
+            auth_file=path("JOBWIRE_AUTH_FILE"),
+            tls_cert=path("JOBWIRE_TLS_CERT"),
+            tls_key=path("JOBWIRE_TLS_KEY"),
+            tls_client_ca=path("JOBWIRE_TLS_CLIENT_CA"),
+            metrics_listen=env.get("JOBWIRE_METRICS_LISTEN") or None,
+            job_prefix=env.get("JOBWIRE_JOB_PREFIX", "PT"),
+            lease_seconds=number("JOBWIRE_LEASE_SECONDS", 30.0),
+            reaper_interval_seconds=number("JOBWIRE_REAPER_INTERVAL_SECONDS", 5.0),
+            stall_grace_seconds=float(grace) if grace else None,
+            max_streams=int(env.get("JOBWIRE_MAX_STREAMS", 4000)),
+            db_pool_size=int(env.get("JOBWIRE_DB_POOL_SIZE", 8)),
+        )
+        return replace(settings, **overrides)  # type: ignore[arg-type]

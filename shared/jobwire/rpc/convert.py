@@ -1,0 +1,150 @@
+"""Proto <-> domain, in one place. Servicers decode with these and encode with these."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.job import Artifact, ErrorCategory, JobRecord
+from jobwire.domain.retry import OnLeaseLost, RetryPolicy
+from jobwire.domain.stages import StageDef
+from jobwire.domain.states import Status
+from jobwire.domain.view import render
+from jobwire.v1 import job_pb2, worker_pb2
+
+
+def timestamp(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value.replace(tzinfo=UTC) if value.tzinfo is None else value)
+    return ts
+
+
+def from_timestamp(ts: Timestamp) -> datetime:
+    return ts.ToDatetime(tzinfo=UTC).replace(tzinfo=None)
+
+
+def seconds(duration: Duration) -> float:
+    return duration.seconds + duration.nanos / 1e9
+
+
+def duration(value: float) -> Duration:
+    out = Duration()
+    out.FromNanoseconds(int(value * 1e9))
+    return out
+
+
+def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
+    view = render(job, locale)
+    progress = job.progress
+    out = job_pb2.Job(
+        job_no=job.job_no,
+        job_type=job.job_type,
+        queue=job.queue,
+        owner=job.owner,
+        labels=dict(job.labels),
+        status=job_pb2.Job.Status.Value(job.status.value),
+        stage=job.stage or "" if job.status in (Status.RUNNING, Status.CANCEL_REQUESTED) else "",
+        progress=job_pb2.Progress(
+            stage_index=progress.stage_index,
+            stage_count=progress.stage_count,
+            processed_units=progress.processed_units,
+            total_units=progress.total_units,
+            percent=progress.percent,
+        ),
+        queue_position=job.queue_position,
+        cancellable=job.cancellable,
+        downloadable=job.downloadable,
+        stalled=job.stalled,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        created_at=timestamp(job.created_at),
+        started_at=timestamp(job.started_at),
+        updated_at=timestamp(job.updated_at),
+        finished_at=timestamp(job.finished_at),
+        run_after=timestamp(job.run_after) if job.status is Status.QUEUED else None,
+        display=job_pb2.Display(
+            status_label=view.status_label,
+            stage_label=view.stage_label,
+            detail=view.detail,
+            actions=[job_pb2.Display.Action.Value(a.value) for a in view.actions],
+            locale=view.locale,
+        ),
+        version=job.version,
+        priority=job.priority,
+    )
+    if job.error is not None:
+        out.error.CopyFrom(job_pb2.JobError(
+            category=job_pb2.JobError.Category.Value(job.error.category.value),
+            stage=job.error.stage, message=job.error.message, retryable=job.error.retryable,
+        ))  # fmt: skip
+    if job.result is not None:
+        r = job.result
+        out.result.CopyFrom(job_pb2.Artifact(
+            uri=r.uri, size_bytes=r.size_bytes, sha256=r.sha256, content_type=r.content_type, summary=r.summary,
+        ))  # fmt: skip
+    return out
+
+
+def stage_plan(defs: Iterable[worker_pb2.StageDef]) -> list[StageDef]:
+    return [StageDef(code=d.code, labels=dict(d.labels), cancellable=d.cancellable) for d in defs]
+
+
+def stage_defs(plan: Sequence[StageDef]) -> list[worker_pb2.StageDef]:
+    return [worker_pb2.StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable) for s in plan]
+
+
+def retry_policy(policy: job_pb2.RetryPolicy, present: bool) -> RetryPolicy:
+    """The submitted policy, zero fields meaning the defaults."""
+    base = RetryPolicy()
+    if not present:
+        return base
+    _known(job_pb2.RetryPolicy.OnLeaseLost, policy.on_lease_lost, "retry_policy.on_lease_lost")
+    if policy.max_attempts < 0:
+        raise InvalidArgument("retry_policy.max_attempts", "must not be negative")
+    initial = seconds(policy.initial_backoff) if policy.HasField("initial_backoff") else base.initial_backoff_s
+    ceiling = seconds(policy.max_backoff) if policy.HasField("max_backoff") else base.max_backoff_s
+    return RetryPolicy(
+        max_attempts=policy.max_attempts or base.max_attempts,
+        initial_backoff_s=initial,
+        max_backoff_s=max(ceiling, initial) if not policy.HasField("max_backoff") else ceiling,
+        backoff_multiplier=policy.backoff_multiplier or base.backoff_multiplier,
+        on_lease_lost=OnLeaseLost.RETRY if policy.on_lease_lost == job_pb2.RetryPolicy.RETRY else OnLeaseLost.INSPECT,
+    ).validated()
+
+
+def _known(enum: object, number: int, field: str) -> bool:
+    """Unknown enum numbers are a caller's mistake: INVALID_ARGUMENT, never UNKNOWN."""
+    values = enum.values()  # type: ignore[attr-defined]
+    if number not in values:
+        raise InvalidArgument(field, f"unknown value {number}")
+    return True
+
+
+def status(number: int, field: str = "statuses") -> Status:
+    _known(job_pb2.Job.Status, number, field)
+    if number == job_pb2.Job.STATUS_UNSPECIFIED:
+        raise InvalidArgument(field, "STATUS_UNSPECIFIED is not a status")
+    return Status(job_pb2.Job.Status.Name(number))
+
+
+def category(number: int) -> ErrorCategory:
+    _known(job_pb2.JobError.Category, number, "category")
+    if number == job_pb2.JobError.CATEGORY_UNSPECIFIED:
+        return ErrorCategory.PROCESSING_ERROR
+    return ErrorCategory(job_pb2.JobError.Category.Name(number))
+
+
+def artifact(result: job_pb2.Artifact) -> Artifact:
+    return Artifact(
+        uri=result.uri,
+        size_bytes=result.size_bytes,
+        sha256=result.sha256,
+        content_type=result.content_type,
+        summary=result.summary,
+    ).verified()

@@ -1,0 +1,125 @@
+"""One gRPC server host: interceptors, keepalive, TLS, health, reflection, graceful stop.
+
+Both services and the embedded all-in-one server are built from this, so they behave
+alike: the same error mapping, auth, limits and shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from collections.abc import Callable, Sequence
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from jobwire.rpc.auth import AuthInterceptor, load_tokens
+from jobwire.rpc.config import Settings
+from jobwire.rpc.errors import ErrorInterceptor
+
+log = logging.getLogger(__name__)
+
+# Keepalive agrees with jobwire.client.channel: clients ping every 30 s, so the server must
+# permit pings that often, or it answers GOAWAY "too_many_pings" and long watches drop.
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
+    ("grpc.http2.max_ping_strikes", 5),
+    ("grpc.max_receive_message_length", 4 << 20),
+    ("grpc.max_send_message_length", 4 << 20),
+    ("grpc.max_concurrent_streams", 10_000),
+)
+HEALTH_INTERVAL_S = 2.0
+
+
+def is_loopback(listen: str) -> bool:
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ServerHost:
+    """A grpc.aio server with jobwire's interceptors, health and reflection."""
+
+    def __init__(self, settings: Settings, *, ping: Callable[[], bool]) -> None:
+        if settings.auth_file is None and not is_loopback(settings.listen):
+            raise SystemExit(
+                f"refusing to listen on {settings.listen} without JOBWIRE_AUTH_FILE: "
+                "only loopback addresses may serve without authentication"
+            )
+        tokens = load_tokens(settings.auth_file) if settings.auth_file else None
+        self.settings = settings
+        self.server = grpc.aio.server(
+            interceptors=[ErrorInterceptor(), AuthInterceptor(tokens)], options=list(SERVER_OPTIONS)
+        )
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self._ping = ping
+        self._services: list[str] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.port = 0
+
+    def add_service(self, full_name: str) -> None:
+        self._services.append(full_name)
+
+    def add_task(self, task: asyncio.Task[None]) -> None:
+        """A background task (reaper, change feed) cancelled when the server stops."""
+        self._tasks.append(task)
+
+    async def start(self) -> int:
+        names = [*self._services, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(names, self.server)
+        self.port = self._bind(self.settings)
+        await self.server.start()
+        self._tasks.append(asyncio.create_task(self._watch_health(), name="jobwire-health"))
+        log.info("jobwire serving %s on port %d", ", ".join(self._services), self.port)
+        return self.port
+
+    def _bind(self, settings: Settings) -> int:
+        if settings.tls_cert and settings.tls_key:
+            ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+            creds = grpc.ssl_server_credentials(
+                [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
+                root_certificates=ca,
+                require_client_auth=ca is not None,
+            )
+            return self.server.add_secure_port(settings.listen, creds)
+        return self.server.add_insecure_port(settings.listen)
+
+    async def _watch_health(self) -> None:
+        serving: bool | None = None
+        while True:
+            ok = await asyncio.to_thread(self._ping)
+            if ok != serving:
+                serving = ok
+                state = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+                for name in ("", *self._services):
+                    await self.health.set(name, state)
+                log.log(logging.INFO if ok else logging.WARNING, "database %s", "reachable" if ok else "unreachable")
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Report NOT_SERVING, stop background work, end streams, wait for calls in flight."""
+        await self.health.enter_graceful_shutdown()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.server.stop(grace)
+
+    async def wait(self) -> None:
+        await self.server.wait_for_termination()
+
+
+def full_names(*descriptors: object) -> Sequence[str]:
+    return [d.full_name for d in descriptors]  # type: ignore[attr-defined]

@@ -87,6 +87,7 @@ job = Table(
     UniqueConstraint("tenant", "idempotency_key", name="uq_job_idempotency"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
 # The claim scans this index in order: same sort directions as ORDER BY priority DESC, id,
 # or MySQL falls back to a filesort and FOR UPDATE locks every queued row (MEASURED.md).
@@ -125,6 +126,7 @@ job_event = Table(
     Column("created_at", Timestamp, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
 Index("ix_job_event_job", job_event.c.job_id, job_event.c.version)
 
@@ -142,6 +144,7 @@ artifact = Table(
     UniqueConstraint("job_id", name="uq_artifact_job"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
 
 job_day_counter = Table(
@@ -150,6 +153,8 @@ job_day_counter = Table(
     Column("day", String(8), primary_key=True),
     Column("last_seq", BigInteger, nullable=False),
     mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
 )
 
 worker = Table(
@@ -162,4 +167,5 @@ worker = Table(
     Column("last_seen_at", Timestamp, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )

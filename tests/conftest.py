@@ -1,0 +1,68 @@
+"""Fixtures every level shares: database URLs for SQLite and MariaDB/MySQL.
+
+MySQL tests skip on a laptop without a server, but fail when JOBWIRE_REQUIRE_MYSQL=1
+(CI sets it): a CI run that silently skipped them would prove nothing about MySQL.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+MYSQL_SERVER_URL = os.environ.get("JOBWIRE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306")
+REQUIRE_MYSQL = os.environ.get("JOBWIRE_REQUIRE_MYSQL") == "1"
+
+
+def _mysql_reachable() -> str | None:
+    try:
+        engine = sa.create_engine(MYSQL_SERVER_URL + "/", connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        engine.dispose()
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "no server here"
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.fixture(scope="session")
+def mysql_server() -> str:
+    problem = _mysql_reachable()
+    if problem is not None:
+        message = f"MariaDB/MySQL not reachable at {MYSQL_SERVER_URL}: {problem}"
+        if REQUIRE_MYSQL:
+            pytest.fail(message)
+        pytest.skip(message)
+    return MYSQL_SERVER_URL
+
+
+def fresh_mysql_database(server_url: str) -> Iterator[str]:
+    name = f"jobwire_test_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(server_url + "/")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    try:
+        yield f"{server_url}/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of each kind."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'jobwire.db'}"
+    else:
+        yield from fresh_mysql_database(request.getfixturevalue("mysql_server"))
+
+
+@pytest.fixture
+def mysql_url(mysql_server: str) -> Iterator[str]:
+    """A fresh MySQL database, for tests that are about MySQL only."""
+    yield from fresh_mysql_database(mysql_server)

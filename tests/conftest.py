@@ -66,3 +66,23 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def mysql_url(mysql_server: str) -> Iterator[str]:
     """A fresh MySQL database, for tests that are about MySQL only."""
     yield from fresh_mysql_database(mysql_server)
+
+
+# -- CI guard: a run that requires MySQL must have passed at least one MySQL test -----------
+_mysql_passed = 0
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    global _mysql_passed
+    if report.when == "call" and report.passed and "mysql" in report.keywords:
+        _mysql_passed += 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if REQUIRE_MYSQL and session.testscollected and not _mysql_passed:
+        print("\nJOBWIRE_REQUIRE_MYSQL=1 but no MySQL test passed: failing the run")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"MySQL/MariaDB tests passed: {_mysql_passed}")

@@ -144,9 +144,7 @@ def _mysql_engine(url: str, pool_size: int, echo: bool) -> Engine:
 
 
 def _sqlite_engine(url: str, echo: bool) -> Engine:
-    engine = sa.create_engine(
-        url, echo=echo, connect_args={"check_same_thread": False, "timeout": 30}
-    )
+    engine = sa.create_engine(url, echo=echo, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import timedelta
-from enum import Enum
+from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -17,7 +17,7 @@ from jobwire.domain.states import LEASED, TERMINAL
 MAX_FINDINGS = 1000
 
 
-class FindingKind(str, Enum):
+class FindingKind(StrEnum):
     STALLED = "STALLED"
     RUNNING_WITHOUT_LEASE = "RUNNING_WITHOUT_LEASE"
     TERMINAL_WITH_TOKEN = "TERMINAL_WITH_TOKEN"

@@ -172,7 +172,9 @@ def renewal(row: Row) -> dict[str, object]:
     }
 
 
-def heartbeat(conn: Connection, tenant: str, worker_id: str, leases: Sequence[tuple[str, str]]) -> list[tuple[str, str, datetime | None]]:
+def heartbeat(
+    conn: Connection, tenant: str, worker_id: str, leases: Sequence[tuple[str, str]]
+) -> list[tuple[str, str, datetime | None]]:
     """Renew each lease still held; (job_no, OK | CANCEL_REQUESTED | LOST, expiry) each."""
     states: list[tuple[str, str, datetime | None]] = []
     now: datetime | None = None

@@ -34,12 +34,16 @@ def queue_position(conn: Connection, row: Row) -> int | None:
         job.c.priority > row["priority"],
         sa.and_(job.c.priority == row["priority"], job.c.id < row["id"]),
     )
-    query = sa.select(sa.func.count()).select_from(job).where(
-        job.c.tenant == row["tenant"],
-        job.c.queue == row["queue"],
-        job.c.status == Status.QUEUED.value,
-        ahead,
-        job.c.run_after <= row["db_now"],
+    query = (
+        sa.select(sa.func.count())
+        .select_from(job)
+        .where(
+            job.c.tenant == row["tenant"],
+            job.c.queue == row["queue"],
+            job.c.status == Status.QUEUED.value,
+            ahead,
+            job.c.run_after <= row["db_now"],
+        )
     )
     return int(conn.execute(query).scalar_one())
 
@@ -88,7 +92,9 @@ def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: st
     return rows, encode_page_token(rows[-1]["id"]) if more and rows else ""
 
 
-def list_events(conn: Connection, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[Row], str] | None:
+def list_events(
+    conn: Connection, tenant: str, job_no: str, page_size: int, page_token: str
+) -> tuple[list[Row], str] | None:
     """A job's evidence trail in order; None for an unknown job."""
     row = load(conn, job.c.tenant == tenant, job.c.job_no == job_no)
     if row is None:
@@ -119,5 +125,12 @@ def list_workers(conn: Connection, tenant: str, queue: str) -> list[dict[str, An
         queues = json.loads(r["queues"])
         if queue and queue not in queues:
             continue
-        out.append({**r, "queues": queues, "job_types": json.loads(r["job_types"]), "leases_held": counts.get(r["worker_id"], 0)})
+        out.append(
+            {
+                **r,
+                "queues": queues,
+                "job_types": json.loads(r["job_types"]),
+                "leases_held": counts.get(r["worker_id"], 0),
+            }
+        )
     return out

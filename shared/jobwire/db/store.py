@@ -6,6 +6,7 @@ servers run them on a thread pool) and return domain values or rows for the RPC 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -58,7 +59,9 @@ class JobStore:
 
         return self.db.write(tx)
 
-    def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[tuple[str, str, datetime | None]]:
+    def heartbeat(
+        self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]
+    ) -> list[tuple[str, str, datetime | None]]:
         return self.db.write(lambda c: leases.heartbeat(c, tenant, worker_id, held))
 
     def report(self, tenant: str, job_no: str, token: str, **fields: Any) -> Row:
@@ -81,7 +84,8 @@ class JobStore:
             row: Row = self.db.write(fn)
             return row
         except leases.LateCall as late:
-            self.db.write(lambda c: leases.record_late_call(c, late))
+            # The refusal rolled its transaction back; the evidence gets one of its own.
+            self.db.write(functools.partial(leases.record_late_call, late=late))
             raise
 
     # -- operators --------------------------------------------------------------------

@@ -80,9 +80,7 @@ def _next_job_no(conn: Connection, prefix: str, now: datetime) -> str:
     # The counter row is locked from here to commit: submits serialize on it only briefly.
     bump = {"last_seq": job_day_counter.c.last_seq + 1}
     upsert(conn, job_day_counter, {"day": day, "last_seq": 1}, bump)
-    seq = conn.execute(
-        sa.select(job_day_counter.c.last_seq).where(job_day_counter.c.day == day)
-    ).scalar_one()
+    seq = conn.execute(sa.select(job_day_counter.c.last_seq).where(job_day_counter.c.day == day)).scalar_one()
     return f"{prefix}-{day}-{seq:03d}"
 
 

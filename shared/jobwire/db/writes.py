@@ -111,9 +111,7 @@ def event_values(
     }
 
 
-def upsert(
-    conn: Connection, table: sa.Table, values: Mapping[str, Any], update: Mapping[str, Any]
-) -> None:
+def upsert(conn: Connection, table: sa.Table, values: Mapping[str, Any], update: Mapping[str, Any]) -> None:
     """INSERT `values`, or apply `update` when the primary key exists (both dialects)."""
     if conn.dialect.name == "sqlite":
         lite = sqlite_dialect.insert(table).values(**values)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.progress import Progress
@@ -16,7 +16,7 @@ from jobwire.domain.states import Status
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-class ErrorCategory(str, Enum):
+class ErrorCategory(StrEnum):
     INPUT_INVALID = "INPUT_INVALID"
     DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
     TIMEOUT = "TIMEOUT"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from jobwire.domain.errors import InvalidArgument
 
@@ -11,7 +11,7 @@ MAX_ATTEMPTS_LIMIT = 100
 MAX_BACKOFF_LIMIT_S = 86_400.0
 
 
-class OnLeaseLost(str, Enum):
+class OnLeaseLost(StrEnum):
     INSPECT = "INSPECT"  # leave the job RUNNING and stalled for an operator
     RETRY = "RETRY"  # requeue after the grace period while attempts remain
 
@@ -33,9 +33,7 @@ class RetryPolicy:
 
     def validated(self) -> RetryPolicy:
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
-            raise InvalidArgument(
-                "retry_policy.max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT}"
-            )
+            raise InvalidArgument("retry_policy.max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT}")
         for name, value in (
             ("initial_backoff", self.initial_backoff_s),
             ("max_backoff", self.max_backoff_s),

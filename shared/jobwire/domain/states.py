@@ -6,11 +6,11 @@ table cell by cell, so the rules live here once.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Final
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
     CANCEL_REQUESTED = "CANCEL_REQUESTED"
@@ -27,7 +27,7 @@ TERMINAL: Final = frozenset({Status.READY, Status.FAILED, Status.CANCELLED})
 LEASED: Final = frozenset({Status.RUNNING, Status.CANCEL_REQUESTED})
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     SUBMIT = "SUBMIT"
     CLAIM = "CLAIM"
     CANCEL = "CANCEL"

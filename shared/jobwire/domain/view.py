@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
@@ -11,7 +11,7 @@ from jobwire.domain.states import Status
 LOCALES = ("en", "zh-CN")
 
 
-class UserAction(str, Enum):
+class UserAction(StrEnum):
     VIEW = "VIEW"
     CANCEL = "CANCEL"
     PREVIEW = "PREVIEW"

@@ -65,7 +65,7 @@ def load_tokens(path: Path) -> dict[str, Principal]:
     return tokens
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, tokens: Mapping[str, Principal] | None) -> None:
         self._tokens = tokens
 
@@ -94,7 +94,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None:
             return handler
-        method, metadata = details.method, details.invocation_metadata  # type: ignore[attr-defined]
+        method, metadata = details.method, details.invocation_metadata
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
@@ -102,7 +102,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 _current.set(self.resolve(method, metadata))
                 return await inner(request, context)
 
-            return handler._replace(unary_unary=unary)  # type: ignore[attr-defined,no-any-return]
+            return handler._replace(unary_unary=unary)
         if handler.unary_stream is not None:
             inner_stream = handler.unary_stream
 
@@ -111,5 +111,5 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 async for item in inner_stream(request, context):
                     yield item
 
-            return handler._replace(unary_stream=stream)  # type: ignore[attr-defined,no-any-return]
+            return handler._replace(unary_stream=stream)
         return handler

@@ -25,5 +25,3 @@ class Blocking:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-
-

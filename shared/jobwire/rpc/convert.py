@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import cast
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -130,14 +131,14 @@ def status(number: int, field: str = "statuses") -> Status:
     _known(job_pb2.Job.Status, number, field)
     if number == job_pb2.Job.STATUS_UNSPECIFIED:
         raise InvalidArgument(field, "STATUS_UNSPECIFIED is not a status")
-    return Status(job_pb2.Job.Status.Name(number))
+    return Status(job_pb2.Job.Status.Name(cast(job_pb2.Job.Status.ValueType, number)))
 
 
 def category(number: int) -> ErrorCategory:
     _known(job_pb2.JobError.Category, number, "category")
     if number == job_pb2.JobError.CATEGORY_UNSPECIFIED:
         return ErrorCategory.PROCESSING_ERROR
-    return ErrorCategory(job_pb2.JobError.Category.Name(number))
+    return ErrorCategory(job_pb2.JobError.Category.Name(cast(job_pb2.JobError.Category.ValueType, number)))
 
 
 def artifact(result: job_pb2.Artifact) -> Artifact:

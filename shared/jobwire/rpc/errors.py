@@ -69,7 +69,7 @@ def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., A
     return handler
 
 
-class ErrorInterceptor(grpc.aio.ServerInterceptor):
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -79,7 +79,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         if handler.unary_unary is not None:
-            return handler._replace(unary_unary=_wrap_unary(handler.unary_unary))  # type: ignore[attr-defined,no-any-return]
+            return handler._replace(unary_unary=_wrap_unary(handler.unary_unary))
         if handler.unary_stream is not None:
-            return handler._replace(unary_stream=_wrap_stream(handler.unary_stream))  # type: ignore[attr-defined,no-any-return]
+            return handler._replace(unary_stream=_wrap_stream(handler.unary_stream))
         return handler

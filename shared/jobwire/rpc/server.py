@@ -92,8 +92,8 @@ class ServerHost:
                 root_certificates=ca,
                 require_client_auth=ca is not None,
             )
-            return self.server.add_secure_port(settings.listen, creds)
-        return self.server.add_insecure_port(settings.listen)
+            return int(self.server.add_secure_port(settings.listen, creds))
+        return int(self.server.add_insecure_port(settings.listen))
 
     async def _watch_health(self) -> None:
         serving: bool | None = None

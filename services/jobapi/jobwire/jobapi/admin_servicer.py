@@ -15,7 +15,7 @@ from jobwire.rpc import auth, convert
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2
 
 
-def _status(value: str | None) -> int:
+def _status(value: str | None) -> job_pb2.Job.Status.ValueType:
     return job_pb2.Job.Status.Value(value) if value else job_pb2.Job.STATUS_UNSPECIFIED
 
 
@@ -69,7 +69,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, jobs: Jobs) -> None:
         self.jobs = jobs
 
-    async def Inspect(self, request: admin_pb2.InspectRequest, context: grpc.aio.ServicerContext) -> admin_pb2.InspectResponse:
+    async def Inspect(
+        self, request: admin_pb2.InspectRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.InspectResponse:
         after = convert.seconds(request.stalled_after) if request.HasField("stalled_after") else 0.0
         if after < 0:
             raise InvalidArgument("stalled_after", "must not be negative")
@@ -77,7 +79,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         found = await self.jobs.inspect(auth.current(), timedelta(seconds=after), queue, _kinds(request.kinds))
         return admin_pb2.InspectResponse(findings=[finding(k, r) for k, r in found])
 
-    async def ListEvents(self, request: admin_pb2.ListEventsRequest, context: grpc.aio.ServicerContext) -> admin_pb2.ListEventsResponse:
+    async def ListEvents(
+        self, request: admin_pb2.ListEventsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListEventsResponse:
         rows, token = await self.jobs.list_events(
             auth.current(), limits.job_no(request.job_no), limits.page_size(request.page_size, 100), request.page_token
         )
@@ -88,7 +92,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         job = await self.jobs.requeue(auth.current(), limits.job_no(request.job_no), reason)
         return convert.job_to_proto(job)
 
-    async def ListWorkers(self, request: admin_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext) -> admin_pb2.ListWorkersResponse:
+    async def ListWorkers(
+        self, request: admin_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListWorkersResponse:
         queue = limits.name("queue", request.queue) if request.queue else ""
         workers = await self.jobs.list_workers(auth.current(), queue)
         return admin_pb2.ListWorkersResponse(workers=[

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from jobwire.db import reads
 from jobwire.db.inspect import FindingKind
@@ -55,7 +56,9 @@ class Jobs:
     async def inspect(
         self, who: Principal, stalled_after: timedelta, queue: str, kinds: list[FindingKind]
     ) -> list[tuple[FindingKind, Row]]:
-        return await self.blocking(self.store.inspect, who.tenant, stalled_after=stalled_after, queue=queue, kinds=kinds)
+        return await self.blocking(
+            self.store.inspect, who.tenant, stalled_after=stalled_after, queue=queue, kinds=kinds
+        )
 
-    async def list_workers(self, who: Principal, queue: str) -> list[dict[str, object]]:
+    async def list_workers(self, who: Principal, queue: str) -> list[dict[str, Any]]:
         return await self.blocking(self.store.list_workers, who.tenant, queue)

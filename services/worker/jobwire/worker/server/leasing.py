@@ -45,7 +45,9 @@ class Leasing:
         self._seen[key] = now
         return True
 
-    async def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[tuple[str, str, datetime | None]]:
+    async def heartbeat(
+        self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]
+    ) -> list[tuple[str, str, datetime | None]]:
         return await self.blocking(self.store.heartbeat, tenant, worker_id, held)
 
     async def report(self, tenant: str, job_no: str, token: str, **fields: object) -> Row:

@@ -6,6 +6,7 @@ import grpc
 
 from jobwire.db.leases import Claimant, Failure
 from jobwire.db.rows import record_from_row
+from jobwire.db.writes import Row
 from jobwire.domain import limits
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.stages import validate_plan
@@ -40,7 +41,9 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
     if not request.job_types or len(request.job_types) > MAX_JOB_TYPES:
         raise InvalidArgument("job_types", f"name 1 to {MAX_JOB_TYPES} job types this worker runs")
     plans = {
-        limits.name("job_types.name", spec.name): validate_plan(convert.stage_plan(spec.stages), field_name="job_types.stages")
+        limits.name("job_types.name", spec.name): validate_plan(
+            convert.stage_plan(spec.stages), field_name="job_types.stages"
+        )
         for spec in request.job_types
     }
     if not 0 <= request.max_jobs <= MAX_JOBS_PER_CLAIM:
@@ -56,20 +59,20 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
     return claimant, request.max_jobs or 1, wait
 
 
-def _lease(row: dict[str, object]) -> worker_pb2.Lease:
+def _lease(row: Row) -> worker_pb2.Lease:
     record = record_from_row(row)
     checkpoint = row["checkpoint"]
-    lease_s = float(row["lease_seconds"])  # type: ignore[arg-type]
+    lease_s = float(row["lease_seconds"])
     return worker_pb2.Lease(
         job_no=record.job_no,
         worker_token=str(row["worker_token"]),
         job_type=record.job_type,
-        payload=bytes(row["payload"]),  # type: ignore[arg-type]
+        payload=bytes(row["payload"]),
         attempt=record.attempt,
-        checkpoint=bytes(checkpoint) if checkpoint is not None else b"",  # type: ignore[arg-type]
+        checkpoint=bytes(checkpoint) if checkpoint is not None else b"",
         has_checkpoint=checkpoint is not None,
         stages=convert.stage_defs(record.stages),
-        lease_expires_at=convert.timestamp(row["lease_expires_at"]),  # type: ignore[arg-type]
+        lease_expires_at=convert.timestamp(row["lease_expires_at"]),
         heartbeat_interval=convert.duration(lease_s / 3),
     )
 
@@ -79,7 +82,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.leasing = leasing
         self.settings = settings
 
-    async def Claim(self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ClaimResponse:
+    async def Claim(
+        self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.ClaimResponse:
         who, max_jobs, wait = decode_claim(request, self.settings)
         remaining = context.time_remaining()
         if remaining is not None:
@@ -87,7 +92,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         rows = await self.leasing.claim(who, max_jobs, wait)
         return worker_pb2.ClaimResponse(leases=[_lease(r) for r in rows])
 
-    async def Heartbeat(self, request: worker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext) -> worker_pb2.HeartbeatResponse:
+    async def Heartbeat(
+        self, request: worker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.HeartbeatResponse:
         if len(request.leases) > MAX_HEARTBEAT_LEASES:
             raise InvalidArgument("leases", f"at most {MAX_HEARTBEAT_LEASES} per heartbeat")
         held = [(limits.job_no(ref.job_no), _token(ref.worker_token)) for ref in request.leases]
@@ -99,14 +106,18 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             ) for job_no, state, expires in states
         ])  # fmt: skip
 
-    async def ReportStage(self, request: worker_pb2.ReportStageRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ReportStageResponse:
+    async def ReportStage(
+        self, request: worker_pb2.ReportStageRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.ReportStageResponse:
         checkpoint = request.checkpoint if request.HasField("checkpoint") else None
+        if checkpoint is not None:
+            limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES)
         row = await self.leasing.report(
             auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token),
             stage=limits.short_text("stage", request.stage, 32),
             processed=request.processed_units,
             total=request.total_units if request.HasField("total_units") else None,
-            checkpoint=limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES) if checkpoint is not None else None,
+            checkpoint=checkpoint,
             note=limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS),
         )  # fmt: skip
         return worker_pb2.ReportStageResponse(
@@ -116,7 +127,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         result = convert.artifact(request.result)
-        job = await self.leasing.complete(auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), result)
+        job = await self.leasing.complete(
+            auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), result
+        )
         return convert.job_to_proto(job)
 
     async def Fail(self, request: worker_pb2.FailRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
@@ -126,12 +139,18 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             retryable=request.retryable,
             detail=request.detail[: limits.MAX_DETAIL_CHARS],
         )
-        job = await self.leasing.fail(auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), failure)
+        job = await self.leasing.fail(
+            auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), failure
+        )
         return convert.job_to_proto(job)
 
-    async def ConfirmCancel(self, request: worker_pb2.ConfirmCancelRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+    async def ConfirmCancel(
+        self, request: worker_pb2.ConfirmCancelRequest, context: grpc.aio.ServicerContext
+    ) -> job_pb2.Job:
         note = limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS)
-        job = await self.leasing.confirm_cancel(auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), note)
+        job = await self.leasing.confirm_cancel(
+            auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), note
+        )
         return convert.job_to_proto(job)
 
     async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
@@ -139,5 +158,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         if checkpoint is not None:
             limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES)
         note = limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS)
-        job = await self.leasing.release(auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), checkpoint, note)
+        job = await self.leasing.release(
+            auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), checkpoint, note
+        )
         return convert.job_to_proto(job)

@@ -1,0 +1,16 @@
+# One image for every jobwire process: jobapi, the worker service and fleet workers.
+FROM python:3.11-slim
+WORKDIR /app
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+COPY constraints.txt ./
+COPY protos ./protos
+COPY shared ./shared
+COPY services ./services
+# Generated code is built here, as `make proto` does, then the three distributions install.
+RUN pip install --no-cache-dir -c constraints.txt grpcio-tools \
+ && python -m grpc_tools.protoc -Iprotos --python_out=shared --grpc_python_out=shared protos/jobwire/v1/*.proto \
+ && pip install --no-cache-dir -c constraints.txt './shared[db]' './services/worker[server]' ./services/jobapi \
+ && pip uninstall -y grpcio-tools
+USER nobody
+EXPOSE 50051 50052
+CMD ["python", "-m", "jobwire", "serve"]

@@ -1,0 +1,72 @@
+"""docker-compose.yml and the Dockerfile must agree with the code, read without Docker."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from jobwire.rpc.auth import load_tokens
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _console_scripts() -> set[str]:
+    scripts: set[str] = set()
+    for project in ROOT.glob("**/pyproject.toml"):
+        if ".venv" in project.parts:
+            continue
+        scripts |= set(tomllib.loads(project.read_text()).get("project", {}).get("scripts", {}))
+    return scripts
+
+
+def test_every_command_names_a_real_module_or_script() -> None:
+    scripts = _console_scripts()
+    for name, service in COMPOSE["services"].items():
+        command = service.get("command")
+        if name == "mysql":
+            continue
+        if command[:2] == ["python", "-m"]:
+            assert importlib.util.find_spec(command[2]) is not None, f"{name}: no module {command[2]}"
+        else:
+            assert command[0] in scripts, f"{name}: no console script {command[0]}"
+
+
+def test_handlers_reference_resolves() -> None:
+    command = COMPOSE["services"]["example-worker"]["command"]
+    module, _, attr = command[command.index("--handlers") + 1].partition(":")
+    assert hasattr(importlib.import_module(module), attr)
+
+
+def test_environment_uses_only_known_settings() -> None:
+    config = (ROOT / "shared/jobwire/rpc/config.py").read_text()
+    sdk = "\n".join(p.read_text() for p in (ROOT / "services/worker/jobwire/worker/sdk").glob("*.py"))
+    for name, service in COMPOSE["services"].items():
+        for var in service.get("environment", {}):
+            if var.startswith("JOBWIRE_"):
+                assert f'"{var}"' in config or f'"{var}"' in sdk, f"{name}: {var} is read nowhere"
+
+
+def test_servers_beyond_loopback_have_an_auth_file_that_loads() -> None:
+    for name in ("jobapi", "worker-service"):
+        env = COMPOSE["services"][name]["environment"]
+        assert env["JOBWIRE_LISTEN"].startswith("0.0.0.0:")
+        assert env["JOBWIRE_AUTH_FILE"]
+    tokens = load_tokens(ROOT / "deploy/auth.dev.toml")
+    digest = hashlib.sha256(b"dev-worker-token").hexdigest()
+    assert "worker" in tokens[digest].roles
+
+
+def test_dockerfile_builds_the_protos_and_installs_all_three_parts() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "grpc_tools.protoc" in dockerfile
+    for part in ("./shared[db]", "./services/worker[server]", "./services/jobapi"):
+        assert part in dockerfile
+    assert re.search(r"^FROM python:3\.11", dockerfile, re.M)
+    assert COMPOSE["services"]["mysql"]["image"] == "mysql:8.4"

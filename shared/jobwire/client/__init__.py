@@ -1,0 +1,48 @@
+"""Backend-facing client: JobClient, AdminClient, the jobctl CLI, and channel helpers.
+
+The names below are the public API; everything else in this package may change.
+"""
+
+from __future__ import annotations
+
+from jobwire.client.admin import AdminClient
+from jobwire.client.channel import ChannelConfig, aio_channel, sync_channel
+from jobwire.client.convert import is_terminal
+from jobwire.client.errors import (
+    AbortedError,
+    AlreadyExistsError,
+    ClientError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from jobwire.client.jobs import JobClient, Submitted
+from jobwire.client.retry import Backoff, RetrySettings
+
+__all__ = [
+    "AbortedError",
+    "AdminClient",
+    "AlreadyExistsError",
+    "Backoff",
+    "ChannelConfig",
+    "ClientError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "InvalidArgumentError",
+    "JobClient",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "RetrySettings",
+    "Submitted",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "aio_channel",
+    "is_terminal",
+    "sync_channel",
+]

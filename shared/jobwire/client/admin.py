@@ -1,0 +1,85 @@
+"""AdminClient: the operator's side (AdminService): findings, evidence, requeue, workers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from jobwire.client import convert
+from jobwire.client.base import BaseClient
+from jobwire.client.convert import Seconds
+from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2
+
+
+class AdminClient(BaseClient):
+    """Inspect stalled leases and broken invariants, read a job's evidence, decide.
+
+    Needs a token with role `admin`. Blocking and thread-safe, like JobClient; it can share
+    JobClient's channel: `AdminClient(channel=job_client.channel)`.
+    """
+
+    _stub: admin_pb2_grpc.AdminServiceStub
+
+    def _bind(self) -> None:
+        self._stub = admin_pb2_grpc.AdminServiceStub(self.channel)
+
+    def inspect(
+        self,
+        *,
+        stalled_after: Seconds | None = None,
+        queue: str = "",
+        kinds: Iterable[str | int] = (),
+    ) -> list[admin_pb2.Finding]:
+        """Findings: STALLED leases, and invariant breaks that must never appear.
+
+        Args:
+            stalled_after: only leases past expiry by at least this long.
+            queue: only this queue; empty means every queue.
+            kinds: only these kinds (STALLED, RUNNING_WITHOUT_LEASE, TERMINAL_WITH_TOKEN).
+        """
+        request = admin_pb2.InspectRequest(queue=queue, kinds=[convert.finding_kind(k) for k in kinds])
+        if stalled_after is not None:
+            request.stalled_after.CopyFrom(convert.duration(stalled_after))
+        response: admin_pb2.InspectResponse = self._unary(
+            lambda: self._stub.Inspect(request, timeout=self.timeout), idempotent=True
+        )
+        return list(response.findings)
+
+    def list_events(self, job_no: str, *, page_size: int = 0, limit: int | None = None) -> Iterator[admin_pb2.JobEvent]:
+        """A job's evidence trail, oldest first, across pages, at most `limit` events."""
+        request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=page_size)
+        count = 0
+        while True:
+            page: admin_pb2.ListEventsResponse = self._unary(
+                lambda: self._stub.ListEvents(request, timeout=self.timeout),
+                idempotent=True,
+            )
+            for event in page.events:
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield event
+            if not page.next_page_token:
+                return
+            request.page_token = page.next_page_token
+
+    def requeue(self, job_no: str, *, reason: str) -> job_pb2.Job:
+        """An operator's decision for a stalled job: revoke its lease and queue it again.
+
+        Args:
+            reason: why, for the evidence trail.
+        """
+        request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason)
+        # Not retried: the answer may have been lost after the requeue happened, and by the
+        # time a repeat arrives a new worker may hold the job. An operator decides again
+        # with fresh facts (inspect, events) rather than the client deciding for them.
+        job: job_pb2.Job = self._unary(lambda: self._stub.Requeue(request, timeout=self.timeout), idempotent=False)
+        return job
+
+    def list_workers(self, *, queue: str = "") -> list[admin_pb2.WorkerInfo]:
+        """Known workers: last seen, leases held, queues and job types."""
+        request = admin_pb2.ListWorkersRequest(queue=queue)
+        response: admin_pb2.ListWorkersResponse = self._unary(
+            lambda: self._stub.ListWorkers(request, timeout=self.timeout),
+            idempotent=True,
+        )
+        return list(response.workers)

@@ -1,0 +1,207 @@
+"""One way to open a channel to jobwire: target, optional TLS, optional bearer token.
+
+Keepalive settings here match the server's (jobwire.rpc.server) so idle proxies and NATs do
+not silently drop long watches and long-polls.
+
+A bearer token travels as `authorization: Bearer <token>` metadata. With TLS it rides on
+call credentials; on a plain-text channel it is added by a client interceptor, because
+grpc only lets call credentials onto plain text through `local_channel_credentials`, and
+those refuse any peer that is not on this machine (a dev cluster, a sidecar, a pod IP).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import grpc
+import grpc.aio
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+MESSAGE_LIMIT_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", 4 << 20),
+    ("grpc.max_send_message_length", 4 << 20),
+)
+AUTHORIZATION = "authorization"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChannelConfig:
+    """Where jobwire is and how to reach it.
+
+    Attributes:
+        target: `host:port` (or any grpc target such as `dns:///jobapi:50051`).
+        token: bearer token sent as `authorization: Bearer <token>` on every call.
+        tls_ca: CA bundle to trust; TLS is on when set or when `tls` is true.
+        tls: use TLS with the system's trust store.
+        tls_cert: client certificate for mutual TLS.
+        tls_key: client key for mutual TLS.
+    """
+
+    target: str
+    token: str | None = None
+    tls_ca: Path | None = None
+    tls: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or self.tls_ca is not None
+
+
+def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """The metadata that carries `token`, as the servers' auth interceptor expects it."""
+    return ((AUTHORIZATION, f"Bearer {token}"),)
+
+
+def is_loopback(target: str) -> bool:
+    """True when `target` names this machine (so plain text never leaves it)."""
+    host = _host_of(target)
+    if host in ("localhost", "") or target.startswith("unix:"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_of(target: str) -> str:
+    for scheme in ("dns:///", "ipv4:", "ipv6:", "dns:"):
+        target = target.removeprefix(scheme)
+    if target.startswith("["):  # [::1]:50051
+        return target[1 : target.find("]")]
+    if target.count(":") == 1:  # host:port
+        return target.split(":", 1)[0]
+    return target  # a bare host, or a bare IPv6 address
+
+
+def _tls_credentials(config: ChannelConfig) -> grpc.ChannelCredentials:
+    root = config.tls_ca.read_bytes() if config.tls_ca else None
+    key = config.tls_key.read_bytes() if config.tls_key else None
+    cert = config.tls_cert.read_bytes() if config.tls_cert else None
+    creds = grpc.ssl_channel_credentials(root, key, cert)
+    if config.token:
+        creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(config.token))
+    return creds
+
+
+def _warn_plaintext(config: ChannelConfig) -> None:
+    if config.token and not is_loopback(config.target):
+        log.warning(
+            "sending a bearer token without TLS to %s; anyone on the path can read it",
+            config.target,
+        )
+
+
+def _options() -> list[tuple[str, int]]:
+    return [*KEEPALIVE_OPTIONS, *MESSAGE_LIMIT_OPTIONS]
+
+
+def sync_channel(config: ChannelConfig) -> grpc.Channel:
+    """A blocking channel for `config` (JobClient, AdminClient, jobctl)."""
+    if config.uses_tls:
+        return grpc.secure_channel(config.target, _tls_credentials(config), options=_options())
+    channel = grpc.insecure_channel(config.target, options=_options())
+    if not config.token:
+        return channel
+    _warn_plaintext(config)
+    return grpc.intercept_channel(channel, _SyncBearer(config.token))
+
+
+def aio_channel(config: ChannelConfig) -> grpc.aio.Channel:
+    """An asyncio channel for `config` (the worker runtime)."""
+    if config.uses_tls:
+        return grpc.aio.secure_channel(config.target, _tls_credentials(config), options=_options())
+    interceptors: list[grpc.aio.ClientInterceptor] = []
+    if config.token:
+        _warn_plaintext(config)
+        interceptors = list(_aio_bearer(config.token))
+    return grpc.aio.insecure_channel(config.target, options=_options(), interceptors=interceptors or None)
+
+
+class _CallDetails(NamedTuple):
+    # grpc.ClientCallDetails is an abstract interface; a NamedTuple with its fields fits it.
+    method: str
+    timeout: float | None
+    metadata: Sequence[tuple[str, str | bytes]] | None
+    credentials: grpc.CallCredentials | None
+    wait_for_ready: bool | None
+    compression: grpc.Compression | None
+
+
+# grpc ships no type stubs, so its base classes are Any to mypy: hence the ignores below.
+class _SyncBearer(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[misc]
+):
+    def __init__(self, token: str) -> None:
+        self._metadata = bearer_metadata(token)
+
+    def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:
+        metadata = [*(details.metadata or ()), *self._metadata]
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            metadata,
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation: Callable[..., Any], details: Any, requests: Any) -> Any:
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(self, continuation: Callable[..., Any], details: Any, requests: Any) -> Any:
+        return continuation(self._details(details), requests)
+
+
+def _aio_details(details: grpc.aio.ClientCallDetails, token: str) -> grpc.aio.ClientCallDetails:
+    metadata = grpc.aio.Metadata(*(details.metadata or ()), *bearer_metadata(token))
+    return grpc.aio.ClientCallDetails(
+        details.method,
+        details.timeout,
+        metadata,
+        details.credentials,
+        details.wait_for_ready,
+    )
+
+
+def _aio_bearer(token: str) -> tuple[grpc.aio.ClientInterceptor, ...]:
+    # grpc.aio wants one interceptor object per call shape, unlike the sync API.
+    class UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+        async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+            return await continuation(_aio_details(details, token), request)
+
+    class UnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+        async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+            return await continuation(_aio_details(details, token), request)
+
+    class StreamUnary(grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]
+        async def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+            return await continuation(_aio_details(details, token), requests)
+
+    class StreamStream(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
+        async def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+            return await continuation(_aio_details(details, token), requests)
+
+    return (UnaryUnary(), UnaryStream(), StreamUnary(), StreamStream())

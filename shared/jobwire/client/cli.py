@@ -1,0 +1,239 @@
+"""jobctl: submit, read, watch, cancel and retry jobs; inspect, requeue and list workers.
+
+Usage: jobctl [--target HOST:PORT] [--token T] [--locale L] [--json] COMMAND ...
+
+Exit codes:
+    0   success; for `watch` (and `submit --watch`): the job ended READY
+    1   the watched job ended FAILED
+    2   usage error (bad arguments, invalid JSON, unreadable payload file)
+    3   the watched job ended CANCELLED
+    4   the server refused the request (NOT_FOUND, FAILED_PRECONDITION, ...)
+    5   jobwire unreachable or too slow (UNAVAILABLE, DEADLINE_EXCEEDED): try again later
+    130 interrupted (Ctrl-C); a watched job keeps running
+    141 the output pipe closed early (`jobctl list | head`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TypeAlias
+
+import grpc
+from rich.console import Console
+
+from jobwire.client import commands as c
+from jobwire.client.channel import ChannelConfig
+from jobwire.client.errors import ClientError
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+PIPED_WIDTH = 200
+_SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+_TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+def _global_options(parser: argparse.ArgumentParser, env: Mapping[str, str], *, top: bool) -> None:
+    # Subcommands accept the same options (`jobctl watch X --json`); there they default to
+    # SUPPRESS so they only override what was given before the command name.
+    def default(value: object) -> object:
+        return value if top else argparse.SUPPRESS
+
+    tls_ca = env.get("JOBWIRE_TLS_CA")
+    add = parser.add_argument
+    add(
+        "--target",
+        default=default(env.get("JOBWIRE_TARGET", DEFAULT_TARGET)),
+        help=f"jobapi address (env JOBWIRE_TARGET; default {DEFAULT_TARGET})",
+    )
+    add(
+        "--token",
+        default=default(env.get("JOBWIRE_TOKEN")),
+        help="bearer token (env JOBWIRE_TOKEN)",
+    )
+    add(
+        "--locale",
+        default=default(env.get("JOBWIRE_LOCALE", "en")),
+        help="labels in en or zh-CN (env JOBWIRE_LOCALE; default en)",
+    )
+    add(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="machine-readable output (watch: one JSON object per update)",
+    )
+    add(
+        "--timeout",
+        type=float,
+        default=default(30.0),
+        help="seconds per call (default 30)",
+    )
+    add("--tls", action="store_true", default=default(False), help="use TLS")
+    add(
+        "--tls-ca",
+        type=Path,
+        default=default(Path(tls_ca) if tls_ca else None),
+        help="CA bundle to trust; implies --tls (env JOBWIRE_TLS_CA)",
+    )
+
+
+def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("submit", parents=[common], help="submit a job")
+    p.add_argument("job_type", help="the handler to run, e.g. transcode")
+    payload = p.add_mutually_exclusive_group()
+    payload.add_argument("--payload", help="JSON payload text")
+    payload.add_argument("--payload-file", help="payload file sent as is ('-' = stdin)")
+    p.add_argument("--queue", default="", help="queue (default: default)")
+    p.add_argument("--priority", type=int, default=0, help="higher runs first")
+    p.add_argument("--idempotency-key", default="", help="same key, same job")
+    p.add_argument("--owner", default="")
+    p.add_argument("--label", type=c.label_arg, action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    p.add_argument("--max-attempts", type=int, default=0, help="0: the server's default")
+    p.add_argument("--on-lease-lost", type=str.upper, choices=["INSPECT", "RETRY"])
+    p.add_argument(
+        "--run-after", type=c.when_arg, metavar="WHEN", help="ISO time (UTC if naive) or a delay: 90s, 5m, 2h"
+    )
+    p.add_argument("--watch", action="store_true", help="then watch it until it ends")
+    p.set_defaults(handler=c.cmd_submit)
+    for name, handler, text in (
+        ("get", c.cmd_get, "show a job"),
+        ("cancel", c.cmd_cancel, "ask a job to stop"),
+        ("retry", c.cmd_retry, "queue a FAILED, retryable job again"),
+    ):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("job_no")
+        p.set_defaults(handler=handler)
+    p = sub.add_parser("watch", parents=[common], help="follow a job live until it ends")
+    p.add_argument("job_no")
+    p.add_argument("--after-version", type=int, default=0, help="resume after this version")
+    p.set_defaults(handler=c.cmd_watch)
+    p = sub.add_parser("list", parents=[common], help="list jobs")
+    p.add_argument("--owner", default="")
+    p.add_argument("--status", type=c.status_arg, action="append", default=[], help="repeatable: QUEUED, RUNNING, ...")
+    p.add_argument("--type", default="", help="job type")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.set_defaults(handler=c.cmd_list)
+
+
+def _admin_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("inspect", parents=[common], help="stalled leases, broken invariants")
+    p.add_argument("--queue", default="")
+    p.add_argument(
+        "--kind",
+        type=c.kind_arg,
+        action="append",
+        default=[],
+        help="repeatable: STALLED, RUNNING_WITHOUT_LEASE, TERMINAL_WITH_TOKEN",
+    )
+    p.add_argument("--stalled-after", type=float, metavar="SECONDS", help="only leases expired at least this long ago")
+    p.set_defaults(handler=c.cmd_inspect)
+    p = sub.add_parser("events", parents=[common], help="a job's evidence trail")
+    p.add_argument("job_no")
+    p.add_argument("--limit", type=int, default=None, help="at most this many")
+    p.set_defaults(handler=c.cmd_events)
+    p = sub.add_parser("requeue", parents=[common], help="requeue a stalled job")
+    p.add_argument("job_no")
+    p.add_argument("--reason", required=True, help="why, for the evidence trail")
+    p.set_defaults(handler=c.cmd_requeue)
+    p = sub.add_parser("workers", parents=[common], help="known workers")
+    p.add_argument("--queue", default="")
+    p.set_defaults(handler=c.cmd_workers)
+
+
+def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The jobctl argument parser; `env` supplies the JOBWIRE_* defaults."""
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(
+        prog="jobctl",
+        description="Talk to jobwire: submit and watch jobs, inspect and requeue.",
+        epilog="Exit codes:" + (__doc__ or "").split("Exit codes:", 1)[-1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _global_options(parser, env, top=True)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, env, top=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _job_commands(sub, common)
+    _admin_commands(sub, common)
+    return parser
+
+
+def make_context(args: argparse.Namespace, out: Console, err: Console) -> c.Context:
+    config = ChannelConfig(target=args.target, token=args.token or None, tls=args.tls, tls_ca=args.tls_ca)
+    return c.Context(
+        config=config,
+        locale=args.locale,
+        as_json=args.json,
+        timeout=args.timeout,
+        out=out,
+        err=err,
+    )
+
+
+def report_error(err: Console, error: ClientError, target: str) -> int:
+    """Print `error: <CODE> <REASON>: message` and return the exit code for it."""
+    _say(err, f"error: {error}")
+    for field, description in error.violations:
+        if f"{field}: {description}" not in error.message:  # the message often says it already
+            _say(err, f"  {field}: {description}")
+    if error.code == grpc.StatusCode.UNAVAILABLE and error.reason is None:
+        _say(err, f"  is jobwire running at {target}?")
+    return c.EXIT_UNAVAILABLE if error.code in _TRANSIENT else c.EXIT_REFUSED
+
+
+def _say(console: Console, text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    out: Console,
+    err: Console,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Run one jobctl command and return its exit code; never raises for user errors."""
+    try:
+        args = build_parser(env).parse_args(argv)
+    except SystemExit as stop:  # argparse already printed the usage or the help
+        return stop.code if isinstance(stop.code, int) else c.EXIT_USAGE
+    ctx = make_context(args, out, err)
+    try:
+        code: int = args.handler(ctx, args)
+    except ClientError as error:
+        return report_error(err, error, ctx.config.target)
+    except c.UsageError as error:
+        _say(err, f"error: {error}")
+        return c.EXIT_USAGE
+    except KeyboardInterrupt:
+        _say(err, "interrupted")
+        return c.EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # the reader left (`jobctl list | head`): main() handles it quietly
+    except Exception as error:
+        if os.environ.get("JOBCTL_DEBUG"):
+            raise
+        _say(err, f"error: INTERNAL {type(error).__name__}: {error}")
+        return c.EXIT_REFUSED
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `jobctl` console script."""
+    args = sys.argv[1:] if argv is None else argv
+    # Piped output (a file, grep, a CI log) gets long lines rather than rich's 80 columns,
+    # so a table row stays one line; COLUMNS still wins when set.
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    out = Console(highlight=False, width=PIPED_WIDTH if piped else None)
+    try:
+        return run(args, out=out, err=Console(stderr=True, highlight=False))
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return c.EXIT_PIPE_CLOSED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

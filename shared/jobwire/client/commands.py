@@ -1,0 +1,271 @@
+"""jobctl's commands: arguments, and what each one does with JobClient / AdminClient."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from jobwire.client import render
+from jobwire.client.admin import AdminClient
+from jobwire.client.channel import ChannelConfig
+from jobwire.client.convert import finding_kind, status_value
+from jobwire.client.jobs import JobClient
+from jobwire.client.live import WatchView
+from jobwire.v1 import job_pb2
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CANCELLED = 3
+EXIT_REFUSED = 4
+EXIT_UNAVAILABLE = 5
+EXIT_INTERRUPTED = 130
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, as shells report it
+_DELAY = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+STATUS_NAMES = (
+    "QUEUED",
+    "RUNNING",
+    "CANCEL_REQUESTED",
+    "READY",
+    "FAILED",
+    "CANCELLED",
+)
+
+Handler = Callable[["Context", argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """Bad input found after parsing (an unreadable file, invalid JSON)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """What every command needs: where jobwire is, how to print, which locale."""
+
+    config: ChannelConfig
+    locale: str
+    as_json: bool
+    timeout: float
+    out: Console
+    err: Console
+
+    def jobs(self) -> JobClient:
+        return JobClient(self.config, timeout=self.timeout, locale=self.locale)
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.config, timeout=self.timeout, locale=self.locale)
+
+    def emit(self, value: Any) -> None:
+        """Print JSON text as is: no markup, no wrapping, no colour."""
+        self.out.print(render.dumps(value), markup=False, highlight=False, soft_wrap=True)
+
+
+# ---- argument types -------------------------------------------------------------------
+
+
+def label_arg(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def status_arg(text: str) -> int:
+    try:
+        return int(status_value(text))
+    except ValueError:
+        names = ", ".join(STATUS_NAMES)
+        raise argparse.ArgumentTypeError(f"unknown status {text!r} ({names})") from None
+
+
+def kind_arg(text: str) -> int:
+    try:
+        return int(finding_kind(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"unknown finding kind {text!r}") from None
+
+
+def when_arg(text: str) -> datetime:
+    """An ISO 8601 moment (naive means UTC), or a delay from now: 90, 90s, 5m, 2h, 1d."""
+    delay = _DELAY.match(text.strip())
+    if delay:
+        seconds = float(delay.group(1)) * _UNIT_S[delay.group(2)]
+        return datetime.now(UTC) + timedelta(seconds=seconds)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a time or delay: {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def read_payload(args: argparse.Namespace) -> bytes:
+    """--payload must be JSON (checked here, sent as typed); --payload-file is sent as is."""
+    if args.payload is not None:
+        try:
+            json.loads(args.payload)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"--payload is not valid JSON: {error}") from None
+        return bytes(args.payload.encode("utf-8"))
+    if args.payload_file is not None:
+        if str(args.payload_file) == "-":
+            return sys.stdin.buffer.read()
+        try:
+            return Path(args.payload_file).read_bytes()
+        except OSError as error:
+            raise UsageError(f"cannot read {args.payload_file}: {error.strerror}") from None
+    return b""
+
+
+# ---- job commands ---------------------------------------------------------------------
+
+
+def cmd_submit(ctx: Context, args: argparse.Namespace) -> int:
+    payload = read_payload(args)
+    with ctx.jobs() as client:
+        job, created = client.submit(
+            args.job_type,
+            payload,
+            queue=args.queue,
+            idempotency_key=args.idempotency_key,
+            priority=args.priority,
+            run_after=args.run_after,
+            max_attempts=args.max_attempts,
+            on_lease_lost=args.on_lease_lost,
+            owner=args.owner,
+            labels=dict(args.label),
+        )
+        if ctx.as_json:
+            ctx.emit({"job": render.to_json(job), "created": created})
+        else:
+            verb = "submitted" if created else "already submitted (same idempotency key)"
+            ctx.out.print(f"{job.job_no} {verb}", markup=False, highlight=False)
+            ctx.out.print(render.job_details(job, ctx.locale))
+        if args.watch:
+            return follow(ctx, client, job.job_no, 0)
+    return EXIT_OK
+
+
+def cmd_get(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.jobs() as client:
+        _show_job(ctx, client.get(args.job_no))
+    return EXIT_OK
+
+
+def cmd_cancel(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.jobs() as client:
+        _show_job(ctx, client.cancel(args.job_no))
+    return EXIT_OK
+
+
+def cmd_retry(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.jobs() as client:
+        _show_job(ctx, client.retry(args.job_no))
+    return EXIT_OK
+
+
+def cmd_watch(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.jobs() as client:
+        return follow(ctx, client, args.job_no, args.after_version)
+
+
+def follow(ctx: Context, client: JobClient, job_no: str, after_version: int) -> int:
+    """Show a job live until it ends; the exit code says how it ended."""
+    last: job_pb2.Job | None = None
+    view = WatchView(ctx.out, locale=ctx.locale, as_json=ctx.as_json)
+    try:
+        with view:
+            for job in client.watch(job_no, max(0, after_version)):
+                view.update(job)
+                last = job
+    except KeyboardInterrupt:
+        ctx.err.print(f"stopped watching; {job_no} keeps running", highlight=False)
+        return EXIT_INTERRUPTED
+    if last is None:  # resumed at the terminal version: nothing new to show
+        last = client.get(job_no)
+    view.finish(last)
+    return exit_code(last)
+
+
+def exit_code(job: job_pb2.Job) -> int:
+    """0 READY, 1 FAILED, 3 CANCELLED (2 is argparse's usage error)."""
+    if job.status == job_pb2.Job.FAILED:
+        return EXIT_FAILED
+    if job.status == job_pb2.Job.CANCELLED:
+        return EXIT_CANCELLED
+    return EXIT_OK
+
+
+def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.jobs() as client:
+        jobs = list(
+            client.list_jobs(
+                owner=args.owner,
+                statuses=args.status,
+                job_type=args.type,
+                page_size=min(args.limit, 500),
+                limit=args.limit,
+            )
+        )
+    if ctx.as_json:
+        ctx.emit([render.to_json(job) for job in jobs])
+    else:
+        ctx.out.print(render.jobs_table(jobs, ctx.locale))
+    return EXIT_OK
+
+
+def _show_job(ctx: Context, job: job_pb2.Job) -> None:
+    if ctx.as_json:
+        ctx.emit(render.to_json(job))
+    else:
+        ctx.out.print(render.job_details(job, ctx.locale))
+
+
+# ---- operator commands ----------------------------------------------------------------
+
+
+def cmd_inspect(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        findings = admin.inspect(stalled_after=args.stalled_after, queue=args.queue, kinds=args.kind)
+    if ctx.as_json:
+        ctx.emit([render.to_json(f) for f in findings])
+    elif not findings:
+        ctx.out.print("no findings: no stalled leases, no broken invariants")
+    else:
+        ctx.out.print(render.findings_table(findings))
+    return EXIT_OK
+
+
+def cmd_events(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        events = list(admin.list_events(args.job_no, limit=args.limit))
+    if ctx.as_json:
+        ctx.emit([render.to_json(e) for e in events])
+    else:
+        ctx.out.print(render.events_table(events))
+    return EXIT_OK
+
+
+def cmd_requeue(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        _show_job(ctx, admin.requeue(args.job_no, reason=args.reason))
+    return EXIT_OK
+
+
+def cmd_workers(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        workers = admin.list_workers(queue=args.queue)
+    if ctx.as_json:
+        ctx.emit([render.to_json(w) for w in workers])
+    else:
+        ctx.out.print(render.workers_table(workers))
+    return EXIT_OK

@@ -1,0 +1,92 @@
+"""Python values to and from the wire types the client API accepts and returns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from jobwire.v1 import admin_pb2, job_pb2
+
+Payload = bytes | Mapping[str, Any] | None
+Seconds = float | timedelta
+
+TERMINAL_STATUSES = frozenset({job_pb2.Job.READY, job_pb2.Job.FAILED, job_pb2.Job.CANCELLED})
+
+
+def encode_payload(payload: Payload) -> bytes:
+    """bytes as given; a mapping as compact UTF-8 JSON; None as empty.
+
+    Keys are sorted so the same mapping always gives the same bytes: a Submit replayed
+    with the same idempotency key must carry an identical payload, or the server answers
+    IDEMPOTENCY_KEY_REUSED.
+    """
+    if payload is None:
+        return b""
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return bytes(payload)
+    text = json.dumps(dict(payload), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return text.encode("utf-8")
+
+
+def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    """A Timestamp; a naive datetime is read as UTC, as everything in jobwire is."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value.astimezone(UTC))
+    return ts
+
+
+def from_timestamp(ts: timestamp_pb2.Timestamp) -> datetime | None:
+    """An aware UTC datetime, or None for an unset (zero) Timestamp."""
+    if ts.seconds == 0 and ts.nanos == 0:
+        return None
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def duration(value: Seconds) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromTimedelta(value if isinstance(value, timedelta) else timedelta(seconds=value))
+    return d
+
+
+def status_value(name: str | int) -> job_pb2.Job.Status.ValueType:
+    """A Job.Status from its name (case-insensitive) or number."""
+    if isinstance(name, int):
+        return job_pb2.Job.Status.ValueType(name)
+    return job_pb2.Job.Status.Value(name.strip().upper())
+
+
+def statuses(names: Iterable[str | int]) -> list[job_pb2.Job.Status.ValueType]:
+    return [status_value(n) for n in names]
+
+
+def status_name(value: int) -> str:
+    return job_pb2.Job.Status.Name(job_pb2.Job.Status.ValueType(value))
+
+
+def on_lease_lost(name: str | int | None) -> job_pb2.RetryPolicy.OnLeaseLost.ValueType:
+    if name is None:
+        return job_pb2.RetryPolicy.ON_LEASE_LOST_UNSPECIFIED
+    if isinstance(name, int):
+        return job_pb2.RetryPolicy.OnLeaseLost.ValueType(name)
+    return job_pb2.RetryPolicy.OnLeaseLost.Value(name.strip().upper())
+
+
+def finding_kind(name: str | int) -> admin_pb2.Finding.Kind.ValueType:
+    if isinstance(name, int):
+        return admin_pb2.Finding.Kind.ValueType(name)
+    return admin_pb2.Finding.Kind.Value(name.strip().upper())
+
+
+def category_name(value: int) -> str:
+    return job_pb2.JobError.Category.Name(job_pb2.JobError.Category.ValueType(value))
+
+
+def is_terminal(job: job_pb2.Job) -> bool:
+    """READY, FAILED and CANCELLED end a job; nothing changes after them."""
+    return job.status in TERMINAL_STATUSES

@@ -1,0 +1,231 @@
+"""JobClient: what a backend (Django, Flask, a cron script) uses to run jobs on jobwire."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import NamedTuple
+
+from jobwire.client import convert
+from jobwire.client.base import BaseClient
+from jobwire.client.convert import Payload, Seconds
+from jobwire.client.watch import UpdateStream, watch_job
+from jobwire.v1 import job_pb2, job_pb2_grpc
+
+
+class Submitted(NamedTuple):
+    """Submit's answer; unpacks as `job, created = client.submit(...)`."""
+
+    job: job_pb2.Job
+    created: bool  # False when an idempotency key replayed an earlier submit
+
+
+class JobClient(BaseClient):
+    """Submit, read, cancel, retry, list and watch jobs (JobService).
+
+    Blocking and thread-safe: create one per process and share it. Every method raises a
+    `jobwire.client.ClientError` subclass on failure, never a bare grpc error.
+
+    Example:
+        >>> with JobClient.connect("127.0.0.1:50051", token="...") as client:
+        ...     job, created = client.submit("thumbnail", {"video": "s3://b/v.mp4"},
+        ...                                  idempotency_key="upload-42")
+        ...     for job in client.watch(job.job_no):
+        ...         print(job.display.detail)
+    """
+
+    _stub: job_pb2_grpc.JobServiceStub
+
+    def _bind(self) -> None:
+        self._stub = job_pb2_grpc.JobServiceStub(self.channel)
+
+    def submit(
+        self,
+        job_type: str,
+        payload: Payload = None,
+        *,
+        queue: str = "",
+        idempotency_key: str = "",
+        priority: int = 0,
+        run_after: datetime | None = None,
+        max_attempts: int = 0,
+        initial_backoff: Seconds | None = None,
+        max_backoff: Seconds | None = None,
+        backoff_multiplier: float = 0.0,
+        on_lease_lost: str | None = None,
+        owner: str = "",
+        labels: Mapping[str, str] | None = None,
+        locale: str | None = None,
+    ) -> Submitted:
+        """Submit a job; it is QUEUED when this returns.
+
+        Args:
+            job_type: the handler to run, e.g. `transcode`.
+            payload: bytes as given, or a mapping sent as UTF-8 JSON.
+            queue: empty means `default`.
+            idempotency_key: submits with the same key return the first job.
+            priority: higher runs first.
+            run_after: not before this moment (naive means UTC).
+            max_attempts: 0 means the server's default.
+            initial_backoff, max_backoff, backoff_multiplier: the pause between attempts.
+            on_lease_lost: `INSPECT` (default: wait for an operator) or `RETRY`.
+            owner, labels: free-form, for listing and display.
+            locale: labels in the returned job; defaults to the client's.
+        """
+        request = job_pb2.SubmitRequest(
+            job_type=job_type,
+            queue=queue,
+            payload=convert.encode_payload(payload),
+            idempotency_key=idempotency_key,
+            priority=priority,
+            owner=owner,
+            labels=dict(labels or {}),
+            locale=self._locale(locale),
+        )
+        if run_after is not None:
+            request.run_after.CopyFrom(convert.timestamp(run_after))
+        policy = _retry_policy(
+            max_attempts,
+            initial_backoff,
+            max_backoff,
+            backoff_multiplier,
+            on_lease_lost,
+        )
+        if policy is not None:
+            request.retry_policy.CopyFrom(policy)
+        # Retried only with a key: a Submit whose reply was lost may still have created the
+        # job, and only the key lets the server return that job instead of a second one.
+        response: job_pb2.SubmitResponse = self._unary(
+            lambda: self._stub.Submit(request, timeout=self.timeout),
+            idempotent=bool(idempotency_key),
+        )
+        return Submitted(response.job, response.created)
+
+    def get(self, job_no: str, *, locale: str | None = None) -> job_pb2.Job:
+        """The job as it is now."""
+        request = job_pb2.GetRequest(job_no=job_no, locale=self._locale(locale))
+        job: job_pb2.Job = self._unary(lambda: self._stub.Get(request, timeout=self.timeout), idempotent=True)
+        return job
+
+    def cancel(self, job_no: str, *, locale: str | None = None) -> job_pb2.Job:
+        """Ask the job to stop: QUEUED ends CANCELLED at once, RUNNING becomes CANCEL_REQUESTED.
+
+        Raises:
+            FailedPreconditionError: JOB_NOT_CANCELLABLE (READY, FAILED, or a stage that
+                cannot be interrupted such as DELIVERING).
+        """
+        request = job_pb2.CancelRequest(job_no=job_no, locale=self._locale(locale))
+        # Cancel is idempotent by contract, so a repeat after a lost reply is harmless.
+        job: job_pb2.Job = self._unary(lambda: self._stub.Cancel(request, timeout=self.timeout), idempotent=True)
+        return job
+
+    def retry(self, job_no: str, *, locale: str | None = None) -> job_pb2.Job:
+        """Queue a FAILED job again when its error was retryable (NOT_RETRYABLE otherwise)."""
+        request = job_pb2.RetryRequest(job_no=job_no, locale=self._locale(locale))
+        # The FAILED -> QUEUED guard applies at most once, so a repeat can never run the job
+        # twice; at worst a repeat after a lost reply answers FAILED_PRECONDITION.
+        job: job_pb2.Job = self._unary(lambda: self._stub.Retry(request, timeout=self.timeout), idempotent=True)
+        return job
+
+    def list_job_pages(
+        self,
+        *,
+        owner: str = "",
+        statuses: Iterable[str | int] = (),
+        job_type: str = "",
+        page_size: int = 0,
+        locale: str | None = None,
+    ) -> Iterator[job_pb2.ListJobsResponse]:
+        """Pages of jobs, fetched one at a time as the iterator advances."""
+        request = job_pb2.ListJobsRequest(
+            owner=owner,
+            statuses=convert.statuses(statuses),
+            job_type=job_type,
+            page_size=page_size,
+            locale=self._locale(locale),
+        )
+        while True:
+            page: job_pb2.ListJobsResponse = self._unary(
+                lambda: self._stub.ListJobs(request, timeout=self.timeout),
+                idempotent=True,
+            )
+            yield page
+            if not page.next_page_token:
+                return
+            request.page_token = page.next_page_token
+
+    def list_jobs(
+        self,
+        *,
+        owner: str = "",
+        statuses: Iterable[str | int] = (),
+        job_type: str = "",
+        page_size: int = 0,
+        limit: int | None = None,
+        locale: str | None = None,
+    ) -> Iterator[job_pb2.Job]:
+        """Jobs matching the filters, across pages, at most `limit` of them."""
+        count = 0
+        pages = self.list_job_pages(
+            owner=owner,
+            statuses=statuses,
+            job_type=job_type,
+            page_size=page_size,
+            locale=locale,
+        )
+        for page in pages:
+            for job in page.jobs:
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield job
+
+    def watch(
+        self, job_no: str, after_version: int = 0, *, locale: str | None = None
+    ) -> Generator[job_pb2.Job, None, None]:
+        """Each new version of the job, from the current one to the terminal one.
+
+        Reconnects by itself when the stream breaks (UNAVAILABLE, a lost connection),
+        resuming after the last version delivered, with exponential backoff and jitter; no
+        transition is missed or repeated. Ends after READY, FAILED or CANCELLED. Closing the
+        iterator early hangs up the stream.
+
+        Raises:
+            NotFoundError: no such job. Other ClientErrors as the server answers.
+        """
+        loc = self._locale(locale)
+
+        def open_stream(after: int) -> UpdateStream:
+            request = job_pb2.WatchStatusRequest(job_no=job_no, after_version=after, locale=loc)
+            # No deadline: a watch lasts as long as the job; keepalive finds dead peers.
+            stream: UpdateStream = self._stub.WatchStatus(request)
+            return stream
+
+        return watch_job(
+            open_stream,
+            lambda: self.get(job_no, locale=loc),
+            after_version=after_version,
+            settings=self.retry_settings,
+            sleep=self._sleep,
+        )
+
+
+def _retry_policy(
+    max_attempts: int,
+    initial_backoff: Seconds | None,
+    max_backoff: Seconds | None,
+    multiplier: float,
+    on_lease_lost: str | None,
+) -> job_pb2.RetryPolicy | None:
+    if not (max_attempts or initial_backoff or max_backoff or multiplier or on_lease_lost):
+        return None  # leave the field unset so the server applies its defaults
+    policy = job_pb2.RetryPolicy(
+        max_attempts=max_attempts,
+        backoff_multiplier=multiplier,
+        on_lease_lost=convert.on_lease_lost(on_lease_lost),
+    )
+    if initial_backoff is not None:
+        policy.initial_backoff.CopyFrom(convert.duration(initial_backoff))
+    if max_backoff is not None:
+        policy.max_backoff.CopyFrom(convert.duration(max_backoff))
+    return policy

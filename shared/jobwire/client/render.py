@@ -1,0 +1,287 @@
+"""How jobctl shows jobs, findings, events and workers: text pieces, tables, JSON.
+
+Pure functions from protobuf messages to rich renderables, so they are tested without a
+terminal. The rule from DESIGN.md §3 holds here too: a percent only with a known total.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from google.protobuf import timestamp_pb2
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from rich.table import Table
+from rich.text import Text
+
+from jobwire.client.convert import (
+    category_name,
+    from_timestamp,
+    is_terminal,
+    status_name,
+)
+from jobwire.v1 import admin_pb2, job_pb2
+
+STATUS_STYLES = {
+    "QUEUED": "cyan",
+    "RUNNING": "blue",
+    "CANCEL_REQUESTED": "yellow",
+    "READY": "green",
+    "FAILED": "red",
+    "CANCELLED": "magenta",
+}
+# The few words jobctl adds around the server's localized labels.
+_WORDS = {
+    "stage": {"en": "stage {i}/{n}", "zh-CN": "第 {i}/{n} 步"},
+    "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
+    "next": {"en": "next in line", "zh-CN": "即将开始"},
+    "stalled": {"en": "stalled: no news from the worker", "zh-CN": "处理程序暂无响应"},
+}
+DASH = "-"
+
+
+def word(key: str, locale: str, **values: object) -> str:
+    loc = "zh-CN" if locale.lower().startswith("zh") else "en"
+    return _WORDS[key][loc].format(**values)
+
+
+def to_json(message: Message) -> dict[str, Any]:
+    """A message as proto3 JSON (field names as in the .proto, enums by name)."""
+    return MessageToDict(message, preserving_proto_field_name=True)
+
+
+def dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def fmt_time(ts: timestamp_pb2.Timestamp, *, short: bool = False) -> str:
+    """UTC, to the second (`short`: without the year); `-` when unset."""
+    moment = from_timestamp(ts)
+    if moment is None:
+        return DASH
+    return moment.strftime("%m-%d %H:%M:%SZ" if short else "%Y-%m-%d %H:%M:%SZ")
+
+
+def fmt_size(size: int) -> str:
+    value, unit = float(size), "bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    exact = f"{size:,} bytes"
+    return exact if unit == "bytes" else f"{value:.1f} {unit} ({exact})"
+
+
+def status_text(job: job_pb2.Job) -> Text:
+    name = status_name(job.status)
+    label = job.display.status_label or name
+    return Text(label, style=STATUS_STYLES.get(name, ""))
+
+
+def stage_text(job: job_pb2.Job, locale: str) -> str:
+    """`Verifying result · stage 3/4`, or empty when no stage is running."""
+    p = job.progress
+    if not job.stage or p.stage_index <= 0:
+        return ""
+    label = job.display.stage_label or job.stage
+    return f"{label} · {word('stage', locale, i=p.stage_index, n=p.stage_count)}"
+
+
+def percent(progress: job_pb2.Progress) -> int | None:
+    """The percent, only when the stage's total is known and positive."""
+    if not progress.HasField("total_units") or progress.total_units <= 0:
+        return None
+    if progress.HasField("percent"):
+        return progress.percent
+    return min(100, progress.processed_units * 100 // progress.total_units)
+
+
+def units_text(progress: job_pb2.Progress) -> str:
+    """`120/1000 units` with a known total, `120 units` without, empty before any."""
+    if progress.HasField("total_units"):
+        return f"{progress.processed_units:,}/{progress.total_units:,} units"
+    return f"{progress.processed_units:,} units" if progress.processed_units else ""
+
+
+def queue_text(job: job_pb2.Job, locale: str) -> str:
+    if job.status != job_pb2.Job.QUEUED or not job.HasField("queue_position"):
+        return ""
+    n = job.queue_position
+    return word("ahead", locale, n=n) if n else word("next", locale)
+
+
+def progress_summary(job: job_pb2.Job, locale: str) -> str:
+    """One line: stage, units and (only with a known total) the percent."""
+    parts = [queue_text(job, locale), stage_text(job, locale), units_text(job.progress)]
+    pct = percent(job.progress)
+    if pct is not None and stage_text(job, locale):
+        parts.append(f"{pct}%")
+    if job.stalled and not is_terminal(job):
+        parts.append(word("stalled", locale))
+    return " · ".join(p for p in parts if p)
+
+
+def job_details(job: job_pb2.Job, locale: str) -> Table:
+    """`jobctl get`: one job, key by key."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows: list[tuple[str, str | Text]] = [
+        ("job", job.job_no),
+        ("type", job.job_type),
+        ("queue", job.queue),
+        ("status", status_text(job)),
+        ("progress", progress_summary(job, locale) or DASH),
+        ("attempt", f"{job.attempt}/{job.max_attempts}" if job.max_attempts else DASH),
+        ("owner", job.owner or DASH),
+        (
+            "labels",
+            ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or DASH,
+        ),
+        ("created", fmt_time(job.created_at)),
+        ("updated", fmt_time(job.updated_at)),
+        ("version", str(job.version)),
+    ]
+    for key, value in rows:
+        grid.add_row(key, value)
+    for key, value in outcome_rows(job):
+        grid.add_row(key, value)
+    return grid
+
+
+def outcome_rows(job: job_pb2.Job) -> list[tuple[str, str]]:
+    """The result of a READY job, or the error of a FAILED one, as (key, value) rows."""
+    if job.status == job_pb2.Job.READY and job.HasField("result"):
+        r = job.result
+        rows = [
+            ("result", r.uri),
+            ("size", fmt_size(r.size_bytes)),
+            ("sha256", r.sha256),
+        ]
+        rows += [("type", r.content_type)] if r.content_type else []
+        return rows + ([("summary", r.summary)] if r.summary else [])
+    if job.status == job_pb2.Job.FAILED and job.HasField("error"):
+        e = job.error
+        where = f" in stage {e.stage}" if e.stage else ""
+        retry = f"retryable: jobctl retry {job.job_no}" if e.retryable else "not retryable"
+        return [
+            ("error", f"{category_name(e.category)}{where}"),
+            ("message", e.message or DASH),
+            ("retry", retry),
+        ]
+    return []
+
+
+def jobs_table(jobs: Iterable[job_pb2.Job], locale: str) -> Table:
+    table = _table("JOB", "TYPE", "QUEUE", "STATUS", "PROGRESS", "ATTEMPT", "UPDATED")
+    for job in jobs:
+        table.add_row(
+            job.job_no,
+            job.job_type,
+            job.queue,
+            status_text(job),
+            progress_summary(job, locale) or DASH,
+            f"{job.attempt}/{job.max_attempts}" if job.max_attempts else DASH,
+            fmt_time(job.updated_at, short=True),
+        )
+    return table
+
+
+def findings_table(findings: Iterable[admin_pb2.Finding]) -> Table:
+    """`jobctl inspect`: one row per finding; times are UTC month-day time to stay narrow."""
+    table = _table("KIND", "JOB", "QUEUE", "STATUS", "UNITS", "TRY", "WORKER", "HEARTBEAT", "EXPIRED", "CKPT", "DETAIL")
+    for f in findings:
+        units = f"{f.processed_units}/{f.total_units}" if f.HasField("total_units") else str(f.processed_units)
+        status = status_name(f.status) + (f" {f.stage}" if f.stage else "")
+        table.add_row(
+            admin_pb2.Finding.Kind.Name(f.kind),
+            f.job_no,
+            f.queue or DASH,
+            status,
+            units,
+            str(f.attempt),
+            f.worker_id or DASH,
+            fmt_time(f.heartbeat_at, short=True),
+            fmt_time(f.lease_expires_at, short=True),
+            "yes" if f.checkpoint_present else "no",
+            f.detail or DASH,
+        )
+    return table
+
+
+def events_table(events: Iterable[admin_pb2.JobEvent]) -> Table:
+    table = _table(
+        "VERSION",
+        "TIME",
+        "KIND",
+        "TRANSITION",
+        "STAGE",
+        "UNITS",
+        "WORKER",
+        "ATTEMPT",
+        "DETAIL",
+    )
+    for e in events:
+        units = f"{e.processed_units}/{e.total_units}" if e.HasField("total_units") else ""
+        table.add_row(
+            str(e.version),
+            fmt_time(e.created_at, short=True),
+            e.kind,
+            _transition(e.from_status, e.to_status),
+            e.stage or DASH,
+            units or (str(e.processed_units) if e.processed_units else DASH),
+            e.worker_id or DASH,
+            str(e.attempt),
+            e.detail or DASH,
+        )
+    return table
+
+
+def _transition(before: int, after: int) -> str:
+    if not before and not after:
+        return DASH
+    if before == after or not before:
+        return status_name(after)
+    return f"{status_name(before)} → {status_name(after)}"
+
+
+def workers_table(workers: Iterable[admin_pb2.WorkerInfo]) -> Table:
+    table = _table("WORKER", "QUEUES", "JOB TYPES", "LAST SEEN", "LEASES")
+    for w in workers:
+        table.add_row(
+            w.worker_id,
+            ", ".join(w.queues) or DASH,
+            ", ".join(w.job_types) or DASH,
+            fmt_time(w.last_seen_at),
+            str(w.leases_held),
+        )
+    return table
+
+
+# Identifiers stay whole; free text folds when the terminal is narrow.
+_NO_WRAP = {
+    "JOB",
+    "KIND",
+    "STATUS",
+    "STAGE",
+    "WORKER",
+    "VERSION",
+    "TIME",
+    "HEARTBEAT",
+    "EXPIRED",
+    "UPDATED",
+    "LAST SEEN",
+}
+
+
+def _table(*columns: str) -> Table:
+    table = Table(header_style="bold", box=None, pad_edge=False, show_edge=False)
+    for column in columns:
+        # min_width keeps headers whole: a folded "ATTEMP/T" header is unreadable.
+        if column in _NO_WRAP:
+            table.add_column(column, no_wrap=True, min_width=len(column))
+        else:
+            table.add_column(column, overflow="fold", min_width=len(column))
+    return table

@@ -1,0 +1,160 @@
+"""jobctl's argument parsing, argument types, exit codes and error lines."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from datetime import UTC, datetime
+from pathlib import Path
+
+import grpc
+import pytest
+from rich.console import Console
+
+from jobwire.client import commands
+from jobwire.client.cli import build_parser, report_error, run
+from jobwire.client.errors import NotFoundError, UnavailableError
+from jobwire.v1 import job_pb2
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def parse(*argv: str, env: dict[str, str] | None = None) -> argparse.Namespace:
+    return build_parser(env or {}).parse_args(argv)
+
+
+def console() -> Console:
+    return Console(file=io.StringIO(), width=200, record=True, color_system=None)
+
+
+def test_defaults_come_from_the_environment() -> None:
+    args = parse("get", "PT-1", env={"JOBWIRE_TARGET": "jobapi:7000", "JOBWIRE_TOKEN": "t"})
+    assert (args.target, args.token, args.locale, args.json) == (
+        "jobapi:7000",
+        "t",
+        "en",
+        False,
+    )
+    args = parse("get", "PT-1")
+    assert args.target == "127.0.0.1:50051" and args.token is None
+
+
+def test_global_options_work_before_and_after_the_command() -> None:
+    before = parse("--json", "--target", "a:1", "watch", "PT-1")
+    after = parse("watch", "PT-1", "--json", "--target", "a:1")
+    assert (before.json, before.target) == (after.json, after.target) == (True, "a:1")
+
+
+def test_submit_arguments() -> None:
+    args = parse(
+        "submit",
+        "transcode",
+        "--payload",
+        '{"a": 1}',
+        "--queue",
+        "video",
+        "--priority",
+        "5",
+        "--idempotency-key",
+        "k1",
+        "--owner",
+        "alice",
+        "--label",
+        "env=prod",
+        "--label",
+        "team=media",
+        "--max-attempts",
+        "3",
+        "--on-lease-lost",
+        "retry",
+    )
+    assert args.job_type == "transcode" and args.queue == "video" and args.priority == 5
+    assert dict(args.label) == {"env": "prod", "team": "media"}
+    assert args.on_lease_lost == "RETRY" and args.max_attempts == 3
+    assert commands.read_payload(args) == b'{"a": 1}'
+
+
+def test_payload_and_payload_file_exclude_each_other() -> None:
+    with pytest.raises(SystemExit):
+        parse("submit", "t", "--payload", "{}", "--payload-file", "x")
+
+
+def test_invalid_json_payload_is_a_usage_error() -> None:
+    with pytest.raises(commands.UsageError):
+        commands.read_payload(parse("submit", "t", "--payload", "{not json"))
+
+
+def test_payload_file_is_sent_as_is(tmp_path: Path) -> None:
+    path = tmp_path / "in.bin"
+    path.write_bytes(b"\x00raw")
+    assert commands.read_payload(parse("submit", "t", "--payload-file", str(path))) == b"\x00raw"
+
+
+def test_label_needs_key_and_value() -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        commands.label_arg("novalue")
+    assert commands.label_arg("k=v=w") == ("k", "v=w")
+
+
+def test_status_and_kind_names() -> None:
+    assert parse("list", "--status", "running", "--status", "FAILED").status == [
+        job_pb2.Job.RUNNING,
+        job_pb2.Job.FAILED,
+    ]
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown status"):
+        commands.status_arg("DONE")
+    with pytest.raises(argparse.ArgumentTypeError):
+        commands.kind_arg("ZOMBIE")
+
+
+def test_run_after_accepts_iso_times_and_delays() -> None:
+    assert commands.when_arg("2026-10-08T12:00:00") == datetime(2026, 10, 8, 12, tzinfo=UTC)
+    delay = commands.when_arg("5m") - datetime.now(UTC)
+    assert 290 < delay.total_seconds() <= 300
+    with pytest.raises(argparse.ArgumentTypeError):
+        commands.when_arg("tomorrow")
+
+
+def test_requeue_needs_a_reason() -> None:
+    with pytest.raises(SystemExit):
+        parse("requeue", "PT-1")
+    assert parse("requeue", "PT-1", "--reason", "worker host died").reason == "worker host died"
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(job_pb2.Job.READY, 0), (job_pb2.Job.FAILED, 1), (job_pb2.Job.CANCELLED, 3)],
+)
+def test_watch_exit_codes(status: job_pb2.Job.Status.ValueType, code: int) -> None:
+    assert commands.exit_code(job_pb2.Job(status=status)) == code
+
+
+def test_error_line_and_exit_code() -> None:
+    err = console()
+    error = NotFoundError(grpc.StatusCode.NOT_FOUND, "No such job.", reason="JOB_NOT_FOUND")
+    assert report_error(err, error, "h:1") == commands.EXIT_REFUSED
+    assert err.export_text() == "error: NOT_FOUND JOB_NOT_FOUND: No such job.\n"
+
+
+def test_unreachable_server_exit_code_and_hint() -> None:
+    err = console()
+    error = UnavailableError(grpc.StatusCode.UNAVAILABLE, "failed to connect")
+    assert report_error(err, error, "h:1") == commands.EXIT_UNAVAILABLE
+    assert err.export_text().splitlines() == [
+        "error: UNAVAILABLE: failed to connect",
+        "  is jobwire running at h:1?",
+    ]
+
+
+def test_usage_errors_exit_2_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(["frobnicate"], out=console(), err=console(), env={}) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_unreadable_payload_file_is_one_line(tmp_path: Path) -> None:
+    err = console()
+    missing = str(tmp_path / "missing.json")
+    assert run(["submit", "t", "--payload-file", missing], out=console(), err=err, env={}) == 2
+    assert err.export_text().startswith("error: cannot read ")

@@ -42,7 +42,7 @@ def mysql_server() -> str:
 
 def fresh_mysql_database(server_url: str) -> Iterator[str]:
     name = f"jobwire_test_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(server_url + "/")
+    admin = sa.create_engine(server_url + "/", pool_pre_ping=True)  # survives a server restart
     with admin.connect() as conn:
         conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
     try:

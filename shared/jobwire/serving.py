@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobwire import reaping
 from jobwire.db.store import JobStore, open_store
 from jobwire.rpc.blocking import Blocking
 from jobwire.rpc.config import Settings
@@ -31,10 +32,12 @@ class Runtime:
 
 def open_runtime(settings: Settings) -> Runtime:
     store = open_store(settings.database_url, pool_size=settings.db_pool_size, job_prefix=settings.job_prefix)
-    return Runtime(
+    rt = Runtime(
         settings=settings,
         store=store,
         blocking=Blocking(settings.db_pool_size),
         wakeup=Wakeup(),
         host=ServerHost(settings, ping=store.db.ping),
     )
+    reaping.start(rt)  # the lease reaper and retention, stopped with the host
+    return rt

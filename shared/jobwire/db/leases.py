@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from jobwire.db.engine import db_now
+from jobwire.db.engine import RetryTransaction, db_now
 from jobwire.db.tables import artifact, job, job_event
 from jobwire.db.tables import worker as worker_table
 from jobwire.db.writes import UNSTAGED, Row, apply, event_values, load, record_event, upsert
@@ -47,7 +47,8 @@ def new_token(epoch: int) -> str:
 
 def token_epoch(token: str) -> int | None:
     head, _, secret = token.partition(".")
-    return int(head) if head.isdigit() and len(head) < 19 and secret else None
+    # ASCII digits only: str.isdigit() also accepts "²" or "١", which int() refuses or reads as 1.
+    return int(head) if head.isascii() and head.isdigit() and len(head) < 19 and secret else None
 
 
 def claim(conn: Connection, who: Claimant, max_jobs: int, *, skip_locked: bool) -> list[Row]:
@@ -189,11 +190,20 @@ def heartbeat(
             apply(conn, row, renew, kind="LEASE_REVIVED", now=row["db_now"], token_guard=True)
         else:
             # A heartbeat renews the lease only: no version, no event, nothing a watcher sees.
-            conn.execute(
+            # Guarded on stalled = false: if a reaper marked it stalled since the read, the
+            # rerun takes the revive path above and records it.
+            renewed = conn.execute(
                 sa.update(job)
-                .where(job.c.id == row["id"], job.c.worker_token == token, job.c.lease_epoch == row["lease_epoch"])
+                .where(
+                    job.c.id == row["id"],
+                    job.c.worker_token == token,
+                    job.c.lease_epoch == row["lease_epoch"],
+                    job.c.stalled.is_(False),
+                )
                 .values(**renew)
             )
+            if renewed.rowcount != 1:
+                raise RetryTransaction()
         state = "CANCEL_REQUESTED" if row["status"] == Status.CANCEL_REQUESTED.value else "OK"
         states.append((job_no, state, renew["lease_expires_at"]))  # type: ignore[arg-type]
     if now is not None:
@@ -243,9 +253,12 @@ def complete(conn: Connection, tenant: str, job_no: str, token: str, result: Art
         return row
     now: datetime = row["db_now"]
     fields = _artifact_values(result)
-    conn.execute(sa.insert(artifact).values(job_id=row["id"], created_at=now, **fields))
     changes = {**_ended(row, "COMPLETE", Status.READY), "finished_at": now}
-    return apply(conn, {**row, **fields}, changes, kind="COMPLETED", now=now, token_guard=True)
+    # The guarded UPDATE first: a concurrent replay of this Complete waits on the row lock, matches
+    # nothing, and reruns as a replay. Inserting the artifact first made it hit uq_artifact_job.
+    done = apply(conn, {**row, **fields}, changes, kind="COMPLETED", now=now, token_guard=True)
+    conn.execute(sa.insert(artifact).values(job_id=row["id"], created_at=now, **fields))
+    return done
 
 
 def _artifact_values(result: Artifact) -> dict[str, object]:

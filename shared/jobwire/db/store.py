@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jobwire.db import inspect as inspect_queries
-from jobwire.db import leases, reads, submit, user_actions
+from jobwire.db import leases, reads, reaper, retention, submit, user_actions
 from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
 from jobwire.db.rows import record_from_row
@@ -107,6 +107,21 @@ class JobStore:
 
     def list_workers(self, tenant: str, queue: str) -> list[dict[str, Any]]:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue))
+
+    # -- housekeeping (every server process runs it; see jobwire.reaping) -------------------
+    def reap_leases(self, grace: timedelta, *, by: str) -> reaper.Reaped:
+        """Mark expired leases stalled; past `grace`, apply each job's lease-lost policy."""
+        return reaper.reap(self.db, grace, by=by)
+
+    def purge_expired(
+        self,
+        keep: retention.Retention,
+        deleter: retention.ArtifactDeleter = retention.keep_files,
+        *,
+        batch: int = retention.BATCH,
+    ) -> retention.Purged:
+        """Delete terminal jobs past their retention with their events and artifacts, in batches."""
+        return retention.purge_expired(self.db, keep, deleter, batch=batch)
 
 
 def open_store(url: str, *, pool_size: int = 8, job_prefix: str = "PT", migrate: bool = True) -> JobStore:

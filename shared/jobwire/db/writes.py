@@ -8,7 +8,7 @@ is retried whole. The event row that records the change commits with it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -55,9 +55,13 @@ def apply(
     now: datetime,
     token_guard: bool = False,
     detail: str | None = None,
+    guards: Sequence[sa.ColumnElement[bool]] = (),
 ) -> Row:
-    """Write `changes` if the row is still as read; record the visible event; return the new row."""
-    where = [job.c.id == row["id"], job.c.version == row["version"], job.c.status == row["status"]]
+    """Write `changes` if the row is still as read; record the visible event; return the new row.
+
+    `guards` add conditions on columns that change without a version (a heartbeat's lease).
+    """
+    where = [job.c.id == row["id"], job.c.version == row["version"], job.c.status == row["status"], *guards]
     if token_guard:
         where += [job.c.worker_token == row["worker_token"], job.c.lease_epoch == row["lease_epoch"]]
     values = {**changes, "version": row["version"] + 1, "updated_at": now}

@@ -26,6 +26,11 @@ class Settings:
     max_streams: int = 4000
     db_pool_size: int = 8
     feed_poll_seconds: float = 0.05
+    # retention of terminal jobs, in days after they finished (0: keep forever); the deleter is "module:function"
+    retention_ready_days: float = 30.0
+    retention_cancelled_days: float = 30.0
+    retention_failed_days: float = 90.0
+    artifact_deleter: str = ""
 
     @property
     def stall_grace(self) -> float:
@@ -55,5 +60,9 @@ class Settings:
             stall_grace_seconds=float(grace) if grace else None,
             max_streams=int(env.get("JOBWIRE_MAX_STREAMS", 4000)),
             db_pool_size=int(env.get("JOBWIRE_DB_POOL_SIZE", 8)),
+            retention_ready_days=number("JOBWIRE_RETENTION_READY_DAYS", 30.0),
+            retention_cancelled_days=number("JOBWIRE_RETENTION_CANCELLED_DAYS", 30.0),
+            retention_failed_days=number("JOBWIRE_RETENTION_FAILED_DAYS", 90.0),
+            artifact_deleter=env.get("JOBWIRE_ARTIFACT_DELETER", ""),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]

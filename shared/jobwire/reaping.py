@@ -1,0 +1,101 @@
+"""Housekeeping that every server process runs: the lease reaper, then retention.
+
+Every `JOBWIRE_REAPER_INTERVAL_SECONDS` (jittered, so replicas do not tick in step) the
+reaper marks expired leases stalled and applies the lease-lost policies past
+`JOBWIRE_STALL_GRACE_SECONDS`; then retention purges terminal jobs past their time. Both
+run on the runtime's database thread pool. Every action is a guarded UPDATE or DELETE, so
+any number of replicas may do this at once. A database outage is logged and waited out:
+the loop never dies of an error. An interval of 0 turns housekeeping off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import random
+import secrets
+import socket
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
+from jobwire.db.store import JobStore
+from jobwire.domain.errors import StoreUnavailable
+from jobwire.rpc.blocking import Blocking
+from jobwire.rpc.config import Settings
+
+if TYPE_CHECKING:
+    from jobwire.serving import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def reaper_id() -> str:
+    """Names this process in the evidence its reaper writes."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+def load_deleter(spec: str) -> ArtifactDeleter:
+    """The artifact deleter named "module:function" (JOBWIRE_ARTIFACT_DELETER); none keeps files."""
+    if not spec:
+        return keep_files
+    module, _, name = spec.partition(":")
+    target = getattr(importlib.import_module(module), name or "delete", None)
+    if not callable(target):
+        raise ValueError(f"JOBWIRE_ARTIFACT_DELETER={spec!r} does not name a function")
+    return target  # type: ignore[no-any-return]
+
+
+class Housekeeping:
+    """The reaper and retention loop of one server process."""
+
+    def __init__(self, store: JobStore, blocking: Blocking, settings: Settings, *, deleter: ArtifactDeleter) -> None:
+        self.store = store
+        self.blocking = blocking
+        self.interval = settings.reaper_interval_seconds
+        self.grace = timedelta(seconds=settings.stall_grace)
+        self.retention = Retention.days(
+            ready=settings.retention_ready_days,
+            cancelled=settings.retention_cancelled_days,
+            failed=settings.retention_failed_days,
+        )
+        self.deleter = deleter
+        self.by = reaper_id()
+        self._reachable = True
+
+    async def run(self) -> None:
+        while True:
+            await self.tick()
+            await asyncio.sleep(self.interval * random.uniform(0.8, 1.2))
+
+    async def tick(self) -> None:
+        """One round: reap, then purge. Errors are logged; the next round tries again."""
+        try:
+            reaped = await self.blocking(self.store.reap_leases, self.grace, by=self.by)
+            purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
+        except StoreUnavailable:
+            if self._reachable:
+                log.warning("housekeeping paused: the database is unreachable")
+            self._reachable = False
+            return
+        except Exception:
+            log.exception("housekeeping round failed; retrying next round")
+            return
+        if not self._reachable:
+            log.info("housekeeping resumed: the database is reachable")
+        self._reachable = True
+        if reaped:
+            log.info("reaper: %s", reaped)
+        if purged.jobs or purged.kept:
+            log.info("retention: %s", purged)
+
+
+def start(rt: Runtime) -> None:
+    """Run housekeeping in the background of `rt`; the host cancels it when it stops."""
+    settings = rt.settings
+    if settings.reaper_interval_seconds <= 0:
+        return
+    keeper = Housekeeping(rt.store, rt.blocking, settings, deleter=load_deleter(settings.artifact_deleter))
+    rt.host.add_task(asyncio.get_running_loop().create_task(keeper.run(), name="jobwire-housekeeping"))

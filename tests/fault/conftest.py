@@ -1,0 +1,48 @@
+"""Fault-test fixtures: servers with chosen settings, stopped at the end of each test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+from fault_support import Server, mariadb_reachable, start, start_mariadb
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[Callable[..., Awaitable[Server]]]:
+    """`await servers(url, **settings)` starts a server; every one stops when the test ends."""
+    started: list[Server] = []
+
+    async def open_server(database_url: str, **settings: object) -> Server:
+        s = await start(database_url, **settings)
+        started.append(s)
+        return s
+
+    try:
+        yield open_server
+    finally:
+        for s in reversed(started):
+            await s.close()
+
+
+@pytest.fixture
+def restartable_mysql_url(mysql_server: str) -> Iterator[str]:
+    """A fresh MySQL database that survives a server restart during the test.
+
+    Like tests/conftest.py's mysql_url, but its admin engine pings before reuse: after a
+    restart the connection that created the database is gone, and DROP must not fail.
+    """
+    name = f"jobwire_test_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(mysql_server + "/", pool_pre_ping=True)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    try:
+        yield f"{mysql_server}/{name}"
+    finally:
+        if not mariadb_reachable(mysql_server + "/"):
+            start_mariadb(mysql_server + "/")  # never leave the shared server down
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+        admin.dispose()

@@ -1,0 +1,118 @@
+"""Two servers, each with its own reaper, on one database: every expired lease is handled once.
+
+Both reapers run every 50 ms over the same expired leases; each action is a guarded
+UPDATE, so counting the events proves that no job was marked or acted on twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fault_support import claim_request, eventually
+
+from jobwire.db import reaper
+from jobwire.db.reaper import LEASE_EXPIRED, LEASE_REVOKED_CANCELLED, LEASE_REVOKED_FAILED, LEASE_REVOKED_REQUEUED
+from jobwire.db.tables import job, job_event
+from jobwire.v1 import job_pb2
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = {"reaper_interval_seconds": 0.05, "stall_grace_seconds": 0.3}
+EACH = 15
+EXPECTED = {  # group -> (status when done, the policy event it gets, if any)
+    "inspect": ("RUNNING", None),
+    "retry_last": ("FAILED", LEASE_REVOKED_FAILED),
+    "retry": ("QUEUED", LEASE_REVOKED_REQUEUED),
+    "cancel": ("CANCELLED", LEASE_REVOKED_CANCELLED),
+}
+
+
+def policy(group: str) -> job_pb2.RetryPolicy | None:
+    if group.startswith("retry"):
+        attempts = 1 if group == "retry_last" else 3
+        return job_pb2.RetryPolicy(max_attempts=attempts, on_lease_lost=job_pb2.RetryPolicy.RETRY)
+    return None
+
+
+async def test_two_reapers_handle_each_expired_lease_exactly_once(servers, database_url) -> None:  # type: ignore[no-untyped-def]
+    a = await servers(database_url, **FAST)
+    b = await servers(database_url, **FAST)
+    groups: dict[str, str] = {}
+    for group in EXPECTED:
+        for _ in range(EACH):
+            submitted = await a.jobs.Submit(job_pb2.SubmitRequest(job_type="frames", retry_policy=policy(group)))
+            groups[submitted.job.job_no] = group
+    leases = (await b.workers.Claim(claim_request(lease=1.0, max_jobs=len(groups)))).leases
+    assert len(leases) == len(groups)
+    for job_no, group in groups.items():
+        if group == "cancel":
+            await b.jobs.Cancel(job_pb2.CancelRequest(job_no=job_no))
+
+    engine = a.runtime.store.db.engine
+
+    async def settled() -> bool:
+        with engine.connect() as conn:
+            now = {
+                r.job_no: (r.status, r.stalled)
+                for r in conn.execute(sa.select(job.c.job_no, job.c.status, job.c.stalled))
+            }
+        done = all(now[n][0] == EXPECTED[g][0] for n, g in groups.items())
+        return done and all(now[n][1] for n, g in groups.items() if g == "inspect")
+
+    await eventually(settled, timeout=15, what="every expired lease handled")
+    await eventually(_quiet(engine), timeout=5, what="the reapers have nothing left to do")
+
+    with engine.connect() as conn:
+        counted = Counter(conn.execute(sa.select(job_event.c.job_no, job_event.c.kind)).all())
+        reapers = {d.rsplit("reaper ", 1)[1].split(";")[0] for (d,) in conn.execute(
+            sa.select(job_event.c.detail).where(job_event.c.kind == LEASE_EXPIRED)
+        )}  # fmt: skip
+    for job_no, group in groups.items():
+        assert counted[job_no, LEASE_EXPIRED] == 1, job_no
+        for kind in (LEASE_REVOKED_REQUEUED, LEASE_REVOKED_FAILED, LEASE_REVOKED_CANCELLED):
+            assert counted[job_no, kind] == (1 if kind == EXPECTED[group][1] else 0), (job_no, kind)
+    assert 1 <= len(reapers) <= 2
+
+
+async def test_the_guarded_update_alone_lets_one_of_many_reapers_act(servers, database_url) -> None:  # type: ignore[no-untyped-def]
+    # Without SKIP LOCKED every contender reads the same row and tries: the guards must decide.
+    s = await servers(database_url, reaper_interval_seconds=0)
+    policy = job_pb2.RetryPolicy(max_attempts=2, on_lease_lost=job_pb2.RetryPolicy.RETRY)
+    nos = [
+        (await s.jobs.Submit(job_pb2.SubmitRequest(job_type="frames", retry_policy=policy))).job.job_no
+        for _ in range(5)
+    ]
+    await s.workers.Claim(claim_request(lease=1.0, max_jobs=5))
+    db = s.runtime.store.db
+    with db.engine.connect() as conn:
+        ids = list(conn.execute(sa.select(job.c.id).where(job.c.job_no.in_(nos))).scalars())
+    await asyncio.sleep(1.1)
+
+    def contend(step: Any) -> list[object]:
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(lambda i: db.write(partial(step, job_id=i[1], by=f"r{i[0]}", skip_locked=False)),
+                                 [(n, job_id) for n in range(8) for job_id in ids]))  # fmt: skip
+
+    marked = await asyncio.to_thread(contend, reaper.mark_stalled)
+    assert marked.count(True) == len(ids)
+    acted = await asyncio.to_thread(contend, partial(reaper.apply_policy, grace=timedelta(0)))
+    assert acted.count(LEASE_REVOKED_REQUEUED) == len(ids) and acted.count(None) == 7 * len(ids)
+
+
+def _quiet(engine: sa.Engine):  # type: ignore[no-untyped-def]
+    """A probe true once no reaper event was written for a few reaper rounds."""
+    seen: list[int] = []
+
+    async def probe() -> bool:
+        with engine.connect() as conn:
+            seen.append(conn.execute(sa.select(sa.func.count()).select_from(job_event)).scalar_one())
+        return len(seen) >= 6 and len(set(seen[-6:])) == 1
+
+    return probe

@@ -1,0 +1,239 @@
+"""Leases that expire: stalled jobs, the lease-lost policies, fencing of late workers.
+
+Short leases (1 s, the minimum) and a fast reaper (every 0.2 s, grace 0.5 s), over real
+gRPC on SQLite and MariaDB. Waits poll with a deadline; only the checks that something did
+*not* happen wait a bounded time, long enough for the reaper to have acted several times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+from service_support import artifact, claim, rpc_error, submit
+
+from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
+
+pytestmark = pytest.mark.timeout(60)
+
+INTERVAL_S = 0.2
+GRACE_S = 0.5
+FAST = {"reaper_interval_seconds": INTERVAL_S, "stall_grace_seconds": GRACE_S}
+LEASE_S = 1.0
+T = TypeVar("T")
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 10.0, what: str = "") -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def reaper_rounds(n: int = 3) -> None:
+    """Long enough past the grace for the reaper to have run `n` times (jitter included)."""
+    await asyncio.sleep(GRACE_S + n * INTERVAL_S * 1.2)
+
+
+async def get(s: Any, job_no: str) -> job_pb2.Job:
+    return await s.jobs.Get(job_pb2.GetRequest(job_no=job_no))
+
+
+def when(s: Any, job_no: str, test: Callable[[job_pb2.Job], bool]) -> Callable[[], Awaitable[job_pb2.Job | None]]:
+    async def probe() -> job_pb2.Job | None:
+        job = await get(s, job_no)
+        return job if test(job) else None
+
+    return probe
+
+
+async def events(s: Any, job_no: str) -> list[admin_pb2.JobEvent]:
+    reply = await s.admin.ListEvents(admin_pb2.ListEventsRequest(job_no=job_no, page_size=500))
+    return list(reply.events)
+
+
+async def kinds(s: Any, job_no: str) -> list[str]:
+    return [e.kind for e in await events(s, job_no)]
+
+
+def retry_policy(max_attempts: int) -> job_pb2.RetryPolicy:
+    return job_pb2.RetryPolicy(max_attempts=max_attempts, on_lease_lost=job_pb2.RetryPolicy.RETRY)
+
+
+async def report(s: Any, lease: worker_pb2.Lease, **fields: Any) -> worker_pb2.ReportStageResponse:
+    request = worker_pb2.ReportStageRequest(job_no=lease.job_no, worker_token=lease.worker_token, **fields)
+    return await s.workers.ReportStage(request)
+
+
+async def heartbeat(s: Any, lease: worker_pb2.Lease, worker_id: str = "w1") -> worker_pb2.LeaseState:
+    ref = worker_pb2.LeaseRef(job_no=lease.job_no, worker_token=lease.worker_token)
+    reply = await s.workers.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=worker_id, leases=[ref]))
+    return reply.leases[0]
+
+
+def complete(s: Any, lease: worker_pb2.Lease, uri: str = "file:///results/out.bin") -> Any:
+    request = worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token, result=artifact(uri))
+    return s.workers.Complete(request)
+
+
+async def assert_lease_lost(call: Any) -> None:
+    assert await rpc_error(call) == (grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST")
+
+
+async def assert_invariants_hold(s: Any) -> None:
+    broken = [admin_pb2.Finding.RUNNING_WITHOUT_LEASE, admin_pb2.Finding.TERMINAL_WITH_TOKEN]
+    reply = await s.admin.Inspect(admin_pb2.InspectRequest(kinds=broken))
+    assert list(reply.findings) == []
+
+
+async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None:  # type: ignore[no-untyped-def]
+    s = await serve(**FAST)
+    job = await submit(s)
+    [lease] = await claim(s, lease=LEASE_S)
+    await report(s, lease, stage="PROCESSING", processed_units=3, total_units=10, checkpoint=b"cp-3")
+
+    stalled = await eventually(when(s, job.job_no, lambda j: j.stalled), what="the job shows stalled")
+    assert stalled.status == job_pb2.Job.RUNNING and stalled.stage == "PROCESSING"
+    found = (await s.admin.Inspect(admin_pb2.InspectRequest(kinds=[admin_pb2.Finding.STALLED]))).findings
+    [finding] = [f for f in found if f.job_no == job.job_no]
+    assert (finding.worker_id, finding.stage, finding.attempt) == ("w1", "PROCESSING", 1)
+    assert (finding.processed_units, finding.total_units, finding.checkpoint_present) == (3, 10, True)
+    assert finding.HasField("heartbeat_at") and finding.HasField("lease_expires_at")
+    assert "marked stalled" in finding.detail and "INSPECT" in finding.detail
+    elsewhere = await s.admin.Inspect(admin_pb2.InspectRequest(queue="other", kinds=[admin_pb2.Finding.STALLED]))
+    assert list(elsewhere.findings) == []
+    [expired] = [e for e in await events(s, job.job_no) if e.kind == "LEASE_EXPIRED"]
+    assert expired.worker_id == "w1" and expired.attempt == 1
+    facts = ("worker w1", "stage PROCESSING 2/4", "units 3/10", "checkpoint present", "attempt 1", "heartbeat")
+    assert all(fact in expired.detail for fact in facts), expired.detail
+
+    # INSPECT waits for an operator: never re-run by itself.
+    await reaper_rounds()
+    assert await claim(s, worker_id="w2") == []
+    still = await get(s, job.job_no)
+    assert still.status == job_pb2.Job.RUNNING and still.stalled and still.version == stalled.version
+
+    requeued = await s.admin.Requeue(admin_pb2.RequeueRequest(job_no=job.job_no, reason="host w1 is gone"))
+    assert requeued.status == job_pb2.Job.QUEUED and not requeued.stalled
+    [second] = await claim(s, worker_id="w2", lease=30)
+    assert second.job_no == job.job_no and second.worker_token != lease.worker_token
+    assert second.checkpoint == b"cp-3" and second.attempt == 2
+    await assert_lease_lost(report(s, lease, stage="PROCESSING", processed_units=4))
+    await assert_lease_lost(complete(s, lease))
+    assert (await complete(s, second)).status == job_pb2.Job.READY
+    trail = await kinds(s, job.job_no)
+    assert trail.count("LEASE_EXPIRED") == 1 and trail.count("REQUEUED") == 1
+    assert trail.count("LATE_CALL_REJECTED") == 2 and trail.count("COMPLETED") == 1
+    await assert_invariants_hold(s)
+
+
+async def test_a_stalled_lease_revives_when_its_holder_speaks_again(serve) -> None:  # type: ignore[no-untyped-def]
+    s = await serve(**FAST)
+    job = await submit(s)
+    [lease] = await claim(s, lease=LEASE_S)
+    await eventually(when(s, job.job_no, lambda j: j.stalled), what="the job shows stalled")
+
+    state = await heartbeat(s, lease)  # a worker back from a long GC pause
+    assert state.state == worker_pb2.LeaseState.OK
+    revived = await get(s, job.job_no)
+    assert revived.status == job_pb2.Job.RUNNING and not revived.stalled
+    assert (await complete(s, lease)).status == job_pb2.Job.READY  # expiry alone revoked nothing
+    trail = await kinds(s, job.job_no)
+    assert trail.index("LEASE_EXPIRED") < trail.index("LEASE_REVIVED") < trail.index("COMPLETED")
+
+
+async def test_retry_policy_requeues_then_fails_worker_lost(serve) -> None:  # type: ignore[no-untyped-def]
+    s = await serve(**FAST)
+    job = await submit(s, retry_policy=retry_policy(max_attempts=2))
+    [first] = await claim(s, lease=LEASE_S)
+    await report(s, first, stage="PROCESSING", processed_units=5, total_units=10, checkpoint=b"cp-5")
+
+    queued = await eventually(when(s, job.job_no, lambda j: j.status == job_pb2.Job.QUEUED), what="requeued")
+    assert queued.attempt == 1 and not queued.stalled and queued.stage == ""
+    [second] = await claim(s, worker_id="w2", lease=LEASE_S)
+    assert second.job_no == job.job_no and second.attempt == 2
+    assert second.worker_token != first.worker_token
+    assert int(second.worker_token.split(".")[0]) > int(first.worker_token.split(".")[0])  # a new epoch
+    assert second.has_checkpoint and second.checkpoint == b"cp-5"
+
+    # The first worker comes back: refused, and the refusals are evidence.
+    await assert_lease_lost(report(s, first, stage="PROCESSING", processed_units=6))
+    await assert_lease_lost(complete(s, first))
+    late = [e for e in await events(s, job.job_no) if e.kind == "LATE_CALL_REJECTED"]
+    assert len(late) == 2 and "epoch" in late[0].detail
+
+    # The second worker dies too, with no attempts left.
+    failed = await eventually(when(s, job.job_no, lambda j: j.status == job_pb2.Job.FAILED), what="failed")
+    assert failed.error.category == job_pb2.JobError.WORKER_LOST and failed.error.retryable
+    assert failed.error.stage == "PREPARING" and failed.attempt == 2 and failed.HasField("finished_at")
+    assert "w2" not in failed.error.message  # users see a plain message, never a worker name
+    await assert_lease_lost(complete(s, second))
+    assert await claim(s, worker_id="w3") == []
+    trail = await kinds(s, job.job_no)
+    assert trail.count("LEASE_EXPIRED") == 2
+    assert trail.count("LEASE_REVOKED_REQUEUED") == 1 and trail.count("LEASE_REVOKED_FAILED") == 1
+    assert trail.count("COMPLETED") == 0
+    await assert_invariants_hold(s)
+
+    retried = await s.jobs.Retry(job_pb2.RetryRequest(job_no=job.job_no))  # WORKER_LOST is retryable
+    assert retried.status == job_pb2.Job.QUEUED
+
+
+async def test_heartbeats_every_third_of_a_lease_keep_a_job_alive_for_ten_leases(serve) -> None:  # type: ignore[no-untyped-def]
+    s = await serve(**FAST)
+    jobs = [await submit(s, retry_policy=retry_policy(max_attempts=1)) for _ in range(3)]
+    leases = await claim(s, lease=LEASE_S, max_jobs=3)
+    assert len(leases) == 3
+    assert leases[0].heartbeat_interval.ToTimedelta().total_seconds() == pytest.approx(LEASE_S / 3)
+    refs = [worker_pb2.LeaseRef(job_no=lease.job_no, worker_token=lease.worker_token) for lease in leases]
+    start = time.monotonic()
+    while time.monotonic() - start < 10 * LEASE_S:
+        # One heartbeat covers all of a worker's leases.
+        reply = await s.workers.Heartbeat(worker_pb2.HeartbeatRequest(worker_id="w1", leases=refs))
+        assert [state.state for state in reply.leases] == [worker_pb2.LeaseState.OK] * 3, "a lease was lost"
+        for job in jobs:
+            current = await get(s, job.job_no)
+            assert current.status == job_pb2.Job.RUNNING and not current.stalled
+        await asyncio.sleep(LEASE_S / 3 - (time.monotonic() - start) % (LEASE_S / 3))
+    for lease in leases:
+        assert (await complete(s, lease)).status == job_pb2.Job.READY
+    for job in jobs:
+        trail = await kinds(s, job.job_no)
+        assert not {"LEASE_EXPIRED", "LEASE_REVOKED_REQUEUED", "LEASE_REVOKED_FAILED"} & set(trail)
+
+
+async def test_cancel_requested_with_a_dead_worker_ends_cancelled(serve) -> None:  # type: ignore[no-untyped-def]
+    s = await serve(**FAST)
+    job = await submit(s)  # INSPECT: a pending cancel ends CANCELLED whatever the policy
+    [lease] = await claim(s, lease=LEASE_S)
+    stopping = await s.jobs.Cancel(job_pb2.CancelRequest(job_no=job.job_no))
+    assert stopping.status == job_pb2.Job.CANCEL_REQUESTED
+
+    done = await eventually(when(s, job.job_no, lambda j: j.status == job_pb2.Job.CANCELLED), what="cancelled")
+    assert not done.stalled and done.HasField("finished_at")
+    confirm = worker_pb2.ConfirmCancelRequest(job_no=job.job_no, worker_token=lease.worker_token)
+    await assert_lease_lost(s.workers.ConfirmCancel(confirm))
+    await assert_lease_lost(complete(s, lease))
+    trail = await kinds(s, job.job_no)
+    assert trail.count("LEASE_EXPIRED") == 1 and trail.count("LEASE_REVOKED_CANCELLED") == 1
+    assert trail.index("LEASE_EXPIRED") < trail.index("LEASE_REVOKED_CANCELLED")
+    await assert_invariants_hold(s)
+
+
+async def test_a_stalled_job_keeps_its_lease_until_the_grace_is_over(serve) -> None:  # type: ignore[no-untyped-def]
+    s = await serve(reaper_interval_seconds=INTERVAL_S, stall_grace_seconds=30)
+    job = await submit(s, retry_policy=retry_policy(max_attempts=3))
+    [lease] = await claim(s, lease=LEASE_S)
+    await eventually(when(s, job.job_no, lambda j: j.stalled), what="the job shows stalled")
+    await asyncio.sleep(3 * INTERVAL_S * 1.2)
+    assert (await get(s, job.job_no)).status == job_pb2.Job.RUNNING  # RETRY waits for the grace
+    assert (await report(s, lease, stage="PROCESSING", processed_units=1)).lease_expires_at.seconds > 0
+    assert not (await get(s, job.job_no)).stalled

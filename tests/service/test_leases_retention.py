@@ -1,0 +1,165 @@
+"""Retention: terminal jobs, their events and artifact rows go once due, in small batches.
+
+Jobs are made old by moving `finished_at` back with SQL; the purge runs in a thread while
+a worker keeps claiming and completing over gRPC, as it would in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+import sqlalchemy as sa
+from service_support import artifact, claim, submit
+
+from jobwire.db.retention import ExpiredArtifact, Retention
+from jobwire.db.store import JobStore
+from jobwire.db.submit import NewJob
+from jobwire.db.tables import artifact as artifact_table
+from jobwire.db.tables import job, job_event
+from jobwire.db.writes import clock
+from jobwire.domain.states import Status
+from jobwire.rpc.config import Settings
+from jobwire.v1 import job_pb2, worker_pb2
+
+pytestmark = pytest.mark.timeout(60)
+
+STUCK_URI = "file:///results/stuck.bin"
+deleted_by_setting: list[ExpiredArtifact] = []
+
+
+def record_deletion(expired: ExpiredArtifact) -> None:
+    """A deleter named by JOBWIRE_ARTIFACT_DELETER in the background test."""
+    deleted_by_setting.append(expired)
+
+
+def finished_jobs(store: JobStore, status: str, age_days: float, n: int, *, uri: str | None = None) -> list[str]:
+    """`n` jobs that ended in `status` `age_days` ago (READY ones with an artifact row)."""
+    nos = [
+        store.submit(NewJob(tenant="default", job_type="old", queue="default", payload=b"x"))[0].job_no
+        for _ in range(n)
+    ]
+    with store.db.engine.begin() as conn:
+        ended = clock(conn) - timedelta(days=age_days)
+        conn.execute(sa.update(job).where(job.c.job_no.in_(nos)).values(status=status, finished_at=ended))
+        if status == "READY":
+            ids = conn.execute(sa.select(job.c.id, job.c.job_no).where(job.c.job_no.in_(nos))).all()
+            conn.execute(sa.insert(artifact_table), [
+                {"job_id": i, "uri": uri or f"file:///results/{no}.bin", "size_bytes": 1, "sha256": "ab" * 32,
+                 "content_type": "", "summary": "", "created_at": ended}
+                for i, no in ids
+            ])  # fmt: skip
+    return nos
+
+
+def remaining(store: JobStore, nos: list[str]) -> tuple[int, int, int]:
+    """(jobs, events, artifacts) still stored for these job numbers."""
+    with store.db.engine.connect() as conn:
+        ids = list(conn.execute(sa.select(job.c.id).where(job.c.job_no.in_(nos))).scalars())
+        events = conn.execute(sa.select(sa.func.count()).where(job_event.c.job_no.in_(nos))).scalar_one()
+        files = conn.execute(sa.select(sa.func.count()).where(artifact_table.c.job_id.in_(ids))).scalar_one()
+    return len(ids), events, files
+
+
+class Deleter:
+    """Records what it deletes, slowly, and cannot delete STUCK_URI."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, expired: ExpiredArtifact) -> None:
+        time.sleep(0.002)
+        if expired.uri == STUCK_URI:
+            raise OSError("permission denied")
+        with self.lock:
+            self.deleted.append(expired.job_no)
+
+
+async def test_retention_purges_only_what_is_due_in_batches_while_claims_continue(serve) -> None:  # type: ignore[no-untyped-def]
+    s = await serve(reaper_interval_seconds=0)  # the purge is run by hand here
+    store: JobStore = s.runtime.store
+    ready_due = finished_jobs(store, "READY", 31, 119)
+    stuck = finished_jobs(store, "READY", 31, 1, uri=STUCK_URI)
+    ready_young = finished_jobs(store, "READY", 29, 10)
+    cancelled_due = finished_jobs(store, "CANCELLED", 31, 20)
+    failed_young = finished_jobs(store, "FAILED", 31, 10)  # FAILED is kept 90 days
+    failed_due = finished_jobs(store, "FAILED", 91, 15)
+    live = await submit(s)  # a queued job is never purged, however old
+
+    deleter = Deleter()
+    purge = asyncio.create_task(asyncio.to_thread(store.purge_expired, Retention(), deleter, batch=25))
+    completed = 0
+    while not purge.done():  # a worker keeps going while the purge runs
+        fresh = await submit(s, job_type="fresh")
+        [lease] = await claim(s, "fresh")
+        request = worker_pb2.CompleteRequest(job_no=fresh.job_no, worker_token=lease.worker_token, result=artifact())
+        assert (await s.workers.Complete(request)).status == job_pb2.Job.READY
+        completed += 1
+    purged = await purge
+
+    assert completed >= 1
+    assert (purged.jobs, purged.kept) == (119 + 20 + 15, 1)
+    assert purged.artifacts == 119 and purged.events >= purged.jobs
+    assert purged.batches == math.ceil(120 / 25) + 1 + 1  # READY, CANCELLED, FAILED: 25 jobs a transaction
+    assert sorted(deleter.deleted) == sorted(ready_due)
+    assert remaining(store, ready_due + cancelled_due + failed_due) == (0, 0, 0)
+    assert remaining(store, stuck) == (1, 1, 1)  # its file could not go: nor do its rows
+    assert remaining(store, ready_young)[::2] == (10, 10)
+    assert remaining(store, failed_young)[0] == 10
+    assert (await s.jobs.Get(job_pb2.GetRequest(job_no=live.job_no))).status == job_pb2.Job.QUEUED
+
+    again = await asyncio.to_thread(store.purge_expired, Retention(), lambda expired: None)
+    assert (again.jobs, again.kept) == (1, 0)
+    assert remaining(store, stuck) == (0, 0, 0)
+
+
+async def test_every_server_purges_by_the_configured_retention(serve) -> None:  # type: ignore[no-untyped-def]
+    deleted_by_setting.clear()
+    one_second = 1 / 86_400
+    s = await serve(
+        reaper_interval_seconds=0.2,
+        retention_ready_days=one_second,
+        artifact_deleter="test_leases_retention:record_deletion",
+    )
+    job = await submit(s)
+    [lease] = await claim(s)
+    request = worker_pb2.CompleteRequest(job_no=job.job_no, worker_token=lease.worker_token, result=artifact())
+    await s.workers.Complete(request)
+    failing = await submit(s, job_type="other")
+    [other] = await claim(s, "other")
+    await s.workers.Fail(worker_pb2.FailRequest(job_no=failing.job_no, worker_token=other.worker_token, message="no"))
+
+    deadline = time.monotonic() + 10
+    while (code := await _get_code(s, job.job_no)) is grpc.StatusCode.OK and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert code is grpc.StatusCode.NOT_FOUND
+    assert [d.job_no for d in deleted_by_setting] == [job.job_no]
+    assert (await s.jobs.Get(job_pb2.GetRequest(job_no=failing.job_no))).status == job_pb2.Job.FAILED
+
+
+async def _get_code(s: Any, job_no: str) -> grpc.StatusCode:
+    try:
+        await s.jobs.Get(job_pb2.GetRequest(job_no=job_no))
+    except grpc.aio.AioRpcError as exc:
+        return exc.code()
+    return grpc.StatusCode.OK
+
+
+def test_retention_settings_come_from_the_environment() -> None:
+    env = {"JOBWIRE_RETENTION_READY_DAYS": "7", "JOBWIRE_RETENTION_CANCELLED_DAYS": "1.5",
+           "JOBWIRE_RETENTION_FAILED_DAYS": "180", "JOBWIRE_ARTIFACT_DELETER": "mymod:delete"}  # fmt: skip
+    settings = Settings.from_env(env)
+    assert (settings.retention_ready_days, settings.retention_cancelled_days) == (7, 1.5)
+    assert (settings.retention_failed_days, settings.artifact_deleter) == (180, "mymod:delete")
+    defaults = Settings.from_env({})
+    days = (defaults.retention_ready_days, defaults.retention_cancelled_days, defaults.retention_failed_days)
+    assert days == (30, 30, 90)
+    forever = Retention.days(ready=0, cancelled=1.5, failed=-1).by_status()
+    assert forever == {Status.CANCELLED: timedelta(days=1.5)}  # zero or less: never purged

@@ -1,0 +1,1 @@
+"""jobwire worker distribution: the WorkerService (`server`, extra [server]) and the fleet runtime (`sdk`)."""

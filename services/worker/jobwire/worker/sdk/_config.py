@@ -1,0 +1,87 @@
+"""The one frozen object that configures a Worker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobwire.client.channel import ChannelConfig
+from jobwire.domain import limits
+
+DEFAULT_LEASE_S = 30.0  # the server's JOBWIRE_LEASE_SECONDS default
+
+
+def default_worker_id() -> str:
+    """host-pid-random: unique per process, readable in AdminService.ListWorkers."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig:
+    """How a worker connects, what it claims and how it stops.
+
+    Attributes:
+        target: WorkerService address, ``HOST:PORT``.
+        worker_id: Names this process in the job's evidence; unique per process.
+        queues: Queues to claim from.
+        concurrency: Jobs run at once (and the size of the sync-handler thread pool).
+        token: Bearer token of a ``worker`` role, or None on an open loopback server.
+        tls: Use TLS with the system's trusted roots (implied by `tls_ca`).
+        tls_ca: CA bundle to trust. `tls_cert` / `tls_key`: client certificate (mTLS).
+        lease_duration: Seconds a lease lasts (1 s to 1 h); None takes the server's default.
+        grace_period: Seconds running jobs get to reach a safe point on shutdown.
+        claim_wait: Seconds one Claim long-polls for work.
+        results_dir: Where results are delivered, as ``file://`` URIs.
+        tmp_root: Where per-attempt temporary folders are made; None for the system's.
+        report_interval: Minimum seconds between two progress reports in one stage.
+    """
+
+    target: str
+    worker_id: str = field(default_factory=default_worker_id)
+    queues: tuple[str, ...] = (limits.DEFAULT_QUEUE,)
+    concurrency: int = 4
+    token: str | None = None
+    tls: bool = False
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    lease_duration: float | None = None
+    grace_period: float = 25.0
+    claim_wait: float = 5.0
+    results_dir: Path = Path("var/results")
+    tmp_root: Path | None = None
+    report_interval: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not self.target:
+            raise ValueError("target is required (HOST:PORT)")
+        if not self.worker_id or len(self.worker_id) > limits.MAX_KEY_CHARS:
+            raise ValueError(f"worker_id must be 1 to {limits.MAX_KEY_CHARS} characters")
+        queues = tuple(limits.queue("queues", q) for q in (self.queues or (limits.DEFAULT_QUEUE,)))
+        object.__setattr__(self, "queues", queues)  # normalised: a list in, a tuple kept
+        if not 1 <= self.concurrency <= 1024:
+            raise ValueError("concurrency must be between 1 and 1024")
+        if self.lease_duration is not None:
+            limits.lease_seconds(self.lease_duration)
+        if self.grace_period < 0 or self.claim_wait < 0 or self.report_interval < 0:
+            raise ValueError("grace_period, claim_wait and report_interval must not be negative")
+        if self.claim_wait > 60:
+            raise ValueError("claim_wait is at most 60 seconds")
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Used only when a lease does not say: a third of the lease, as the server does."""
+        return (self.lease_duration or DEFAULT_LEASE_S) / 3
+
+    def channel_config(self) -> ChannelConfig:
+        return ChannelConfig(
+            target=self.target,
+            token=self.token,
+            tls=self.tls,
+            tls_ca=self.tls_ca,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+        )

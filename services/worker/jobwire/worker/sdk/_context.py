@@ -1,0 +1,273 @@
+"""The handler's view of its job (`JobContext`) and the attempt state the runtime shares with it.
+
+Handlers may call the context from any thread (a sync handler runs in a pool thread and
+may fan out further), so every change happens under one lock and is published to the
+reporter in the order it happened.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from jobwire.domain import limits
+from jobwire.domain.errors import ProgressRegression
+from jobwire.domain.progress import Progress, apply_report
+from jobwire.domain.stages import StageDef, index_of
+from jobwire.worker.sdk._errors import (
+    InputInvalid,
+    JobCancelled,
+    JobInterrupted,
+    LeaseLost,
+    ShuttingDown,
+)
+
+
+class StopReason(enum.IntEnum):
+    """Why a job must stop; a higher value overrides a lower one."""
+
+    SHUTDOWN = 1
+    CANCEL = 2
+    LOST = 3
+
+
+_SIGNALS: dict[StopReason, type[JobInterrupted]] = {
+    StopReason.SHUTDOWN: ShuttingDown,
+    StopReason.CANCEL: JobCancelled,
+    StopReason.LOST: LeaseLost,
+}
+_MESSAGES = {
+    StopReason.SHUTDOWN: "the worker is shutting down",
+    StopReason.CANCEL: "the job was cancelled",
+    StopReason.LOST: "this worker no longer holds the job's lease",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """The latest reportable state of an attempt. `checkpoint_seq` counts checkpoints taken."""
+
+    stage: str
+    processed: int
+    total: int | None
+    checkpoint: bytes | None
+    checkpoint_seq: int
+
+
+class ReportSink(Protocol):
+    """Where snapshots go: the coalescing reporter, or a test recorder."""
+
+    def publish(self, snapshot: Snapshot) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobInfo:
+    job_no: str
+    job_type: str
+    payload: bytes
+    attempt: int
+    last_checkpoint: bytes | None
+    stages: tuple[StageDef, ...]
+    tmp_dir: Path
+
+
+class AttemptState:
+    """One attempt's progress, checkpoint and stop signal; owned by the runtime."""
+
+    def __init__(self, info: JobInfo, sink: ReportSink) -> None:
+        self.info = info
+        self._sink = sink
+        # Re-entrant: a test's report callback may cancel the job from inside a report.
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._progress = Progress(stage_index=1, stage_count=len(info.stages))
+        self._checkpoint: bytes | None = None
+        self._checkpoint_seq = 0
+        self._stop: StopReason | None = None
+        self._delivered: StopReason | None = None
+
+    # -- written by the handler through JobContext -------------------------------------
+
+    def enter_stage(self, code: str) -> None:
+        with self._lock:
+            index = index_of(self.info.stages, code)
+            if index == self._progress.stage_index:
+                return
+            if index < self._progress.stage_index:
+                raise ProgressRegression(f"stage {code} is behind stage {self.stage}")
+            self._progress = Progress(stage_index=index, stage_count=len(self.info.stages))
+            self._publish()
+
+    def report(self, processed: int, total: int | None) -> None:
+        with self._lock:
+            # The same rules the server applies, checked here so a mistake fails in the
+            # handler's own stack instead of as a refused report later.
+            updated = apply_report(self.info.stages, self._progress, self.stage, processed, total)
+            if updated != self._progress:
+                self._progress = updated
+                self._publish()
+
+    def save_checkpoint(self, data: bytes) -> None:
+        data = limits.blob("checkpoint", bytes(data), limits.MAX_CHECKPOINT_BYTES)
+        with self._lock:
+            self._checkpoint = data
+            self._checkpoint_seq += 1
+            self._publish()
+
+    def check(self) -> None:
+        with self._lock:
+            reason = self._stop
+            if reason is None:
+                return
+            self._delivered = max(reason, self._delivered or reason)
+        raise _SIGNALS[reason](_MESSAGES[reason])
+
+    def sleep(self, seconds: float) -> None:
+        self._wake.wait(max(0.0, seconds))
+        self.check()
+
+    # -- read and written by the runtime -------------------------------------------------
+
+    def request_stop(self, reason: StopReason) -> None:
+        """Ask the handler to stop at its next safe point; a stronger reason wins."""
+        with self._lock:
+            if self._stop is None or reason > self._stop:
+                self._stop = reason
+        self._wake.set()
+
+    @property
+    def stop(self) -> StopReason | None:
+        with self._lock:
+            return self._stop
+
+    @property
+    def delivered(self) -> StopReason | None:
+        """The strongest stop signal the handler was actually given by `check()`."""
+        with self._lock:
+            return self._delivered
+
+    @property
+    def stage(self) -> str:
+        return self.info.stages[self._progress.stage_index - 1].code
+
+    @property
+    def checkpoint(self) -> bytes | None:
+        with self._lock:
+            return self._checkpoint
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> Snapshot:
+        return Snapshot(
+            stage=self.stage,
+            processed=self._progress.processed_units,
+            total=self._progress.total_units,
+            checkpoint=self._checkpoint,
+            checkpoint_seq=self._checkpoint_seq,
+        )
+
+    def _publish(self) -> None:
+        # Under the lock, so snapshots reach the sink in the order they were taken.
+        self._sink.publish(self._snapshot())
+
+
+class JobContext:
+    """What a handler knows and can say about the job it runs.
+
+    Thread-safe: call it from the handler's thread, from threads it starts, or from the
+    event loop for `async def` handlers. Only `check()` and `sleep()` raise a stop signal;
+    progress calls never block on the network.
+    """
+
+    def __init__(self, state: AttemptState) -> None:
+        self._state = state
+
+    @property
+    def job_no(self) -> str:
+        """The job number, e.g. ``PT-20261008-001``."""
+        return self._state.info.job_no
+
+    @property
+    def job_type(self) -> str:
+        return self._state.info.job_type
+
+    @property
+    def payload(self) -> bytes:
+        """The payload as submitted."""
+        return self._state.info.payload
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, counting from 1."""
+        return self._state.info.attempt
+
+    @property
+    def last_checkpoint(self) -> bytes | None:
+        """The checkpoint an earlier attempt saved, or None; fixed for this attempt."""
+        return self._state.info.last_checkpoint
+
+    @property
+    def stages(self) -> Sequence[StageDef]:
+        """The stage plan this job runs through."""
+        return self._state.info.stages
+
+    @property
+    def current_stage(self) -> str:
+        return self._state.stage
+
+    @property
+    def tmp_dir(self) -> Path:
+        """A private folder for this attempt; removed by the runtime when the attempt ends."""
+        return self._state.info.tmp_dir
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once the job should stop; `check()` then raises the reason."""
+        return self._state.stop is not None
+
+    def json(self) -> Any:
+        """The payload decoded as JSON; an empty payload reads as ``{}``.
+
+        Raises:
+            InputInvalid: The payload is not valid JSON.
+        """
+        if not self.payload.strip():
+            return {}
+        try:
+            return json.loads(self.payload)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputInvalid(f"the payload is not valid JSON: {exc}") from exc
+
+    def stage(self, code: str) -> None:
+        """Enter stage `code` of the plan; reported at once. Stages never go back."""
+        self._state.enter_stage(code)
+
+    def progress(self, processed: int, total: int | None = None) -> None:
+        """Report units done in the current stage; give `total` only when truly known.
+
+        Reports are coalesced (at most one per 250 ms within a stage, the latest always
+        sent), so calling this for every unit is fine.
+        """
+        self._state.report(processed, total)
+
+    def checkpoint(self, data: bytes) -> None:
+        """Save where a later attempt may resume (at most 64 KiB); sent with the next report."""
+        self._state.save_checkpoint(data)
+
+    def check(self) -> None:
+        """A safe point: return, or raise JobCancelled, LeaseLost or ShuttingDown.
+
+        Call it where stopping leaves nothing half-done, e.g. between batches.
+        """
+        self._state.check()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep in a sync handler, waking early to stop; a safe point like `check()`."""
+        self._state.sleep(seconds)

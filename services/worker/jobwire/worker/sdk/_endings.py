@@ -1,0 +1,78 @@
+"""How an attempt ends, decided once from what the handler did and what it was told.
+
+The worker runtime and the test harness both act on `decide()`, so a handler behaves the
+same under `JobEnvironment` as in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass
+
+from jobwire.worker.sdk._context import AttemptState, StopReason
+from jobwire.worker.sdk._errors import Failure, JobInterrupted, failure_of
+
+
+class EndKind(enum.StrEnum):
+    COMPLETE = "COMPLETE"  # deliver the result, then Complete
+    FAIL = "FAIL"  # Fail with a category
+    CONFIRM_CANCEL = "CONFIRM_CANCEL"  # temp output removed, then ConfirmCancel
+    RELEASE = "RELEASE"  # graceful shutdown: Release with the latest checkpoint
+    DISCARD = "DISCARD"  # the lease is gone: drop everything, tell nobody
+    ABANDON = "ABANDON"  # stopped without a safe point: leave the lease to expire
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ending:
+    kind: EndKind
+    result: object = None
+    failure: Failure | None = None
+
+
+_BY_STOP = {
+    StopReason.LOST: EndKind.DISCARD,
+    StopReason.CANCEL: EndKind.CONFIRM_CANCEL,
+    StopReason.SHUTDOWN: EndKind.RELEASE,
+}
+
+
+def decide(
+    *, stop: StopReason | None, delivered: StopReason | None, result: object, error: BaseException | None
+) -> Ending:
+    """The ending of an attempt.
+
+    Args:
+        stop: The strongest stop requested so far (by the server or the worker).
+        delivered: The strongest stop `check()` actually raised in the handler.
+        result: What the handler returned (when `error` is None).
+        error: What the handler raised, if anything.
+    """
+    if stop is StopReason.LOST:
+        # Someone else may own the job now: never Complete, Fail or Release it.
+        return Ending(kind=EndKind.DISCARD)
+    if error is None:
+        if delivered is not None and stop is not None:
+            # The handler was told to stop but returned anyway: its output may be partial.
+            return Ending(kind=_BY_STOP[stop])
+        return Ending(kind=EndKind.COMPLETE, result=result)
+    if isinstance(error, JobInterrupted) and stop is not None:
+        # The strongest reason wins: a cancel that arrived during shutdown is a cancel.
+        return Ending(kind=_BY_STOP[stop])
+    if isinstance(error, asyncio.CancelledError):
+        return Ending(kind=EndKind.ABANDON)
+    # Anything else, including a stop signal nobody asked for, is a failure.
+    return Ending(kind=EndKind.FAIL, failure=failure_of(error))
+
+
+DELIVERING = "DELIVERING"
+
+
+def begin_delivery(state: AttemptState) -> None:
+    """Enter the plan's DELIVERING stage (if it has one ahead) before copying the result.
+
+    The default plan marks DELIVERING not cancellable, so a cancel cannot race delivery.
+    """
+    codes = [s.code for s in state.info.stages]
+    if DELIVERING in codes and codes.index(DELIVERING) > codes.index(state.stage):
+        state.enter_stage(DELIVERING)

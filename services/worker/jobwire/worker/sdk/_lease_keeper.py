@@ -1,0 +1,95 @@
+"""One batched Heartbeat per worker, for every lease it holds.
+
+The reply's CANCEL_REQUESTED and LOST reach each handler's next safe point. A failed
+heartbeat is retried sooner than the interval (with backoff) but never faster than it
+helps: the lease lasts three intervals, so one missed beat costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from jobwire.v1 import worker_pb2
+from jobwire.worker.sdk._context import StopReason
+from jobwire.worker.sdk._rpc import Backoff, WorkerStub, describe
+
+log = logging.getLogger("jobwire.worker")
+_STATE_STOPS = {
+    worker_pb2.LeaseState.CANCEL_REQUESTED: StopReason.CANCEL,
+    worker_pb2.LeaseState.LOST: StopReason.LOST,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Held:
+    token: str
+    interval: float
+    on_stop: Callable[[StopReason], None]
+
+
+class LeaseKeeper:
+    """Renews all of a worker's leases in one call every heartbeat interval."""
+
+    def __init__(self, stub: WorkerStub, *, worker_id: str, default_interval: float) -> None:
+        self._stub = stub
+        self._worker_id = worker_id
+        self._default_interval = default_interval
+        self._held: dict[str, _Held] = {}
+        self._changed = asyncio.Event()
+        self._backoff = Backoff(initial=0.5, maximum=default_interval)
+
+    def add(self, job_no: str, token: str, *, interval: float, on_stop: Callable[[StopReason], None]) -> None:
+        """Keep renewing `job_no` until `remove`; `on_stop` hears CANCEL_REQUESTED and LOST."""
+        self._held[job_no] = _Held(token=token, interval=interval or self._default_interval, on_stop=on_stop)
+        self._changed.set()
+
+    def remove(self, job_no: str) -> None:
+        self._held.pop(job_no, None)
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def interval(self) -> float:
+        """The shortest interval any held lease asks for."""
+        return min((h.interval for h in self._held.values()), default=self._default_interval)
+
+    async def run(self) -> None:
+        """Heartbeat until cancelled."""
+        delay = self.interval()
+        while True:
+            if not self._held:
+                # Nothing to renew: sleep until a lease arrives, then give it one interval.
+                self._changed.clear()
+                await self._changed.wait()
+                delay = self.interval()
+            await asyncio.sleep(delay)
+            delay = await self.beat()
+
+    async def beat(self) -> float:
+        """Send one Heartbeat for every held lease; returns the delay until the next one."""
+        held = dict(self._held)
+        if not held:
+            return self.interval()
+        request = worker_pb2.HeartbeatRequest(
+            worker_id=self._worker_id,
+            leases=[worker_pb2.LeaseRef(job_no=no, worker_token=h.token) for no, h in held.items()],
+        )
+        try:
+            reply = await self._stub.Heartbeat(request, timeout=self.interval())
+        except grpc.RpcError as exc:
+            delay = min(self._backoff.next(), self.interval())
+            log.warning("heartbeat for %d lease(s) failed (%s); again in %.1fs", len(held), describe(exc), delay)
+            return delay
+        self._backoff.reset()
+        for state in reply.leases:
+            stop = _STATE_STOPS.get(state.state)
+            entry = held.get(state.job_no)
+            if stop is not None and entry is not None:
+                entry.on_stop(stop)
+        return self.interval()

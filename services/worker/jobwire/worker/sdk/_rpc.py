@@ -1,0 +1,125 @@
+"""Calling WorkerService: the stub's shape, which failures to retry, and backoff.
+
+Every worker call is safe to repeat with the same token (DESIGN §4), so a call that fails
+with UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED is retried with backoff; the grpc channel
+reconnects underneath. WORKER_LEASE_LOST is final for the job and never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import grpc
+
+from jobwire.client.status import error_reason
+from jobwire.v1 import job_pb2, worker_pb2
+
+log = logging.getLogger("jobwire.worker")
+
+T = TypeVar("T")
+TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
+CALL_TIMEOUT_S = 10.0
+
+
+class WorkerStub(Protocol):
+    """The part of `WorkerServiceStub` (grpc.aio) the runtime uses; tests pass a fake."""
+
+    def Claim(
+        self, request: worker_pb2.ClaimRequest, *, timeout: float | None = ...
+    ) -> Awaitable[worker_pb2.ClaimResponse]: ...
+
+    def Heartbeat(
+        self, request: worker_pb2.HeartbeatRequest, *, timeout: float | None = ...
+    ) -> Awaitable[worker_pb2.HeartbeatResponse]: ...
+
+    def ReportStage(
+        self, request: worker_pb2.ReportStageRequest, *, timeout: float | None = ...
+    ) -> Awaitable[worker_pb2.ReportStageResponse]: ...
+
+    def Complete(
+        self, request: worker_pb2.CompleteRequest, *, timeout: float | None = ...
+    ) -> Awaitable[job_pb2.Job]: ...
+
+    def Fail(self, request: worker_pb2.FailRequest, *, timeout: float | None = ...) -> Awaitable[job_pb2.Job]: ...
+
+    def ConfirmCancel(
+        self, request: worker_pb2.ConfirmCancelRequest, *, timeout: float | None = ...
+    ) -> Awaitable[job_pb2.Job]: ...
+
+    def Release(self, request: worker_pb2.ReleaseRequest, *, timeout: float | None = ...) -> Awaitable[job_pb2.Job]: ...
+
+
+def status_code(error: BaseException) -> grpc.StatusCode | None:
+    """The status code of a failed call (aio, sync, or a test's fake), else None."""
+    if not isinstance(error, grpc.RpcError):
+        return None
+    code = getattr(error, "code", None)
+    value = code() if callable(code) else None
+    return value if isinstance(value, grpc.StatusCode) else None
+
+
+def is_transient(error: BaseException) -> bool:
+    return status_code(error) in TRANSIENT
+
+
+def is_lease_lost(error: BaseException) -> bool:
+    if status_code(error) is not grpc.StatusCode.FAILED_PRECONDITION:
+        return False
+    return isinstance(error, grpc.RpcError) and error_reason(error) == "WORKER_LEASE_LOST"
+
+
+def describe(error: BaseException) -> str:
+    code = status_code(error)
+    if code is None:
+        return repr(error)
+    details = getattr(error, "details", lambda: "")()
+    reason = error_reason(error) if isinstance(error, grpc.RpcError) else None
+    return f"{code.name}" + (f" {reason}" if reason else "") + (f": {details}" if details else "")
+
+
+class Backoff:
+    """Exponential backoff with full jitter, so a fleet does not retry in lockstep."""
+
+    def __init__(self, initial: float = 0.25, maximum: float = 5.0, factor: float = 2.0) -> None:
+        self.initial, self.maximum, self.factor = initial, maximum, factor
+        self._next = initial
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self.maximum, self._next * self.factor)
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+
+async def call_retrying(
+    call: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    give_up_at: Callable[[], float | None] = lambda: None,
+) -> T:
+    """Run `call` until it succeeds or fails for a reason other than a transient one.
+
+    Args:
+        call: Makes one attempt (a fresh RPC each time).
+        what: Names the call in logs.
+        give_up_at: A `time.monotonic()` deadline, or None for no deadline. Read before
+            every retry, so a shutdown that starts mid-retry bounds it.
+    """
+    backoff = Backoff()
+    while True:
+        try:
+            return await call()
+        except grpc.RpcError as exc:
+            deadline = give_up_at()
+            delay = backoff.next()
+            if not is_transient(exc) or (deadline is not None and time.monotonic() + delay > deadline):
+                raise
+            log.warning("%s failed (%s); retrying in %.2fs", what, describe(exc), delay)
+            await asyncio.sleep(delay)

@@ -1,0 +1,250 @@
+"""Run one leased job: set up its attempt, call the handler, and end the attempt honestly.
+
+Endings (issue 4, item 5): a returned Result is delivered and verified, then Complete; a
+cancel at a safe point removes the temporary folder, then ConfirmCancel; a lost lease
+stops everything and tells nobody; an exception becomes Fail with a category; a shutdown
+at a safe point becomes Release with the latest checkpoint. The temporary folder is
+removed in every case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import grpc
+
+from jobwire.domain.job import ErrorCategory
+from jobwire.domain.stages import StageDef
+from jobwire.v1 import job_pb2, worker_pb2
+from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snapshot, StopReason
+from jobwire.worker.sdk._endings import Ending, EndKind, begin_delivery, decide
+from jobwire.worker.sdk._errors import Failure, failure_of
+from jobwire.worker.sdk._handlers import AsyncHandler, HandlerSpec, SyncHandler
+from jobwire.worker.sdk._lease_keeper import LeaseKeeper
+from jobwire.worker.sdk._reporter import JobReporter
+from jobwire.worker.sdk._result import ResultStore, remove_tree
+from jobwire.worker.sdk._rpc import (
+    CALL_TIMEOUT_S,
+    WorkerStub,
+    call_retrying,
+    describe,
+    is_lease_lost,
+    is_transient,
+)
+
+log = logging.getLogger("jobwire.worker")
+FLUSH_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerDeps:
+    """What every job runner of one worker shares; built once by the Worker."""
+
+    stub: WorkerStub
+    keeper: LeaseKeeper
+    store: ResultStore
+    tmp_root: Path | None
+    run_sync: Callable[[SyncHandler, JobContext], Awaitable[object]]
+    give_up_at: Callable[[], float | None]
+    report_interval: float
+    claims_stopped: asyncio.Event  # set once no Claim is in flight any more, for good
+
+
+class _LoopSink:
+    """Hands snapshots from any thread to the reporter on the event loop, in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, update: Callable[[Snapshot], None]) -> None:
+        self._loop, self._update = loop, update
+
+    def publish(self, snapshot: Snapshot) -> None:
+        # A closed loop means the worker has exited and nobody listens any more.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._update, snapshot)
+
+
+def stages_of(lease: worker_pb2.Lease, spec: HandlerSpec) -> tuple[StageDef, ...]:
+    """The plan the server snapshotted at claim time; the handler's own if it sent none."""
+    if not lease.stages:
+        return spec.stages
+    return tuple(StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable) for s in lease.stages)
+
+
+class JobRunner:
+    """One attempt of one job, from lease to ending."""
+
+    def __init__(self, deps: RunnerDeps, lease: worker_pb2.Lease, spec: HandlerSpec) -> None:
+        self._deps, self._lease, self._spec = deps, lease, spec
+        self.job_no = lease.job_no
+        self._stop_early: StopReason | None = None
+        self._state: AttemptState | None = None
+
+    def request_stop(self, reason: StopReason) -> None:
+        if self._state is not None:
+            self._state.request_stop(reason)
+        else:
+            self._stop_early = max(reason, self._stop_early or reason)
+
+    async def run(self) -> EndKind:
+        """Run the attempt to its end; returns how it ended."""
+        lease = self._lease
+        stages = stages_of(lease, self._spec)
+        tmp = Path(tempfile.mkdtemp(prefix=f"jobwire-{lease.job_no}-a{lease.attempt}-", dir=self._deps.tmp_root))
+        reporter = JobReporter(
+            self._deps.stub,
+            job_no=lease.job_no,
+            token=lease.worker_token,
+            first_stage=stages[0].code,
+            on_stop=self.request_stop,
+            interval=self._deps.report_interval,
+        )
+        state = AttemptState(self._info(stages, tmp), _LoopSink(asyncio.get_running_loop(), reporter.update))
+        self._state = state
+        if self._stop_early is not None:
+            state.request_stop(self._stop_early)
+        interval = lease.heartbeat_interval.ToTimedelta().total_seconds()
+        self._deps.keeper.add(lease.job_no, lease.worker_token, interval=interval, on_stop=state.request_stop)
+        try:
+            ending = await self._invoke(state)
+            log.info("job %s attempt %d: %s", lease.job_no, lease.attempt, ending.kind.value)
+            await _Finisher(self._deps, lease, state, reporter).finish(ending)
+            return ending.kind
+        finally:
+            self._deps.keeper.remove(lease.job_no)
+            await reporter.close()
+            await asyncio.to_thread(remove_tree, tmp)
+
+    def _info(self, stages: tuple[StageDef, ...], tmp: Path) -> JobInfo:
+        lease = self._lease
+        return JobInfo(
+            job_no=lease.job_no,
+            job_type=lease.job_type,
+            payload=lease.payload,
+            attempt=lease.attempt,
+            last_checkpoint=lease.checkpoint if lease.has_checkpoint else None,
+            stages=stages,
+            tmp_dir=tmp,
+        )
+
+    async def _invoke(self, state: AttemptState) -> Ending:
+        ctx = JobContext(state)
+        result: object = None
+        error: BaseException | None = None
+        try:
+            if self._spec.is_async:
+                result = await cast(AsyncHandler, self._spec.fn)(ctx)
+            else:
+                result = await self._deps.run_sync(cast(SyncHandler, self._spec.fn), ctx)
+        except BaseException as exc:  # noqa: BLE001 - every outcome is reported, none lost
+            error = exc
+        return decide(stop=state.stop, delivered=state.delivered, result=result, error=error)
+
+
+class _Finisher:
+    """Acts on an Ending: the RPC that ends the lease, retried while it may succeed."""
+
+    def __init__(self, deps: RunnerDeps, lease: worker_pb2.Lease, state: AttemptState, reporter: JobReporter) -> None:
+        self._deps, self._lease, self._state, self._reporter = deps, lease, state, reporter
+
+    async def finish(self, ending: Ending) -> None:
+        if ending.kind is EndKind.COMPLETE:
+            await self._complete(ending.result)
+        elif ending.kind is EndKind.FAIL:
+            assert ending.failure is not None
+            await self._fail(ending.failure)
+        elif ending.kind is EndKind.CONFIRM_CANCEL:
+            await self._end(
+                "ConfirmCancel",
+                self._deps.stub.ConfirmCancel,
+                worker_pb2.ConfirmCancelRequest(job_no=self._lease.job_no, worker_token=self._lease.worker_token),
+            )
+        elif ending.kind is EndKind.RELEASE:
+            await self._release()
+
+    async def _complete(self, result: object) -> None:
+        state = self._state
+        begin_delivery(state)
+        try:
+            delivered = await asyncio.to_thread(
+                self._deps.store.deliver,
+                result,
+                job_no=self._lease.job_no,
+                attempt=self._lease.attempt,
+                tmp_dir=state.info.tmp_dir,
+            )
+        except Exception as exc:  # noqa: BLE001 - an undeliverable result is reported as a failure
+            await self._fail(failure_of(exc))
+            return
+        if state.stop is StopReason.LOST:
+            self._deps.store.discard(delivered.path)
+            return
+        await self._reporter.flush(FLUSH_TIMEOUT_S)
+        a = delivered.artifact
+        artifact = job_pb2.Artifact(
+            uri=a.uri, size_bytes=a.size_bytes, sha256=a.sha256, content_type=a.content_type, summary=a.summary
+        )
+        request = worker_pb2.CompleteRequest(
+            job_no=self._lease.job_no, worker_token=self._lease.worker_token, result=artifact
+        )
+        outcome = await self._end("Complete", self._deps.stub.Complete, request)
+        if outcome in (_Outcome.LOST, _Outcome.REFUSED):
+            # Refused for good (not merely unreachable): the file must not look delivered.
+            self._deps.store.discard(delivered.path)
+        if outcome is _Outcome.REFUSED:
+            refused = Failure(category=ErrorCategory.RESULT_INVALID, message="the result was refused", retryable=False)
+            await self._fail(refused)
+
+    async def _fail(self, failure: Failure) -> None:
+        await self._reporter.flush(FLUSH_TIMEOUT_S)
+        request = worker_pb2.FailRequest(
+            job_no=self._lease.job_no,
+            worker_token=self._lease.worker_token,
+            category=job_pb2.JobError.Category.Value(failure.category.value),
+            message=failure.message,
+            retryable=failure.retryable,
+            detail=failure.detail,
+        )
+        await self._end("Fail", self._deps.stub.Fail, request)
+
+    async def _release(self) -> None:
+        await self._reporter.flush(FLUSH_TIMEOUT_S)
+        # A long-poll Claim still in flight would take the released job straight back.
+        await self._deps.claims_stopped.wait()
+        request = worker_pb2.ReleaseRequest(
+            job_no=self._lease.job_no, worker_token=self._lease.worker_token, note="worker shutting down"
+        )
+        checkpoint = self._state.checkpoint
+        if checkpoint is not None:
+            request.checkpoint = checkpoint
+        await self._end("Release", self._deps.stub.Release, request)
+
+    async def _end(self, what: str, method: Callable[..., Awaitable[Any]], request: Any) -> _Outcome:
+        """Make the ending call, retrying while the server may be reachable again."""
+        label = f"{what} {self._lease.job_no}"
+        # Whoever sees the job end must not find this attempt's temporary output still there.
+        await asyncio.to_thread(remove_tree, self._state.info.tmp_dir)
+        try:
+            await call_retrying(
+                lambda: method(request, timeout=CALL_TIMEOUT_S), what=label, give_up_at=self._deps.give_up_at
+            )
+        except grpc.RpcError as exc:
+            if is_lease_lost(exc):
+                log.warning("%s: lease lost; the job is no longer ours", label)
+                return _Outcome.LOST
+            log.error("%s failed: %s", label, describe(exc))
+            return _Outcome.UNREACHABLE if is_transient(exc) else _Outcome.REFUSED
+        return _Outcome.OK
+
+
+class _Outcome(enum.Enum):
+    OK = "OK"
+    LOST = "LOST"  # WORKER_LEASE_LOST: someone else decides the job now
+    REFUSED = "REFUSED"  # a definite no for another reason
+    UNREACHABLE = "UNREACHABLE"  # gave up retrying; the call may or may not have landed

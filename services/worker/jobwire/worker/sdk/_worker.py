@@ -1,0 +1,275 @@
+"""The Worker: claims jobs, runs them through JobRunner, and shuts down gracefully.
+
+Shutdown (issue 4, item 6): stop claiming; every running job is asked to stop at its next
+safe point and is released with its latest checkpoint; whatever has not ended when the
+grace period runs out is abandoned (its lease expires and the job's lease policy decides).
+A second shutdown request ends the grace period at once. While the server is unreachable,
+every call backs off and retries and handlers keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import grpc
+
+from jobwire.client.channel import aio_channel
+from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
+from jobwire.worker.sdk._config import WorkerConfig
+from jobwire.worker.sdk._context import JobContext, StopReason
+from jobwire.worker.sdk._handlers import Handlers, SyncHandler
+from jobwire.worker.sdk._lease_keeper import LeaseKeeper
+from jobwire.worker.sdk._result import ResultStore
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, Backoff, WorkerStub, call_retrying, describe
+from jobwire.worker.sdk._runner import JobRunner, RunnerDeps
+
+log = logging.getLogger("jobwire.worker")
+
+
+@dataclass(frozen=True)
+class _Running:
+    job_no: str
+    runner: JobRunner | None  # None for a lease handed straight back
+    task: asyncio.Task[object]
+
+
+class Worker:
+    """Runs handlers for the jobs it claims from WorkerService.
+
+    Example:
+        worker = Worker(WorkerConfig(target="127.0.0.1:50051"), registry)
+        exit_code = await worker.run()   # until worker.shutdown() is called
+
+    Args:
+        config: Connection, queues, concurrency and timing.
+        handlers: The job types this worker runs.
+        stub: A WorkerService stub to use instead of opening a channel (tests).
+    """
+
+    def __init__(self, config: WorkerConfig, handlers: Handlers, *, stub: WorkerStub | None = None) -> None:
+        if not len(handlers):
+            raise ValueError("a worker needs at least one handler")
+        self.config, self.handlers = config, handlers
+        self._stub = stub
+        self._store = ResultStore(config.results_dir)
+        self._running: dict[str, _Running] = {}
+        self._stopping = False
+        self._deadline = float("inf")
+        self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._slot = asyncio.Event()
+        self._claims_stopped = asyncio.Event()
+        self._busy_threads = 0
+        self._busy_lock = threading.Lock()
+
+    @property
+    def running(self) -> int:
+        """Jobs running now."""
+        return len(self._running)
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Sync handlers still running after shutdown; the process must exit to stop them."""
+        return self._busy_threads
+
+    def shutdown(self, *, immediate: bool = False) -> None:
+        """Stop claiming and stop running jobs at their next safe point; call on the loop.
+
+        The first call starts the grace period; a second call (or `immediate`) ends it.
+        """
+        now = time.monotonic()
+        if self._stopping:
+            self._deadline = min(self._deadline, now)
+            self._hurry.set()
+            return
+        self._stopping = True
+        self._deadline = now + (0.0 if immediate else self.config.grace_period)
+        log.info("shutting down: %d running job(s), %.0fs grace", len(self._running), self._deadline - now)
+        for running in self._running.values():
+            if running.runner is not None:
+                running.runner.request_stop(StopReason.SHUTDOWN)
+        self._stop.set()
+        self._slot.set()
+
+    async def run(self) -> int:
+        """Claim and run jobs until `shutdown()`; returns 0 if every job ended cleanly, else 1."""
+        channel = None
+        stub = self._stub
+        if stub is None:
+            channel = aio_channel(self.config.channel_config())
+            stub = worker_pb2_grpc.WorkerServiceStub(channel)
+        assert stub is not None
+        pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="jobwire-handler")
+        keeper = LeaseKeeper(stub, worker_id=self.config.worker_id, default_interval=self.config.heartbeat_interval)
+        deps = self._deps(stub, keeper, pool)
+        self._announce()
+        keeper_task = asyncio.create_task(keeper.run(), name="lease keeper")
+        claim_task = asyncio.create_task(self._claim_loop(stub, deps), name="claim loop")
+        try:
+            await self._stop.wait()
+            abandoned = await self._drain(claim_task)
+        finally:
+            # Normally all done by now; if run() itself was cancelled, take everything down.
+            tasks = [claim_task, keeper_task, *(r.task for r in self._running.values())]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            pool.shutdown(wait=False, cancel_futures=True)
+            if channel is not None:
+                await channel.close()
+        log.info("worker %s stopped", self.config.worker_id)
+        return 1 if abandoned else 0
+
+    def _announce(self) -> None:
+        log.info(
+            "worker %s: target %s, queues %s, job types %s, concurrency %d",
+            self.config.worker_id,
+            self.config.target,
+            ",".join(self.config.queues),
+            ",".join(s.job_type for s in self.handlers),
+            self.config.concurrency,
+        )
+
+    def _deps(self, stub: WorkerStub, keeper: LeaseKeeper, pool: ThreadPoolExecutor) -> RunnerDeps:
+        loop = asyncio.get_running_loop()
+
+        def tracked(fn: SyncHandler, ctx: JobContext) -> object:
+            with self._busy_lock:
+                self._busy_threads += 1
+            try:
+                return fn(ctx)
+            finally:
+                with self._busy_lock:
+                    self._busy_threads -= 1
+
+        async def run_sync(fn: SyncHandler, ctx: JobContext) -> object:
+            return await loop.run_in_executor(pool, tracked, fn, ctx)
+
+        return RunnerDeps(
+            stub=stub,
+            keeper=keeper,
+            store=self._store,
+            tmp_root=self.config.tmp_root,
+            run_sync=run_sync,
+            give_up_at=lambda: self._deadline if self._stopping else None,
+            report_interval=self.config.report_interval,
+            claims_stopped=self._claims_stopped,
+        )
+
+    async def _claim_loop(self, stub: WorkerStub, deps: RunnerDeps) -> None:
+        try:
+            await self._claim_until_stopped(stub, deps)
+        finally:
+            self._claims_stopped.set()
+
+    async def _claim_until_stopped(self, stub: WorkerStub, deps: RunnerDeps) -> None:
+        backoff = Backoff(initial=0.5, maximum=10.0)
+        while not self._stopping:
+            free = self.config.concurrency - len(self._running)
+            if free <= 0:
+                self._slot.clear()
+                await self._slot.wait()
+                continue
+            try:
+                reply = await stub.Claim(self._claim_request(free), timeout=self.config.claim_wait + CALL_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                delay = backoff.next()
+                log.warning("claim failed (%s); retrying in %.1fs", describe(exc), delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                continue
+            backoff.reset()
+            for lease in reply.leases:
+                self._start(stub, deps, lease)
+
+    def _claim_request(self, free: int) -> worker_pb2.ClaimRequest:
+        request = worker_pb2.ClaimRequest(
+            worker_id=self.config.worker_id,
+            queues=list(self.config.queues),
+            job_types=[
+                worker_pb2.JobTypeSpec(
+                    name=spec.job_type,
+                    stages=[
+                        worker_pb2.StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable)
+                        for s in spec.stages
+                    ],
+                )
+                for spec in self.handlers
+            ],
+            max_jobs=free,
+        )
+        request.wait.FromTimedelta(timedelta(seconds=self.config.claim_wait))
+        if self.config.lease_duration is not None:
+            request.lease_duration.FromTimedelta(timedelta(seconds=self.config.lease_duration))
+        return request
+
+    def _start(self, stub: WorkerStub, deps: RunnerDeps, lease: worker_pb2.Lease) -> None:
+        log.info("job %s (%s) attempt %d claimed", lease.job_no, lease.job_type, lease.attempt)
+        spec = self.handlers.get(lease.job_type)
+        runner: JobRunner | None = None
+        if spec is None or self._stopping:
+            # Claimed as shutdown began (or a type we do not run): hand it straight back.
+            task: asyncio.Task[object] = asyncio.create_task(self._hand_back(stub, deps, lease, known=spec is not None))
+        else:
+            runner = JobRunner(deps, lease, spec)
+            task = asyncio.create_task(runner.run(), name=f"job {lease.job_no}")
+        self._running[lease.job_no] = _Running(job_no=lease.job_no, runner=runner, task=task)
+        task.add_done_callback(functools.partial(self._finished, lease.job_no))
+
+    def _finished(self, job_no: str, task: asyncio.Task[object]) -> None:
+        self._running.pop(job_no, None)
+        self._slot.set()
+        if not task.cancelled() and task.exception() is not None:
+            # A bug in the runtime itself: say so loudly; the lease expires and the policy decides.
+            log.error("job %s: the worker runtime failed", job_no, exc_info=task.exception())
+
+    async def _hand_back(self, stub: WorkerStub, deps: RunnerDeps, lease: worker_pb2.Lease, *, known: bool) -> object:
+        job_no, token, give_up = lease.job_no, lease.worker_token, deps.give_up_at
+        with contextlib.suppress(grpc.RpcError):
+            if known:
+                request = worker_pb2.ReleaseRequest(job_no=job_no, worker_token=token, note="worker shutting down")
+                await call_retrying(
+                    lambda: stub.Release(request, timeout=CALL_TIMEOUT_S), what="Release", give_up_at=give_up
+                )
+            else:
+                log.error("job %s: no handler for job type %r", lease.job_no, lease.job_type)
+                request_f = worker_pb2.FailRequest(
+                    job_no=job_no,
+                    worker_token=token,
+                    category=job_pb2.JobError.PROCESSING_ERROR,
+                    message="no worker runs this job type",
+                    retryable=True,
+                )
+                await call_retrying(
+                    lambda: stub.Fail(request_f, timeout=CALL_TIMEOUT_S), what="Fail", give_up_at=give_up
+                )
+        return None
+
+    async def _drain(self, claim_task: asyncio.Task[None]) -> bool:
+        """Wait for the claim loop and running jobs until the deadline; True if any were abandoned."""
+        while True:
+            pending: set[asyncio.Future[Any]] = {r.task for r in self._running.values()}
+            if not claim_task.done():
+                pending.add(claim_task)
+            remaining = self._deadline - time.monotonic()
+            if not pending or remaining <= 0:
+                break
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait({*pending, hurry}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            hurry.cancel()
+        left = list(self._running.values())
+        for running in left:
+            log.error("job %s did not reach a safe point within the grace period; abandoned", running.job_no)
+            running.task.cancel()
+        if left:
+            await asyncio.wait([r.task for r in left], timeout=5.0)
+        return bool(left) or self._busy_threads > 0

@@ -1,0 +1,130 @@
+"""``jobwire-worker``: run a fleet worker for the handlers in MODULE:OBJ.
+
+    jobwire-worker --target HOST:PORT --handlers examples:handlers [--queue Q ...]
+                   [--concurrency N] [--worker-id ID] [--token-file PATH] [--lease-seconds S]
+
+Environment fallbacks: JOBWIRE_TARGET, JOBWIRE_TOKEN (or JOBWIRE_TOKEN_FILE),
+JOBWIRE_RESULTS_DIR. SIGTERM or SIGINT stops claiming and gives running jobs the grace
+period to reach a safe point; a second signal ends the grace period. Exit status: 0 after a
+clean stop, 1 when a job had to be abandoned, 2 for a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from jobwire.domain.errors import JobwireError
+from jobwire.worker.sdk._config import WorkerConfig, default_worker_id
+from jobwire.worker.sdk._handlers import Handlers
+from jobwire.worker.sdk._worker import Worker
+
+DEFAULT_TARGET = "127.0.0.1:50051"  # the servers' JOBWIRE_LISTEN default
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="jobwire-worker", description="Run jobwire handlers for a WorkerService.")
+    p.add_argument("--target", default=env("JOBWIRE_TARGET", DEFAULT_TARGET), help="HOST:PORT (env JOBWIRE_TARGET)")
+    p.add_argument("--handlers", required=True, metavar="MODULE:OBJ", help="a Handlers object, e.g. examples:handlers")
+    p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE", help="queue to claim from; repeatable")
+    p.add_argument("--concurrency", type=int, default=4, help="jobs run at once (default 4)")
+    p.add_argument("--worker-id", default=None, help="default: host-pid-random")
+    p.add_argument(
+        "--token-file", type=Path, default=_env_path("JOBWIRE_TOKEN_FILE"), help="file holding the bearer token"
+    )
+    p.add_argument("--lease-seconds", type=float, default=None, help="lease length to ask for (1 to 3600)")
+    p.add_argument("--grace-seconds", type=float, default=25.0, help="shutdown grace period (default 25)")
+    p.add_argument("--claim-wait", type=float, default=5.0, help="long-poll seconds per Claim (default 5)")
+    p.add_argument("--results-dir", type=Path, default=Path(env("JOBWIRE_RESULTS_DIR", "var/results")))
+    p.add_argument("--tmp-dir", type=Path, default=None, help="where per-attempt temporary folders go")
+    p.add_argument("--tls", action="store_true", help="use TLS with the system's roots")
+    p.add_argument("--tls-ca", type=Path, default=None, help="CA bundle to trust (turns TLS on)")
+    p.add_argument("--tls-cert", type=Path, default=None, help="client certificate for mutual TLS")
+    p.add_argument("--tls-key", type=Path, default=None, help="client key for mutual TLS")
+    p.add_argument("--log-level", default=env("JOBWIRE_LOG_LEVEL", "INFO"))
+    return p.parse_args(argv)
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def build_config(args: argparse.Namespace) -> WorkerConfig:
+    token = os.environ.get("JOBWIRE_TOKEN") or None
+    if args.token_file is not None:
+        token = args.token_file.read_text().strip()
+    return WorkerConfig(
+        target=args.target,
+        worker_id=args.worker_id or default_worker_id(),
+        queues=tuple(args.queues or ("default",)),
+        concurrency=args.concurrency,
+        token=token,
+        tls=args.tls,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        lease_duration=args.lease_seconds,
+        grace_period=args.grace_seconds,
+        claim_wait=args.claim_wait,
+        results_dir=args.results_dir,
+        tmp_root=args.tmp_dir,
+    )
+
+
+def load_handlers(spec: str) -> Handlers:
+    """Import ``MODULE:OBJ``; OBJ is a Handlers object or a function returning one."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"--handlers must look like MODULE:OBJ, not {spec!r}")
+    # Like celery and uvicorn: the current directory's modules are importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    obj: object = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if callable(obj) and not isinstance(obj, Handlers):
+        obj = obj()
+    if not isinstance(obj, Handlers):
+        raise ValueError(f"{spec} is a {type(obj).__name__}, not a jobwire Handlers object")
+    return obj
+
+
+async def serve(worker: Worker) -> int:
+    """Run `worker` until SIGTERM or SIGINT; a second signal ends the grace period."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):  # no loop signal handlers on Windows
+            loop.add_signal_handler(sig, worker.shutdown)
+    return await worker.run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        worker = Worker(build_config(args), load_handlers(args.handlers))
+    except (ValueError, JobwireError, ImportError, AttributeError, OSError) as exc:
+        print(f"jobwire-worker: {exc}", file=sys.stderr)
+        return 2
+    code = asyncio.run(serve(worker))
+    if worker.abandoned_threads:
+        # A sync handler that never reached a safe point cannot be stopped from outside its
+        # thread, and the interpreter would wait for it at exit: leave without waiting.
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

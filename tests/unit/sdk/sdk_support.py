@@ -1,0 +1,153 @@
+"""Fakes for the worker SDK's unit tests: a WorkerService in memory, failed calls, leases."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+from jobwire.v1 import job_pb2, worker_pb2
+
+
+def rpc_error(code: grpc.StatusCode, reason: str | None = None, details: str = "") -> grpc.aio.AioRpcError:
+    """What a failed aio call raises, with a jobwire ErrorInfo reason when given."""
+    trailing = grpc.aio.Metadata()
+    if reason is not None:
+        status = status_pb2.Status(code=getattr(code_pb2, code.name), message=details)
+        status.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason, domain="jobwire"))
+        trailing.add("grpc-status-details-bin", status.SerializeToString())
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, details)
+
+
+def lease_lost() -> grpc.aio.AioRpcError:
+    return rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST", "lease lost")
+
+
+def unavailable() -> grpc.aio.AioRpcError:
+    return rpc_error(grpc.StatusCode.UNAVAILABLE, None, "database down")
+
+
+def make_lease(
+    job_no: str = "PT-20260101-001",
+    job_type: str = "test",
+    payload: bytes = b"",
+    *,
+    attempt: int = 1,
+    checkpoint: bytes | None = None,
+    stages: Sequence[str] = (),
+    heartbeat_s: float = 0.2,
+) -> worker_pb2.Lease:
+    lease = worker_pb2.Lease(
+        job_no=job_no,
+        worker_token=f"tok-{job_no}",
+        job_type=job_type,
+        payload=payload,
+        attempt=attempt,
+        checkpoint=checkpoint or b"",
+        has_checkpoint=checkpoint is not None,
+        stages=[worker_pb2.StageDef(code=code, cancellable=code != "DELIVERING") for code in stages],
+    )
+    lease.heartbeat_interval.FromNanoseconds(int(heartbeat_s * 1e9))
+    return lease
+
+
+@dataclass
+class Call:
+    method: str
+    request: Any
+    at: float
+
+
+@dataclass
+class FakeWorkerService:
+    """Answers like WorkerService; scripted errors and states, every call recorded."""
+
+    pending: list[worker_pb2.Lease] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    errors: dict[str, list[BaseException]] = field(default_factory=dict)
+    lease_states: dict[str, int] = field(default_factory=dict)  # job_no -> LeaseState.State
+    cancel_in_reports: set[str] = field(default_factory=set)
+    ended: dict[str, str] = field(default_factory=dict)  # job_no -> the ending method
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    claim_gate: asyncio.Event | None = None  # when set, Claim long-polls until the gate opens
+    on_end: Callable[[str, Any], None] | None = None  # sees every ending call as it arrives
+    report_latency: float = 0.0  # how long a ReportStage takes to answer
+
+    def of(self, method: str, job_no: str | None = None) -> list[Any]:
+        return [c.request for c in self.calls if c.method == method and (job_no is None or c.request.job_no == job_no)]
+
+    def fail_next(self, method: str, *errors: BaseException) -> None:
+        self.errors.setdefault(method, []).extend(errors)
+
+    async def wait_for(self, method: str, count: int = 1, timeout: float = 5.0) -> list[Any]:
+        async with asyncio.timeout(timeout):
+            while len(self.of(method)) < count:
+                self.changed.clear()
+                await self.changed.wait()
+        return self.of(method)
+
+    def _record(self, method: str, request: message.Message) -> None:
+        self.calls.append(Call(method, request, time.monotonic()))
+        self.changed.set()
+        queued = self.errors.get(method)
+        if queued:
+            raise queued.pop(0)
+
+    async def Claim(
+        self, request: worker_pb2.ClaimRequest, *, timeout: float | None = None
+    ) -> worker_pb2.ClaimResponse:
+        self._record("Claim", request)
+        if self.claim_gate is not None:
+            await self.claim_gate.wait()
+        elif not self.pending:
+            await asyncio.sleep(min(0.02, request.wait.ToTimedelta().total_seconds()))
+        granted, self.pending = self.pending[: request.max_jobs or 1], self.pending[request.max_jobs or 1 :]
+        return worker_pb2.ClaimResponse(leases=granted)
+
+    async def Heartbeat(
+        self, request: worker_pb2.HeartbeatRequest, *, timeout: float | None = None
+    ) -> worker_pb2.HeartbeatResponse:
+        self._record("Heartbeat", request)
+        states = [
+            worker_pb2.LeaseState(job_no=ref.job_no, state=self.lease_states.get(ref.job_no, worker_pb2.LeaseState.OK))
+            for ref in request.leases
+        ]
+        return worker_pb2.HeartbeatResponse(leases=states)
+
+    async def ReportStage(
+        self, request: worker_pb2.ReportStageRequest, *, timeout: float | None = None
+    ) -> worker_pb2.ReportStageResponse:
+        self._record("ReportStage", request)
+        await asyncio.sleep(self.report_latency)
+        if self.lease_states.get(request.job_no) == worker_pb2.LeaseState.LOST:
+            raise lease_lost()
+        return worker_pb2.ReportStageResponse(cancel_requested=request.job_no in self.cancel_in_reports)
+
+    async def _end(self, method: str, request: Any) -> job_pb2.Job:
+        if self.on_end is not None:
+            self.on_end(method, request)
+        self._record(method, request)
+        if self.lease_states.get(request.job_no) == worker_pb2.LeaseState.LOST:
+            raise lease_lost()
+        self.ended[request.job_no] = method
+        return job_pb2.Job(job_no=request.job_no)
+
+    async def Complete(self, request: worker_pb2.CompleteRequest, *, timeout: float | None = None) -> job_pb2.Job:
+        return await self._end("Complete", request)
+
+    async def Fail(self, request: worker_pb2.FailRequest, *, timeout: float | None = None) -> job_pb2.Job:
+        return await self._end("Fail", request)
+
+    async def ConfirmCancel(
+        self, request: worker_pb2.ConfirmCancelRequest, *, timeout: float | None = None
+    ) -> job_pb2.Job:
+        return await self._end("ConfirmCancel", request)
+
+    async def Release(self, request: worker_pb2.ReleaseRequest, *, timeout: float | None = None) -> job_pb2.Job:
+        return await self._end("Release", request)

@@ -1,0 +1,45 @@
+"""jobwire-worker's arguments, environment fallbacks and handler loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobwire.worker.sdk import Handlers
+from jobwire.worker.sdk.cli import build_config, load_handlers, main, parse_args
+
+
+def test_flags_build_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBWIRE_TARGET", raising=False)
+    monkeypatch.delenv("JOBWIRE_TOKEN", raising=False)
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    args = parse_args(
+        ["--target", "h:1", "--handlers", "examples:handlers", "--queue", "a", "--queue", "b", "--concurrency", "3",
+         "--worker-id", "w9", "--token-file", str(token), "--lease-seconds", "12"]
+    )  # fmt: skip
+    config = build_config(args)
+    assert (config.target, config.queues, config.concurrency, config.worker_id) == ("h:1", ("a", "b"), 3, "w9")
+    assert (config.token, config.lease_duration) == ("s3cret", 12.0)
+
+
+def test_environment_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBWIRE_TARGET", "envhost:7")
+    monkeypatch.setenv("JOBWIRE_TOKEN", "from-env")
+    config = build_config(parse_args(["--handlers", "examples:handlers"]))
+    assert (config.target, config.token, config.queues) == ("envhost:7", "from-env", ("default",))
+    assert config.lease_duration is None
+
+
+def test_handlers_load_from_module_and_object() -> None:
+    handlers = load_handlers("examples:handlers")
+    assert isinstance(handlers, Handlers)
+    assert {s.job_type for s in handlers} == {"frames", "csv_import", "report"}
+    assert "frames" in load_handlers("examples.frames:handlers")
+
+
+@pytest.mark.parametrize("spec", ["examples", "examples:nope", "no_such_module_xyz:handlers", "examples.frames:WIDTH"])
+def test_bad_handler_specs_exit_2(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--target", "h:1", "--handlers", spec]) == 2
+    assert "jobwire-worker:" in capsys.readouterr().err

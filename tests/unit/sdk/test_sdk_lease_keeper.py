@@ -1,0 +1,64 @@
+"""One batched heartbeat per worker; CANCEL_REQUESTED and LOST reach the jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from sdk_support import FakeWorkerService, unavailable
+
+from jobwire.v1 import worker_pb2
+from jobwire.worker.sdk._context import StopReason
+from jobwire.worker.sdk._lease_keeper import LeaseKeeper
+
+
+async def test_one_heartbeat_carries_every_lease(fake: FakeWorkerService) -> None:
+    keeper = LeaseKeeper(fake, worker_id="w1", default_interval=10.0)
+    stops: dict[str, list[StopReason]] = {}
+    for no in ("A", "B", "C"):
+        keeper.add(no, f"t-{no}", interval=0.1, on_stop=stops.setdefault(no, []).append)
+    fake.lease_states.update({"B": worker_pb2.LeaseState.CANCEL_REQUESTED, "C": worker_pb2.LeaseState.LOST})
+    task = asyncio.create_task(keeper.run())
+    try:
+        beats = await fake.wait_for("Heartbeat", 2, timeout=2.0)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert beats[0].worker_id == "w1"
+    assert sorted((ref.job_no, ref.worker_token) for ref in beats[0].leases) == [
+        ("A", "t-A"),
+        ("B", "t-B"),
+        ("C", "t-C"),
+    ]
+    assert stops["A"] == []
+    assert stops["B"][0] is StopReason.CANCEL
+    assert stops["C"][0] is StopReason.LOST
+
+
+async def test_the_interval_is_the_shortest_a_lease_asks_for(fake: FakeWorkerService) -> None:
+    keeper = LeaseKeeper(fake, worker_id="w1", default_interval=10.0)
+    assert keeper.interval() == 10.0
+    keeper.add("A", "t", interval=5.0, on_stop=lambda r: None)
+    keeper.add("B", "t", interval=2.0, on_stop=lambda r: None)
+    assert keeper.interval() == 2.0
+    keeper.remove("B")
+    assert keeper.interval() == 5.0
+
+
+async def test_a_failed_heartbeat_is_retried_sooner(fake: FakeWorkerService) -> None:
+    keeper = LeaseKeeper(fake, worker_id="w1", default_interval=10.0)
+    keeper.add("A", "t", interval=5.0, on_stop=lambda r: None)
+    fake.fail_next("Heartbeat", unavailable())
+    assert await keeper.beat() < 1.0
+    assert await keeper.beat() == 5.0
+
+
+async def test_no_leases_no_heartbeats(fake: FakeWorkerService) -> None:
+    keeper = LeaseKeeper(fake, worker_id="w1", default_interval=0.05)
+    task = asyncio.create_task(keeper.run())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert fake.of("Heartbeat") == []

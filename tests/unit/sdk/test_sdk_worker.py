@@ -1,0 +1,290 @@
+"""The Worker against an in-memory WorkerService: claims, endings on the wire, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sdk_support import FakeWorkerService, make_lease, unavailable
+
+from jobwire.v1 import job_pb2, worker_pb2
+from jobwire.worker.sdk import DependencyFailed, Handlers, JobContext, Result, Worker, WorkerConfig
+
+registry = Handlers()
+release_stuck = threading.Event()
+
+
+@registry.job("write", stages=["PROCESSING", "DELIVERING"])
+def write(ctx: JobContext) -> Result:
+    n = ctx.json().get("n", 3)
+    out = ctx.tmp_dir / "out.txt"
+    with out.open("w") as f:
+        for i in range(1, n + 1):
+            ctx.check()
+            f.write(f"{i}\n")
+            ctx.progress(i, total=n)
+            ctx.checkpoint(str(i).encode())
+            ctx.sleep(ctx.json().get("sleep", 0))
+    return Result.from_file(out, content_type="text/plain")
+
+
+@registry.job("fails")
+def fails(ctx: JobContext) -> Result:
+    kind = ctx.json()["kind"]
+    if kind == "dependency":
+        raise DependencyFailed("the warehouse API is down")
+    raise ValueError(f"cannot parse {ctx.tmp_dir}/input.csv")
+
+
+@registry.job("stuck")
+def stuck(ctx: JobContext) -> Result:
+    release_stuck.wait(30)  # never reaches a safe point
+    return Result.from_bytes(b"late")
+
+
+@registry.job("resume")
+async def resume(ctx: JobContext) -> Result:
+    return Result.from_bytes(repr(ctx.last_checkpoint).encode())
+
+
+@asynccontextmanager
+async def running(config: WorkerConfig, fake: FakeWorkerService) -> AsyncIterator[tuple[Worker, asyncio.Task[int]]]:
+    worker = Worker(config, registry, stub=fake)
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker, task
+    finally:
+        if not task.done():
+            worker.shutdown(immediate=True)
+            await asyncio.wait_for(task, 5)
+
+
+def tmp_left(config: WorkerConfig) -> list[Path]:
+    assert config.tmp_root is not None
+    return list(config.tmp_root.iterdir())
+
+
+def results(config: WorkerConfig) -> list[Path]:
+    return [p for p in config.results_dir.rglob("*") if p.is_file()] if config.results_dir.exists() else []
+
+
+async def test_a_returned_result_is_delivered_then_completed(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 3}', stages=["PROCESSING", "DELIVERING"]))
+    async with running(config, fake) as (worker, task):
+        (complete,) = await fake.wait_for("Complete")
+        worker.shutdown()
+        assert await task == 0
+    artifact = complete.result
+    (path,) = results(config)
+    assert artifact.uri == path.as_uri()
+    assert artifact.sha256 == hashlib.sha256(b"1\n2\n3\n").hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert artifact.size_bytes == 6
+    assert complete.worker_token == "tok-PT-1"
+    assert tmp_left(config) == []
+    assert fake.of("ReportStage")[-1].stage == "DELIVERING"
+
+
+async def test_failures_carry_category_and_keep_the_trace_internal(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    fake.pending += [
+        make_lease("PT-1", "fails", b'{"kind": "dependency"}'),
+        make_lease("PT-2", "fails", b'{"kind": "bug"}'),
+    ]
+    async with running(config, fake):
+        await fake.wait_for("Fail", 2)
+    dep, bug = fake.of("Fail", "PT-1")[0], fake.of("Fail", "PT-2")[0]
+    assert (dep.category, dep.retryable, dep.message) == (
+        job_pb2.JobError.DEPENDENCY_FAILED,
+        True,
+        "the warehouse API is down",
+    )
+    assert (bug.category, bug.retryable) == (job_pb2.JobError.PROCESSING_ERROR, False)
+    assert bug.message == "cannot parse <path>"
+    assert "Traceback" in bug.detail and "ValueError" in bug.detail
+    assert fake.of("Complete") == []
+
+
+@pytest.mark.parametrize("via", ["heartbeat", "report"])
+async def test_cancel_removes_temp_output_then_confirms(
+    config: WorkerConfig, fake: FakeWorkerService, via: str
+) -> None:
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 1000, "sleep": 0.01}', heartbeat_s=0.05))
+    async with running(config, fake):
+        await fake.wait_for("ReportStage")
+        if via == "heartbeat":
+            fake.lease_states["PT-1"] = worker_pb2.LeaseState.CANCEL_REQUESTED
+        else:
+            fake.cancel_in_reports.add("PT-1")
+        await fake.wait_for("ConfirmCancel")
+        assert tmp_left(config) == []
+    assert fake.ended == {"PT-1": "ConfirmCancel"}
+    assert results(config) == []
+
+
+@pytest.mark.parametrize("via", ["heartbeat", "report"])
+async def test_a_lost_lease_stops_the_job_and_tells_nobody(
+    config: WorkerConfig, fake: FakeWorkerService, via: str
+) -> None:
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 1000, "sleep": 0.01}', heartbeat_s=0.05))
+    async with running(config, fake) as (worker, _):
+        await fake.wait_for("ReportStage")
+        fake.lease_states["PT-1"] = worker_pb2.LeaseState.LOST  # heartbeat says LOST, reports get WORKER_LEASE_LOST
+        if via == "report":
+            fake.fail_next("Heartbeat", *[unavailable()] * 100)
+        for _ in range(200):
+            if worker.running == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert worker.running == 0
+    ends = [c.method for c in fake.calls if c.method in ("Complete", "Fail", "ConfirmCancel", "Release")]
+    assert ends == []
+    assert tmp_left(config) == [] and results(config) == []
+
+
+async def test_shutdown_releases_with_the_latest_checkpoint(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 1000, "sleep": 0.01}'))
+    async with running(config, fake) as (worker, task):
+        await fake.wait_for("ReportStage", 2)
+        worker.shutdown()
+        assert await task == 0
+    (release,) = fake.of("Release")
+    assert release.HasField("checkpoint")
+    last_cp = [r.checkpoint for r in fake.of("ReportStage") if r.HasField("checkpoint")][-1]
+    assert int(release.checkpoint) >= int(last_cp)
+    assert fake.of("Complete") == []
+    assert tmp_left(config) == []
+
+
+async def test_a_lease_granted_as_shutdown_begins_is_released_unrun(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    fake.claim_gate = asyncio.Event()
+    async with running(config, fake) as (worker, task):
+        await fake.wait_for("Claim")
+        worker.shutdown()
+        fake.pending.append(make_lease("PT-9", "write"))
+        fake.claim_gate.set()
+        assert await task == 0
+    assert fake.ended == {"PT-9": "Release"}
+    assert fake.of("ReportStage") == []
+
+
+async def test_a_handler_that_never_reaches_a_safe_point_is_abandoned(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    config = replace(config, grace_period=0.3)
+    fake.pending.append(make_lease("PT-1", "stuck"))
+    release_stuck.clear()
+    try:
+        async with running(config, fake) as (worker, task):
+            await fake.wait_for("Claim", 2)
+            await asyncio.sleep(0.05)
+            worker.shutdown()
+            assert await asyncio.wait_for(task, 3) == 1
+            assert worker.abandoned_threads == 1
+    finally:
+        release_stuck.set()
+    assert fake.ended == {}  # the lease expires; the job's policy decides
+
+
+async def test_unavailable_endings_are_retried(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    fake.fail_next("Claim", unavailable(), unavailable())
+    fake.fail_next("Complete", unavailable(), unavailable())
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 2}'))
+    async with running(config, fake):
+        await fake.wait_for("Complete", 3, timeout=10)
+    first, *_, last = fake.of("Complete")
+    assert first == last
+    assert fake.ended == {"PT-1": "Complete"}
+
+
+async def test_claims_respect_concurrency_and_describe_the_handlers(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    fake.pending += [make_lease(f"PT-{i}", "write", b'{"n": 20, "sleep": 0.01}') for i in range(3)]
+    async with running(config, fake):
+        await fake.wait_for("Complete", 3, timeout=10)
+    claims = fake.of("Claim")
+    assert claims[0].max_jobs == 2 and claims[0].worker_id == "w-test" and list(claims[0].queues) == ["default"]
+    assert all(c.max_jobs <= 2 for c in claims)
+    assert claims[0].lease_duration.ToTimedelta().total_seconds() == 3.0
+    specs = {s.name: [st.code for st in s.stages] for s in claims[0].job_types}
+    assert specs["write"] == ["PROCESSING", "DELIVERING"]
+    assert specs["fails"] == ["PREPARING", "PROCESSING", "VERIFYING", "DELIVERING"]
+
+
+async def test_heartbeats_batch_all_running_jobs(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    fake.pending += [make_lease(f"PT-{i}", "write", b'{"n": 30, "sleep": 0.01}', heartbeat_s=0.05) for i in range(2)]
+    async with running(config, fake):
+        await fake.wait_for("Complete", 2, timeout=10)
+    assert max(len(b.leases) for b in fake.of("Heartbeat")) == 2
+
+
+async def test_the_checkpoint_of_the_last_attempt_reaches_the_handler(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    fake.pending += [
+        make_lease("PT-1", "resume", attempt=2, checkpoint=b"7"),
+        make_lease("PT-2", "resume", attempt=2, checkpoint=b""),
+        make_lease("PT-3", "resume"),
+    ]
+    async with running(config, fake):
+        await fake.wait_for("Complete", 3)
+    by_job = {c.job_no: Path(c.result.uri.removeprefix("file://")).read_bytes() for c in fake.of("Complete")}
+    assert by_job == {"PT-1": b"b'7'", "PT-2": b"b''", "PT-3": b"None"}
+
+
+def test_config_is_validated(tmp_path: Path) -> None:
+    from jobwire.domain.errors import InvalidArgument
+
+    with pytest.raises(ValueError):
+        WorkerConfig(target="x:1", concurrency=0)
+    with pytest.raises(InvalidArgument):
+        WorkerConfig(target="x:1", lease_duration=0.5)
+    with pytest.raises(InvalidArgument):
+        WorkerConfig(target="x:1", queues=("bad queue",))
+    assert WorkerConfig(target="x:1", queues=["a", "b"]).queues == ("a", "b")  # type: ignore[arg-type]
+    assert WorkerConfig(target="x:1").heartbeat_interval == 10.0
+
+
+@pytest.mark.parametrize(
+    ("job_type", "payload", "ending"),
+    [
+        ("write", b'{"n": 2}', "Complete"),
+        ("fails", b'{"kind": "bug"}', "Fail"),
+        ("write", b'{"n": 500, "sleep": 0.01}', "Release"),
+    ],
+)
+async def test_temp_output_is_gone_before_the_ending_is_sent(
+    config: WorkerConfig, fake: FakeWorkerService, job_type: str, payload: bytes, ending: str
+) -> None:
+    seen: dict[str, list[Path]] = {}
+    fake.on_end = lambda method, request: seen.setdefault(method, tmp_left(config))
+    fake.pending.append(make_lease("PT-1", job_type, payload))
+    async with running(config, fake) as (worker, _):
+        if ending == "Release":
+            await fake.wait_for("ReportStage")
+            worker.shutdown()
+        await fake.wait_for(ending)
+    assert seen == {ending: []}
+
+
+async def test_handlers_keep_running_while_the_server_is_unreachable(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    fake.fail_next("ReportStage", *[unavailable()] * 4)
+    fake.fail_next("Heartbeat", *[unavailable()] * 4)
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 60, "sleep": 0.01}', heartbeat_s=0.05))
+    async with running(config, fake):
+        await fake.wait_for("Complete", timeout=10)
+    reports = fake.of("ReportStage")
+    assert len(reports) > 4  # the failed ones, then the recovered ones
+    assert reports[-1].stage == "DELIVERING"  # the latest state got through once the server was back
+    assert fake.ended == {"PT-1": "Complete"}

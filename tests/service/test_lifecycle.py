@@ -22,7 +22,10 @@ async def test_submit_claim_report_complete(served) -> None:  # type: ignore[no-
     assert done.status == job_pb2.Job.READY and done.downloadable
     assert done.result.sha256 == "ab" * 32
     got = await served.jobs.Get(job_pb2.GetRequest(job_no=job.job_no))
-    assert got.version == done.version and list(got.display.actions) == [job_pb2.Display.PREVIEW, job_pb2.Display.DOWNLOAD]
+    assert got.version == done.version and list(got.display.actions) == [
+        job_pb2.Display.PREVIEW,
+        job_pb2.Display.DOWNLOAD,
+    ]
 
 
 async def test_seed_get_renders_as_json(served) -> None:  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from jobwire.domain import errors as e
 
 CASES = [
@@ -24,9 +25,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("cls", "code", "reason"), CASES, ids=[c[0].__name__ for c in CASES]
-)
+@pytest.mark.parametrize(("cls", "code", "reason"), CASES, ids=[c[0].__name__ for c in CASES])
 def test_code_and_reason(cls: type[e.JobwireError], code: str, reason: str) -> None:
     exc = cls("f", "bad") if cls is e.InvalidArgument else cls()
     assert isinstance(exc, e.JobwireError)
@@ -38,11 +37,7 @@ def test_code_and_reason(cls: type[e.JobwireError], code: str, reason: str) -> N
 
 def test_all_subclasses_covered() -> None:
     covered = {c[0] for c in CASES}
-    subclasses = {
-        c
-        for c in vars(e).values()
-        if isinstance(c, type) and issubclass(c, e.JobwireError)
-    }
+    subclasses = {c for c in vars(e).values() if isinstance(c, type) and issubclass(c, e.JobwireError)}
     assert subclasses - {e.JobwireError} == covered
 
 
@@ -64,7 +59,4 @@ def test_invalid_argument_carries_field() -> None:
     assert exc.description == "must be between 1 and 100"
     assert exc.message == "retry_policy.max_attempts: must be between 1 and 100"
     assert exc.reason == "INVALID_ARGUMENT"
-    assert (
-        e.InvalidArgument("result", "x", reason="DELIVERABLE_INVALID").reason
-        == "DELIVERABLE_INVALID"
-    )
+    assert e.InvalidArgument("result", "x", reason="DELIVERABLE_INVALID").reason == "DELIVERABLE_INVALID"

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import (
     MAX_USER_MESSAGE,
@@ -91,9 +92,7 @@ def test_undeliverable_refused(kw: dict[str, Any]) -> None:
 
 
 def test_content_type_and_summary_at_limits() -> None:
-    assert Artifact(
-        uri="u", size_bytes=1, sha256=SHA, content_type="x" * 255, summary="x" * 2000
-    ).verified()
+    assert Artifact(uri="u", size_bytes=1, sha256=SHA, content_type="x" * 255, summary="x" * 2000).verified()
 
 
 # ---------------------------------------------------------------- cancellable / downloadable
@@ -181,9 +180,7 @@ def test_plain_message_keeps_a_plain_sentence() -> None:
 
 
 def test_plain_message_first_line_only() -> None:
-    assert plain_message("Row 12 is malformed\nTraceback (most recent call last):") == (
-        "Row 12 is malformed"
-    )
+    assert plain_message("Row 12 is malformed\nTraceback (most recent call last):") == ("Row 12 is malformed")
     assert plain_message("\n  first  \nsecond") == "first"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from jobwire.domain import limits
 from jobwire.domain.errors import InvalidArgument
 
@@ -205,9 +206,7 @@ def test_lease_in_bounds(seconds: float) -> None:
     assert limits.lease_seconds(seconds) == seconds
 
 
-@pytest.mark.parametrize(
-    "seconds", [0.0, 0.999, -1.0, 3600.001, 86400.0, math.nan, math.inf, -math.inf]
-)
+@pytest.mark.parametrize("seconds", [0.0, 0.999, -1.0, 3600.001, 86400.0, math.nan, math.inf, -math.inf])
 def test_lease_out_of_bounds(seconds: float) -> None:
     with pytest.raises(InvalidArgument) as info:
         limits.lease_seconds(seconds)
@@ -217,9 +216,7 @@ def test_lease_out_of_bounds(seconds: float) -> None:
 # ---------------------------------------------------------------- page size
 
 
-@pytest.mark.parametrize(
-    ("given", "got"), [(0, 50), (1, 1), (500, 500), (501, 500), (10**9, 500)]
-)
+@pytest.mark.parametrize(("given", "got"), [(0, 50), (1, 1), (500, 500), (501, 500), (10**9, 500)])
 def test_page_size(given: int, got: int) -> None:
     assert limits.page_size(given) == got
 

@@ -6,6 +6,7 @@ import itertools
 import random
 
 import pytest
+
 from jobwire.domain.errors import (
     InvalidArgument,
     JobwireError,
@@ -198,18 +199,14 @@ def test_total_learned_below_already_processed_refused() -> None:
         (5, -10, "total_units"),
     ],
 )
-def test_negative_numbers_refused(
-    processed: int, total: int | None, field: str
-) -> None:
+def test_negative_numbers_refused(processed: int, total: int | None, field: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         apply_report(PLAN, at(1), "PREPARING", processed, total)
     assert info.value.code == "INVALID_ARGUMENT"
     assert info.value.field == field
 
 
-@pytest.mark.parametrize(
-    "code", ["UNKNOWN", "preparing", "", "PREPARING ", "Processing"]
-)
+@pytest.mark.parametrize("code", ["UNKNOWN", "preparing", "", "PREPARING ", "Processing"])
 def test_unknown_stage_code_refused(code: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         apply_report(PLAN, at(1), code, 0, None)
@@ -244,9 +241,7 @@ def test_total_from_known_to_zero_refused() -> None:
 # ---------------------------------------------------------------- property: random sequences
 
 
-def _violations(
-    current: Progress, stage: str, processed: int, total: int | None
-) -> set[type]:
+def _violations(current: Progress, stage: str, processed: int, total: int | None) -> set[type]:
     """An independent model of DESIGN.md §3: the set of error types this report deserves."""
     found: set[type] = set()
     if processed < 0 or (total is not None and total < 0):
@@ -272,9 +267,7 @@ def _violations(
     return found
 
 
-def _random_report(
-    rng: random.Random, current: Progress
-) -> tuple[str, int, int | None]:
+def _random_report(rng: random.Random, current: Progress) -> tuple[str, int, int | None]:
     roll = rng.random()
     if roll < 0.05:
         stage = rng.choice(["NOPE", "preparing", ""])
@@ -314,9 +307,7 @@ def test_any_accepted_sequence_is_monotone(seed: int) -> None:
             try:
                 nxt = apply_report(PLAN, current, stage, processed, total)
             except JobwireError as exc:
-                assert expected_errors, (
-                    f"refused a valid report {stage, processed, total} at {current}: {exc}"
-                )
+                assert expected_errors, f"refused a valid report {stage, processed, total} at {current}: {exc}"
                 assert type(exc) in expected_errors, (
                     stage,
                     processed,
@@ -325,9 +316,7 @@ def test_any_accepted_sequence_is_monotone(seed: int) -> None:
                     exc,
                 )
                 continue
-            assert not expected_errors, (
-                f"accepted an invalid report {stage, processed, total} at {current}"
-            )
+            assert not expected_errors, f"accepted an invalid report {stage, processed, total} at {current}"
             accepted += 1
             # stage never goes back; within a stage units never go back, total fixed once known
             assert nxt.stage_index >= current.stage_index
@@ -341,9 +330,7 @@ def test_any_accepted_sequence_is_monotone(seed: int) -> None:
                 assert 0 <= nxt.processed_units <= nxt.total_units
             if nxt.percent is not None:
                 assert nxt.total_units and 0 <= nxt.percent <= 100
-                assert nxt.percent == min(
-                    100, nxt.processed_units * 100 // nxt.total_units
-                )
+                assert nxt.percent == min(100, nxt.processed_units * 100 // nxt.total_units)
             else:
                 assert not nxt.total_units
             history.append(nxt)
@@ -351,9 +338,7 @@ def test_any_accepted_sequence_is_monotone(seed: int) -> None:
         # the (stage_index, processed-in-stage) sequence is lexicographically non-decreasing
         keys = [(p.stage_index, p.processed_units) for p in history]
         assert keys == sorted(keys)
-        percents = [
-            (p.stage_index, p.percent) for p in history if p.percent is not None
-        ]
+        percents = [(p.stage_index, p.percent) for p in history if p.percent is not None]
         for (s1, p1), (s2, p2) in itertools.pairwise(percents):
             if s1 == s2:
                 assert p2 >= p1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.retry import (
     MAX_ATTEMPTS_LIMIT,
@@ -62,30 +63,22 @@ def test_fractional_multiplier() -> None:
 
 def test_initial_above_max_is_capped() -> None:
     # validated() refuses this, but the arithmetic alone still honours the cap
-    assert (
-        RetryPolicy(initial_backoff_s=10.0, max_backoff_s=2.0).backoff_after(1) == 2.0
-    )
+    assert RetryPolicy(initial_backoff_s=10.0, max_backoff_s=2.0).backoff_after(1) == 2.0
 
 
 @pytest.mark.parametrize("multiplier", [1.0, 1.5, 2.0, 3.0, 10.0])
 def test_backoff_non_decreasing_and_capped(multiplier: float) -> None:
-    p = RetryPolicy(
-        initial_backoff_s=0.5, max_backoff_s=600.0, backoff_multiplier=multiplier
-    ).validated()
+    p = RetryPolicy(initial_backoff_s=0.5, max_backoff_s=600.0, backoff_multiplier=multiplier).validated()
     delays = [p.backoff_after(a) for a in range(1, MAX_ATTEMPTS_LIMIT + 1)]
     assert delays == sorted(delays)
     assert all(0.5 <= d <= 600.0 for d in delays)
 
 
-@pytest.mark.parametrize(
-    ("multiplier", "attempt"), [(10.0, 400), (2.0, 1100), (10.0, 10_000)]
-)
+@pytest.mark.parametrize(("multiplier", "attempt"), [(10.0, 400), (2.0, 1100), (10.0, 10_000)])
 def test_huge_attempt_numbers_stay_capped(multiplier: float, attempt: int) -> None:
     """Attempt numbers keep counting across Retry (DESIGN.md §2 fine print), so they can pass
     MAX_ATTEMPTS_LIMIT; the delay must stay at the cap, not raise OverflowError."""
-    p = RetryPolicy(
-        initial_backoff_s=1.0, max_backoff_s=300.0, backoff_multiplier=multiplier
-    ).validated()
+    p = RetryPolicy(initial_backoff_s=1.0, max_backoff_s=300.0, backoff_multiplier=multiplier).validated()
     assert p.backoff_after(attempt) == 300.0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.stages import (
     DEFAULT_PLAN,
@@ -67,9 +68,7 @@ def test_stage_def_defaults() -> None:
 
 
 def test_label_falls_back_to_english_then_code() -> None:
-    assert (
-        StageDef(code="FETCH", labels={"en": "Fetching"}).label("zh-CN") == "Fetching"
-    )
+    assert StageDef(code="FETCH", labels={"en": "Fetching"}).label("zh-CN") == "Fetching"
     assert StageDef(code="FETCH", labels={"en": "Fetching"}).label("fr") == "Fetching"
     assert StageDef(code="FETCH_DATA").label("en") == "Fetch_Data"
     assert StageDef(code="FETCH", labels={"en": ""}).label("en") == "Fetch"
@@ -190,6 +189,4 @@ def test_json_shape() -> None:
 
 
 def test_from_json_defaults() -> None:
-    assert from_json([{"code": "X"}]) == (
-        StageDef(code="X", labels={}, cancellable=True),
-    )
+    assert from_json([{"code": "X"}]) == (StageDef(code="X", labels={}, cancellable=True),)

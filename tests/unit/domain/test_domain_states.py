@@ -24,6 +24,7 @@ Cancel is idempotent on CANCEL_REQUESTED / CANCELLED; on READY / FAILED it is re
 from __future__ import annotations
 
 import pytest
+
 from jobwire.domain.states import (
     LEASED,
     TERMINAL,
@@ -98,9 +99,7 @@ TRIPLES = [(a, s, t) for a in ALL_ACTIONS for s in ALL_STATUSES for t in ALL_STA
     TRIPLES,
     ids=[f"{a.value}-{s.value}-to-{t.value}" for a, s, t in TRIPLES],
 )
-def test_allowed_matches_expected(
-    action: Action, current: Status, target: Status
-) -> None:
+def test_allowed_matches_expected(action: Action, current: Status, target: Status) -> None:
     assert allowed(action, current, target) is (target in _expected(action, current))
 
 
@@ -167,14 +166,12 @@ def test_fail_or_release_while_cancel_requested_only_ends_cancelled(
 
 def test_submit_starts_from_nothing() -> None:
     assert sources(Action.SUBMIT) == frozenset()
-    assert not any(
-        allowed(Action.SUBMIT, s, t) for s in ALL_STATUSES for t in ALL_STATUSES
-    )
+    assert not any(allowed(Action.SUBMIT, s, t) for s in ALL_STATUSES for t in ALL_STATUSES)
 
 
 def test_terminal_and_leased_sets() -> None:
-    assert TERMINAL == {READY, FAILED, CANCELLED}
-    assert LEASED == {R, CR}
+    assert {READY, FAILED, CANCELLED} == TERMINAL
+    assert {R, CR} == LEASED
     for s in ALL_STATUSES:
         assert s.terminal is (s in {READY, FAILED, CANCELLED})
 

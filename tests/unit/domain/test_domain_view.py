@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
 from jobwire.domain.job import Artifact, ErrorCategory, JobFailure, JobRecord
 from jobwire.domain.progress import Progress
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
@@ -58,9 +59,7 @@ def make_job(status: Status = Status.RUNNING, **kw: Any) -> JobRecord:
     return JobRecord(**fields)
 
 
-def failure(
-    retryable: bool, message: str = "The input file could not be read"
-) -> JobFailure:
+def failure(retryable: bool, message: str = "The input file could not be read") -> JobFailure:
     return JobFailure(
         category=ErrorCategory.INPUT_INVALID,
         stage="PROCESSING",
@@ -81,16 +80,12 @@ LABELS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("status", "en", "zh"), LABELS, ids=[s.value for s, *_ in LABELS]
-)
+@pytest.mark.parametrize(("status", "en", "zh"), LABELS, ids=[s.value for s, *_ in LABELS])
 def test_status_label_table(status: Status, en: str, zh: str) -> None:
     assert STATUS_LABELS[status] == {"en": en, "zh-CN": zh}
 
 
-@pytest.mark.parametrize(
-    ("status", "en", "zh"), LABELS, ids=[s.value for s, *_ in LABELS]
-)
+@pytest.mark.parametrize(("status", "en", "zh"), LABELS, ids=[s.value for s, *_ in LABELS])
 def test_rendered_status_label(status: Status, en: str, zh: str) -> None:
     job = make_job(status)
     assert render(job, "en").status_label == en
@@ -132,9 +127,7 @@ ACTION_CASES = [
     ),
     (
         "ready",
-        make_job(
-            Status.READY, result=Artifact(uri="s3://b/k", size_bytes=1, sha256=SHA)
-        ),
+        make_job(Status.READY, result=Artifact(uri="s3://b/k", size_bytes=1, sha256=SHA)),
         {P, D},
     ),
     ("failed-retryable", make_job(Status.FAILED, error=failure(True)), {V, RT}),
@@ -144,9 +137,7 @@ ACTION_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("job", "expected"), [c[1:] for c in ACTION_CASES], ids=[c[0] for c in ACTION_CASES]
-)
+@pytest.mark.parametrize(("job", "expected"), [c[1:] for c in ACTION_CASES], ids=[c[0] for c in ACTION_CASES])
 def test_actions(job: JobRecord, expected: set[UserAction]) -> None:
     assert set(actions_for(job)) == expected
     assert len(actions_for(job)) == len(expected)  # no duplicates
@@ -237,9 +228,7 @@ def test_requeued_job_with_kept_stage_still_reads_waiting() -> None:
     """A job requeued after a retryable failure or a Release keeps its checkpoint; DESIGN.md §4
     says `stage` is empty while QUEUED and §3 shows QUEUED as "Waiting (+ queue position)".
     Whatever stage the record still carries, a QUEUED job must not read as a running stage."""
-    job = make_job(
-        Status.QUEUED, stage="PROCESSING", processed=40, total=100, queue_position=2
-    )
+    job = make_job(Status.QUEUED, stage="PROCESSING", processed=40, total=100, queue_position=2)
     view = render(job, "en")
     assert view.status_label == "Waiting"
     assert view.stage_label == ""
@@ -256,9 +245,7 @@ def test_cancel_requested_detail_shows_stopping_and_stage() -> None:
 
 def test_failed_detail_carries_plain_message() -> None:
     msg = "The input file could not be read"
-    view = render(
-        make_job(Status.FAILED, stage="PROCESSING", error=failure(True, msg)), "en"
-    )
+    view = render(make_job(Status.FAILED, stage="PROCESSING", error=failure(True, msg)), "en")
     assert view.status_label == "Not completed"
     assert msg in view.detail
     assert view.detail.startswith("Not completed")
@@ -266,18 +253,13 @@ def test_failed_detail_carries_plain_message() -> None:
 
 
 def test_failed_detail_zh_keeps_message() -> None:
-    view = render(
-        make_job(Status.FAILED, error=failure(False, "输入文件无法读取")), "zh-CN"
-    )
+    view = render(make_job(Status.FAILED, error=failure(False, "输入文件无法读取")), "zh-CN")
     assert view.detail.startswith("未完成")
     assert "输入文件无法读取" in view.detail
 
 
 def test_failed_with_empty_message() -> None:
-    assert (
-        render(make_job(Status.FAILED, error=failure(False, "")), "en").detail
-        == "Not completed"
-    )
+    assert render(make_job(Status.FAILED, error=failure(False, "")), "en").detail == "Not completed"
 
 
 @pytest.mark.parametrize("status", [Status.READY, Status.CANCELLED, Status.FAILED])
@@ -303,21 +285,14 @@ def test_stalled_job_says_so(status: Status) -> None:
     assert len(stalled) > len(fresh)
 
 
-@pytest.mark.parametrize(
-    "status", [Status.QUEUED, Status.READY, Status.FAILED, Status.CANCELLED]
-)
+@pytest.mark.parametrize("status", [Status.QUEUED, Status.READY, Status.FAILED, Status.CANCELLED])
 def test_stalled_flag_ignored_outside_leased_states(status: Status) -> None:
-    assert (
-        render(make_job(status, stalled=True), "en").detail
-        == render(make_job(status), "en").detail
-    )
+    assert render(make_job(status, stalled=True), "en").detail == render(make_job(status), "en").detail
 
 
 def test_custom_stage_label_falls_back() -> None:
     plan = (StageDef(code="FETCH", labels={"en": "Fetching"}), StageDef(code="STORE"))
-    assert (
-        render(make_job(stage="FETCH", stages=plan), "zh-CN").stage_label == "Fetching"
-    )
+    assert render(make_job(stage="FETCH", stages=plan), "zh-CN").stage_label == "Fetching"
     view = render(make_job(stage="STORE", stages=plan), "en")
     assert view.stage_label == "Store"
     assert view.detail == "Store, stage 2/2"

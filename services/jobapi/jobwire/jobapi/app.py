@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from jobwire.db.feed import FeedReader
 from jobwire.jobapi.admin_servicer import AdminServicer
+from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
 from jobwire.jobapi.jobs import Jobs
+from jobwire.jobapi.watch import StreamRegistry, Watches
 from jobwire.serving import Runtime
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 
 def add_jobapi(rt: Runtime) -> None:
     jobs = Jobs(rt.store, rt.blocking, rt.wakeup)
-    job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs), rt.host.server)
+    job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, add_watching(rt)), rt.host.server)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(jobs), rt.host.server)
     rt.host.add_service(job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name)
     rt.host.add_service(admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name)
+
+
+def add_watching(rt: Runtime) -> Watches:
+    """The process's one change-feed reader and its stream registry (call inside the loop)."""
+    feed = ChangeFeed(FeedReader(rt.store.db), rt.settings.feed_poll_seconds)
+    registry = StreamRegistry(rt.settings.max_streams)
+    rt.host.add_task(asyncio.create_task(feed.run(), name="jobwire-change-feed"))
+    rt.host.add_stop_hook(registry.stop)  # streams end UNAVAILABLE before the server drains
+    return Watches(feed, rt.store.db, rt.blocking, registry)

@@ -1,0 +1,73 @@
+"""Long-lived streams done right: a per-process cap, and UNAVAILABLE on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+from service_support import rpc_error, start_server, submit
+from watch_support import next_job, watch
+
+from jobwire.v1 import job_pb2
+
+
+async def test_streams_past_the_cap_get_resource_exhausted(tmp_path: Path) -> None:
+    served = await start_server(f"sqlite:///{tmp_path / 'jobwire.db'}", max_streams=2)
+    try:
+        job = await submit(served)
+        first, second = watch(served, job.job_no), served.jobs.WatchJobs(job_pb2.WatchJobsRequest(job_nos=[job.job_no]))
+        assert (await next_job(first)) is not None and (await next_job(second)) is not None
+        assert await rpc_error(watch(served, job.job_no).read()) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "TOO_MANY_STREAMS",
+        )
+        first.cancel()  # a stream that ends frees its place
+        for _ in range(50):
+            third = watch(served, job.job_no)
+            try:
+                assert await next_job(third) is not None
+                break
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the cancelled stream never freed its place")
+        third.cancel()
+        second.cancel()
+    finally:
+        await served.channel.close()
+        await served.runtime.stop(grace=1.0)
+
+
+async def test_shutdown_ends_streams_with_unavailable_at_once(tmp_path: Path) -> None:
+    served = await start_server(f"sqlite:///{tmp_path / 'jobwire.db'}")
+    job = await submit(served)
+    status = watch(served, job.job_no)
+    many = served.jobs.WatchJobs(job_pb2.WatchJobsRequest(owner="nobody"))
+    assert await next_job(status) is not None
+    started = asyncio.get_running_loop().time()
+    stopping = asyncio.create_task(served.runtime.stop(grace=30.0))
+    try:
+        for call in (status, many):
+            code, reason = await rpc_error(next_job(call))
+            assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVER_STOPPING")
+        # Well inside the grace period: the streams did not wait to be cancelled.
+        assert asyncio.get_running_loop().time() - started < 5.0
+        await asyncio.wait_for(stopping, 10)
+    finally:
+        await served.channel.close()
+
+
+def test_client_keepalive_is_one_the_server_accepts() -> None:
+    """Long watches sit idle for hours: the client's pings keep NATs and proxies open, and
+    the server must accept them, or it answers GOAWAY too_many_pings and drops every stream."""
+    from jobwire.client.channel import KEEPALIVE_OPTIONS
+    from jobwire.rpc.server import SERVER_OPTIONS
+
+    client, server = dict(KEEPALIVE_OPTIONS), dict(SERVER_OPTIONS)
+    assert client["grpc.keepalive_time_ms"] >= server["grpc.http2.min_ping_interval_without_data_ms"]
+    assert client["grpc.keepalive_permit_without_calls"] == server["grpc.keepalive_permit_without_calls"] == 1
+    assert server["grpc.keepalive_time_ms"] <= 5 * 60_000  # the server probes dead clients too
+    # A burst of reconnecting watchers must not be shed by C-core's pending-call limit.
+    assert server["grpc.server.max_pending_requests"] >= 10_000

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from jobwire.client.status import error_reason
-from jobwire.v1 import job_pb2, worker_pb2
+from jobwire.jobapi.app import add_jobapi
+from jobwire.rpc.config import Settings
+from jobwire.serving import Runtime, open_runtime
+from jobwire.v1 import admin_pb2_grpc, job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
+from jobwire.worker.server.app import add_worker_service
 
 SHA = "ab" * 32
 
@@ -20,10 +26,22 @@ async def submit(served, job_type: str = "frames", **fields) -> job_pb2.Job:  # 
     return reply.job
 
 
-async def claim(served, job_type: str = "frames", *, worker_id: str = "w1", max_jobs: int = 1, wait: float = 0,
-                stages: list[worker_pb2.StageDef] | None = None, lease: float | None = None, queues=()) -> list[worker_pb2.Lease]:  # type: ignore[no-untyped-def]
+async def claim(
+    served,
+    job_type: str = "frames",
+    *,
+    worker_id: str = "w1",
+    max_jobs: int = 1,
+    wait: float = 0,
+    stages: list[worker_pb2.StageDef] | None = None,
+    lease: float | None = None,
+    queues=(),
+) -> list[worker_pb2.Lease]:  # type: ignore[no-untyped-def]
     request = worker_pb2.ClaimRequest(
-        worker_id=worker_id, job_types=[spec(job_type, stages)], max_jobs=max_jobs, queues=list(queues),
+        worker_id=worker_id,
+        job_types=[spec(job_type, stages)],
+        max_jobs=max_jobs,
+        queues=list(queues),
         wait=Duration(seconds=int(wait), nanos=int((wait % 1) * 1e9)),
     )
     if lease is not None:
@@ -51,3 +69,168 @@ async def rpc_error(call) -> tuple[grpc.StatusCode, str | None]:  # type: ignore
     except grpc.aio.AioRpcError as exc:
         return exc.code(), error_reason(exc)
     raise AssertionError("the call succeeded")
+
+
+# --- helpers for the contract tests (transitions, concurrency, progress, failures, input) ---------
+
+LEASE_LOST = (grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST")
+FORGED_TOKEN = "1.AAAAAAAAAAAAAAAAAAAAAAAA"  # well-formed: epoch 1, a secret nobody was given
+
+
+def duration(seconds: float) -> Duration:
+    out = Duration()
+    out.FromNanoseconds(round(seconds * 1e9))
+    return out
+
+
+async def get(served, job_no: str, locale: str = "") -> job_pb2.Job:  # type: ignore[no-untyped-def]
+    return await served.jobs.Get(job_pb2.GetRequest(job_no=job_no, locale=locale))
+
+
+async def rpc_failure(call) -> grpc.aio.AioRpcError:  # type: ignore[no-untyped-def]
+    """The error of an awaited call that must fail."""
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc
+    raise AssertionError("the call succeeded")
+
+
+def complete_request(lease_or_job_no, token: str | None = None, result: job_pb2.Artifact | None = None):  # type: ignore[no-untyped-def]
+    job_no, token = _ref(lease_or_job_no, token)
+    return worker_pb2.CompleteRequest(job_no=job_no, worker_token=token, result=result or artifact())
+
+
+def _ref(lease_or_job_no, token: str | None) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    if isinstance(lease_or_job_no, str):
+        assert token is not None
+        return lease_or_job_no, token
+    return lease_or_job_no.job_no, token if token is not None else lease_or_job_no.worker_token
+
+
+def _count_rows() -> object:
+    import sqlalchemy as sa
+
+    from jobwire.db.tables import artifact as artifact_table
+    from jobwire.db.tables import job, job_day_counter, job_event, worker
+
+    return sa.select(
+        sa.select(sa.func.count()).select_from(job).scalar_subquery().label("job"),
+        sa.select(sa.func.coalesce(sa.func.sum(job.c.version), 0)).scalar_subquery().label("job_versions"),
+        sa.select(sa.func.count()).select_from(job_event).scalar_subquery().label("job_event"),
+        sa.select(sa.func.count()).select_from(artifact_table).scalar_subquery().label("artifact"),
+        sa.select(sa.func.count()).select_from(worker).scalar_subquery().label("worker"),
+        sa.select(sa.func.count()).select_from(job_day_counter).scalar_subquery().label("job_day_counter"),
+    )
+
+
+async def db_rows(served) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Row counts of every table (and the sum of job versions): equal before/after means nothing written."""
+    import asyncio
+
+    engine = served.runtime.store.db.engine
+
+    def read() -> dict[str, int]:
+        with engine.connect() as conn:
+            row = conn.execute(_count_rows()).mappings().one()  # type: ignore[call-overload]
+            return {k: int(v) for k, v in row.items()}
+
+    return await asyncio.to_thread(read)
+
+
+async def db_query(served, query):  # type: ignore[no-untyped-def]
+    """Rows of a SQLAlchemy Core query on the server's own database, as dicts."""
+    import asyncio
+
+    engine = served.runtime.store.db.engine
+
+    def read() -> list[dict[str, object]]:
+        with engine.connect() as conn:
+            return [dict(r) for r in conn.execute(query).mappings()]
+
+    return await asyncio.to_thread(read)
+
+
+async def terminal_rows_with_token(served) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+    """Terminal jobs still holding a worker token, read straight from the table: must stay empty."""
+    import sqlalchemy as sa
+
+    from jobwire.db.tables import job
+
+    query = sa.select(job.c.job_no, job.c.status, job.c.worker_token).where(
+        job.c.status.in_(["READY", "FAILED", "CANCELLED"]), job.c.worker_token.is_not(None)
+    )
+    return await db_query(served, query)  # type: ignore[no-any-return]
+
+
+async def assert_invariants(served) -> None:  # type: ignore[no-untyped-def]
+    """The two Inspect findings that must stay empty are empty, and the table agrees."""
+    from jobwire.v1 import admin_pb2
+
+    found = await served.admin.Inspect(admin_pb2.InspectRequest(
+        kinds=[admin_pb2.Finding.TERMINAL_WITH_TOKEN, admin_pb2.Finding.RUNNING_WITHOUT_LEASE]
+    ))  # fmt: skip
+    assert list(found.findings) == []
+    assert await terminal_rows_with_token(served) == []
+
+
+class Stubs:
+    """Stubs on a channel of their own: concurrent callers that share no connection."""
+
+    def __init__(self, target: str) -> None:
+        from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
+
+        self.channel = grpc.aio.insecure_channel(target)
+        self.jobs = job_pb2_grpc.JobServiceStub(self.channel)
+        self.workers = worker_pb2_grpc.WorkerServiceStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+async def open_stubs(target: str, n: int) -> list[Stubs]:
+    stubs = [Stubs(target) for _ in range(n)]
+    for s in stubs:
+        await s.channel.channel_ready()
+    return stubs
+
+
+@dataclass
+class Served:
+    """A running all-in-one server and stubs on one aio channel."""
+
+    runtime: Runtime
+    target: str
+    channel: grpc.aio.Channel
+    jobs: job_pb2_grpc.JobServiceStub
+    workers: worker_pb2_grpc.WorkerServiceStub
+    admin: admin_pb2_grpc.AdminServiceStub
+
+    @property
+    def is_mysql(self) -> bool:
+        return self.runtime.store.db.is_mysql
+
+
+async def start_server(database_url: str, **settings: object) -> Served:
+    """An all-in-one server on port 0 over `database_url`, with Settings overrides."""
+    config = Settings(database_url=database_url, listen="127.0.0.1:0", **settings)  # type: ignore[arg-type]
+    rt = open_runtime(config)
+    add_jobapi(rt)
+    add_worker_service(rt)
+    port = await rt.host.start()
+    target = f"127.0.0.1:{port}"
+    channel = grpc.aio.insecure_channel(target)
+    return Served(
+        runtime=rt,
+        target=target,
+        channel=channel,
+        jobs=job_pb2_grpc.JobServiceStub(channel),
+        workers=worker_pb2_grpc.WorkerServiceStub(channel),
+        admin=admin_pb2_grpc.AdminServiceStub(channel),
+    )
+
+
+async def stop_server(served) -> None:  # type: ignore[no-untyped-def]
+    await served.channel.close()
+    await served.runtime.stop(grace=1.0)

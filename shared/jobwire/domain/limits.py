@@ -36,9 +36,20 @@ def queue(field: str, value: str) -> str:
 def short_text(field: str, value: str, limit: int = MAX_KEY_CHARS) -> str:
     if len(value) > limit:
         raise InvalidArgument(field, f"at most {limit} characters")
-    if any(ord(c) < 32 for c in value):
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
         raise InvalidArgument(field, "must not contain control characters")
     return value
+
+
+def key(field: str, value: str) -> str:
+    """An identifier a caller chose (idempotency key, owner): compared exactly everywhere.
+
+    MySQL's PAD SPACE collations treat "k " and "k" as equal while SQLite does not, so
+    leading or trailing white space is refused rather than meaning different things.
+    """
+    if value != value.strip():
+        raise InvalidArgument(field, "must not start or end with white space")
+    return short_text(field, value)
 
 
 def job_no(value: str) -> str:

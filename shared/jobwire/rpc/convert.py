@@ -26,8 +26,12 @@ def timestamp(value: datetime | None) -> Timestamp | None:
     return ts
 
 
-def from_timestamp(ts: Timestamp) -> datetime:
-    return ts.ToDatetime(tzinfo=UTC).replace(tzinfo=None)
+def from_timestamp(ts: Timestamp, field: str = "timestamp") -> datetime:
+    """A caller's Timestamp as naive UTC; one outside 0001..9999 or with bad nanos is INVALID_ARGUMENT."""
+    try:
+        return ts.ToDatetime(tzinfo=UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError):
+        raise InvalidArgument(field, "is not a valid timestamp between years 1 and 9999") from None
 
 
 def seconds(duration: Duration) -> float:

@@ -226,3 +226,16 @@ def test_page_size_default_and_negative() -> None:
     with pytest.raises(InvalidArgument) as info:
         limits.page_size(-1)
     assert info.value.field == "page_size"
+
+
+@pytest.mark.parametrize("value", [" k", "k ", "k\t", "\u00a0k"])
+def test_keys_refuse_surrounding_white_space(value: str) -> None:
+    # MySQL's PAD SPACE collation would make "k " equal "k"; SQLite would not.
+    with pytest.raises(InvalidArgument):
+        limits.key("idempotency_key", value)
+
+
+@pytest.mark.parametrize("char", ["\x7f", "\x85", "\x9f"])
+def test_short_text_refuses_c1_control_characters(char: str) -> None:
+    with pytest.raises(InvalidArgument):
+        limits.short_text("owner", f"a{char}b")

@@ -14,6 +14,9 @@ from jobwire.jobapi.jobs import Jobs
 from jobwire.rpc import auth, convert
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2
 
+# Inspect subtracts stalled_after from the database clock: an unbounded one overflows the date.
+MAX_STALLED_AFTER_S = 366 * 86_400.0
+
 
 def _status(value: str | None) -> job_pb2.Job.Status.ValueType:
     return job_pb2.Job.Status.Value(value) if value else job_pb2.Job.STATUS_UNSPECIFIED
@@ -22,7 +25,12 @@ def _status(value: str | None) -> job_pb2.Job.Status.ValueType:
 def finding(kind: FindingKind, row: dict[str, Any]) -> admin_pb2.Finding:
     lease = row["lease_expires_at"]
     overdue = (row["db_now"] - lease).total_seconds() if lease is not None else None
-    detail = f"lease expired {overdue:.1f}s ago" if overdue is not None and overdue > 0 else ""
+    detail = ""
+    if overdue is not None and overdue > 0:
+        # What the reaper has done and will do, so an operator can decide with the evidence.
+        then = "ends CANCELLED" if row["status"] == "CANCEL_REQUESTED" else f"policy {row['on_lease_lost']}"
+        marked = "marked stalled" if row["stalled"] else "not yet marked stalled"
+        detail = f"lease expired {overdue:.1f}s ago; {marked}; {then}"
     return admin_pb2.Finding(
         kind=admin_pb2.Finding.Kind.Value(kind.value),
         job_no=row["job_no"],
@@ -73,8 +81,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.InspectRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.InspectResponse:
         after = convert.seconds(request.stalled_after) if request.HasField("stalled_after") else 0.0
-        if after < 0:
-            raise InvalidArgument("stalled_after", "must not be negative")
+        if not 0 <= after <= MAX_STALLED_AFTER_S:
+            raise InvalidArgument("stalled_after", "must be between 0 and 366 days")
         queue = limits.name("queue", request.queue) if request.queue else ""
         found = await self.jobs.inspect(auth.current(), timedelta(seconds=after), queue, _kinds(request.kinds))
         return admin_pb2.InspectResponse(findings=[finding(k, r) for k, r in found])

@@ -135,7 +135,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def Fail(self, request: worker_pb2.FailRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         failure = Failure(
             category=convert.category(request.category),
-            message=limits.short_text("message", request.message.replace("\n", " "), limits.MAX_MESSAGE_CHARS),
+            message=limits.short_text("message", " ".join(request.message.split()), limits.MAX_MESSAGE_CHARS),
             retryable=request.retryable,
             detail=request.detail[: limits.MAX_DETAIL_CHARS],
         )

@@ -1,0 +1,685 @@
+"""A bad-input matrix for every RPC of JobService, WorkerService and AdminService.
+
+Each case must be answered with its canonical code (INVALID_ARGUMENT with ErrorInfo and a
+BadRequest naming the field, or RESOURCE_EXHAUSTED from the transport for a message over the
+server's 4 MiB limit) and never UNKNOWN or INTERNAL; it must write no row anywhere; and the
+server must keep serving. The requests are otherwise valid (a live job, its real token), so
+the one bad field is what is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+from service_support import artifact, claim, db_rows, duration, get, rpc_failure, running, submit
+
+from jobwire.client.status import error_info, field_violations
+from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+TOO_BIG = grpc.StatusCode.RESOURCE_EXHAUSTED
+MiB, KiB = 1 << 20, 1 << 10
+
+
+@dataclass
+class Ctx:
+    """A server with a RUNNING job (and its token), a FAILED retryable job and a QUEUED job."""
+
+    served: object
+    job_no: str
+    token: str
+    failed_no: str
+    queued_no: str
+
+
+@dataclass(frozen=True)
+class Bad:
+    name: str
+    call: Callable[[Ctx], Awaitable[object]]
+    field: str | None = None  # the BadRequest field; None for transport limits
+    code: grpc.StatusCode = INVALID
+    reason: str | None = "INVALID_ARGUMENT"  # the ErrorInfo reason; None: grpc's own status
+
+
+def page_token(after: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode().rstrip("=")
+
+
+def ts(seconds: int, nanos: int = 0) -> Timestamp:
+    out = Timestamp()
+    out.seconds, out.nanos = seconds, nanos
+    return out
+
+
+def raw_duration(seconds: int, nanos: int = 0) -> Duration:
+    out = Duration()
+    out.seconds, out.nanos = seconds, nanos
+    return out
+
+
+async def first_message(call):  # type: ignore[no-untyped-def]
+    """A server stream's first message (or its error)."""
+    try:
+        return await call.read()
+    finally:
+        call.cancel()
+
+
+BAD_JOB_NOS = [
+    "",
+    "garbage",
+    "pt-20260101-001",
+    "PT-2026-001",
+    "PT_20260101_001",
+    "P" * 17 + "-20260101-001",
+    "PT-20260101-0010000000000",
+    "PT-20260101-001\n",
+    " PT-20260101-001",
+    "PT-20260101-00١",
+]
+LONG_TOKEN = "1." + "a" * 79
+
+
+def _job_no_cases(rpc: str, make: Callable[[Ctx, str], Awaitable[object]]) -> list[Bad]:
+    return [Bad(f"{rpc} job_no={n!r}", (lambda c, n=n: make(c, n)), "job_no") for n in BAD_JOB_NOS]
+
+
+# -- JobService ----------------------------------------------------------------------------------
+
+
+def submit_case(
+    name: str,
+    field: str | None,
+    code: grpc.StatusCode = INVALID,
+    reason: str | None = "INVALID_ARGUMENT",
+    **fields: object,
+) -> Bad:
+    fields.setdefault("job_type", "frames")
+
+    async def call(c: Ctx) -> object:
+        return await c.served.jobs.Submit(job_pb2.SubmitRequest(**fields))  # type: ignore[attr-defined]
+
+    return Bad(f"Submit {name}", call, field, code, reason)
+
+
+def policy(**fields: object) -> job_pb2.RetryPolicy:
+    return job_pb2.RetryPolicy(**fields)  # type: ignore[arg-type]
+
+
+SUBMIT = [
+    submit_case("empty job_type", "job_type", job_type=""),
+    submit_case("job_type with a space", "job_type", job_type="bad name!"),
+    submit_case("job_type of 65 chars", "job_type", job_type="x" * 65),
+    submit_case("job_type starting with _", "job_type", job_type="_frames"),
+    submit_case("job_type with a newline", "job_type", job_type="frames\n"),
+    submit_case("job_type with NUL", "job_type", job_type="fra\x00mes"),
+    submit_case("job_type non-ASCII", "job_type", job_type="帧"),
+    submit_case("queue with a space", "queue", queue="bad name!"),
+    submit_case("queue of 65 chars", "queue", queue="q" * 65),
+    submit_case("queue with ESC", "queue", queue="q\x1b"),
+    submit_case("idempotency_key of 129 chars", "idempotency_key", idempotency_key="k" * 129),
+    submit_case("idempotency_key with NUL", "idempotency_key", idempotency_key="k\x00"),
+    submit_case("idempotency_key with a newline", "idempotency_key", idempotency_key="k\n"),
+    submit_case("owner of 129 chars", "owner", owner="o" * 129),
+    submit_case("owner with BEL", "owner", owner="o\x07"),
+    submit_case("33 labels", "labels", labels={f"k{i}": "v" for i in range(33)}),
+    submit_case("empty label key", "labels", labels={"": "v"}),
+    submit_case("label key of 64 chars", "labels", labels={"k" * 64: "v"}),
+    submit_case("label value of 257 chars", "labels", labels={"k": "v" * 257}),
+    submit_case("label value with a newline", "labels", labels={"k": "a\nb"}),
+    submit_case("label key with a tab", "labels", labels={"k\t": "v"}),
+    submit_case("payload of 1 MiB + 1", "payload", payload=b"x" * (MiB + 1)),
+    submit_case("payload of 5 MiB", None, TOO_BIG, None, payload=b"x" * (5 * MiB)),
+    submit_case("run_after after 9999", "run_after", run_after=ts(10**12)),
+    submit_case("run_after before year 1", "run_after", run_after=ts(-(10**12))),
+    submit_case("run_after with negative nanos", "run_after", run_after=ts(5, -5)),
+    submit_case("run_after with nanos over a second", "run_after", run_after=ts(5, 10**9)),
+    submit_case("max_attempts -1", "retry_policy.max_attempts", retry_policy=policy(max_attempts=-1)),
+    submit_case("max_attempts 101", "retry_policy.max_attempts", retry_policy=policy(max_attempts=101)),
+    submit_case("on_lease_lost 7", "retry_policy.on_lease_lost", retry_policy=policy(on_lease_lost=7)),
+    submit_case(
+        "negative initial_backoff", "retry_policy.initial_backoff", retry_policy=policy(initial_backoff=duration(-1))
+    ),
+    submit_case(
+        "initial_backoff of 2 days",
+        "retry_policy.initial_backoff",
+        retry_policy=policy(initial_backoff=duration(2 * 86400)),
+    ),
+    submit_case("negative max_backoff", "retry_policy.max_backoff", retry_policy=policy(max_backoff=duration(-1))),
+    submit_case(
+        "max_backoff below initial",
+        "retry_policy.max_backoff",
+        retry_policy=policy(initial_backoff=duration(10), max_backoff=duration(5)),
+    ),
+    submit_case("multiplier 0.5", "retry_policy.backoff_multiplier", retry_policy=policy(backoff_multiplier=0.5)),
+    submit_case("multiplier 11", "retry_policy.backoff_multiplier", retry_policy=policy(backoff_multiplier=11)),
+    submit_case("multiplier -2", "retry_policy.backoff_multiplier", retry_policy=policy(backoff_multiplier=-2)),
+    submit_case(
+        "multiplier NaN", "retry_policy.backoff_multiplier", retry_policy=policy(backoff_multiplier=float("nan"))
+    ),
+    submit_case(
+        "multiplier inf", "retry_policy.backoff_multiplier", retry_policy=policy(backoff_multiplier=float("inf"))
+    ),
+    submit_case("locale of 36 chars", "locale", locale="l" * 36),
+    submit_case("locale with a newline", "locale", locale="en\n"),
+]
+
+LONG_LOCALE = "l" * 36
+
+GET = [
+    *_job_no_cases("Get", lambda c, n: c.served.jobs.Get(job_pb2.GetRequest(job_no=n))),  # type: ignore[attr-defined]
+    Bad(
+        "Get locale of 36 chars",
+        lambda c: c.served.jobs.Get(job_pb2.GetRequest(job_no=c.job_no, locale=LONG_LOCALE)),  # type: ignore[attr-defined]
+        "locale",
+    ),
+]
+
+CANCEL = [
+    *_job_no_cases("Cancel", lambda c, n: c.served.jobs.Cancel(job_pb2.CancelRequest(job_no=n))),  # type: ignore[attr-defined]
+    # a bad locale must refuse the call before the job is cancelled, not after
+    Bad(
+        "Cancel queued, locale of 36 chars",
+        lambda c: c.served.jobs.Cancel(job_pb2.CancelRequest(job_no=c.queued_no, locale=LONG_LOCALE)),
+        "locale",
+    ),  # type: ignore[attr-defined]
+    Bad(
+        "Cancel running, locale with ESC",
+        lambda c: c.served.jobs.Cancel(job_pb2.CancelRequest(job_no=c.job_no, locale="\x1b")),
+        "locale",
+    ),  # type: ignore[attr-defined]
+]
+
+RETRY = [
+    *_job_no_cases("Retry", lambda c, n: c.served.jobs.Retry(job_pb2.RetryRequest(job_no=n))),  # type: ignore[attr-defined]
+    Bad(
+        "Retry failed, locale of 36 chars",
+        lambda c: c.served.jobs.Retry(job_pb2.RetryRequest(job_no=c.failed_no, locale=LONG_LOCALE)),
+        "locale",
+    ),  # type: ignore[attr-defined]
+]
+
+
+def list_jobs(name: str, field: str, **fields: object) -> Bad:
+    return Bad(f"ListJobs {name}", lambda c: c.served.jobs.ListJobs(job_pb2.ListJobsRequest(**fields)), field)  # type: ignore[attr-defined,arg-type]
+
+
+GARBAGE_TOKENS = [
+    "!!!",
+    "not-a-token",
+    "e30",
+    base64.urlsafe_b64encode(b"[1, 2]").decode(),
+    base64.urlsafe_b64encode(b"\xff\xfe").decode(),
+    page_token(-1),
+    page_token("12"),
+    page_token(1.5),
+    page_token(None),
+    page_token(True),
+    page_token(10**30),
+    page_token(2**63),
+    "A" * 5000,
+]
+
+LIST_JOBS = [
+    list_jobs("statuses=[99]", "statuses", statuses=[99]),
+    list_jobs("statuses=[0]", "statuses", statuses=[0]),
+    list_jobs("statuses=[1, 99]", "statuses", statuses=[1, 99]),
+    list_jobs("statuses=[-1]", "statuses", statuses=[-1]),
+    list_jobs("page_size=-1", "page_size", page_size=-1),
+    *(list_jobs(f"page_token={t[:20]!r}", "page_token", page_token=t) for t in GARBAGE_TOKENS),
+    list_jobs("owner of 129 chars", "owner", owner="o" * 129),
+    list_jobs("owner with NUL", "owner", owner="\x00"),
+    list_jobs("job_type with a space", "job_type", job_type="bad name!"),
+    list_jobs("job_type of 65 chars", "job_type", job_type="x" * 65),
+    list_jobs("locale of 36 chars", "locale", locale=LONG_LOCALE),
+]
+
+
+def _watch_status(c: Ctx, **fields: object) -> Awaitable[object]:
+    return first_message(c.served.jobs.WatchStatus(job_pb2.WatchStatusRequest(**fields)))  # type: ignore[attr-defined,arg-type]
+
+
+def _watch_jobs(c: Ctx, **fields: object) -> Awaitable[object]:
+    return first_message(c.served.jobs.WatchJobs(job_pb2.WatchJobsRequest(**fields)))  # type: ignore[attr-defined,arg-type]
+
+
+WATCH_STATUS = [
+    *_job_no_cases("WatchStatus", lambda c, n: _watch_status(c, job_no=n)),
+    Bad("WatchStatus after_version=-1", lambda c: _watch_status(c, job_no=c.job_no, after_version=-1), "after_version"),
+    Bad("WatchStatus locale of 36 chars", lambda c: _watch_status(c, job_no=c.job_no, locale=LONG_LOCALE), "locale"),
+]
+
+WATCH_JOBS = [
+    *(
+        Bad(f"WatchJobs job_nos=[{n!r}]", (lambda c, n=n: _watch_jobs(c, job_nos=[c.job_no, n])), "job_no")
+        for n in BAD_JOB_NOS
+    ),
+    Bad("WatchJobs owner of 129 chars", lambda c: _watch_jobs(c, owner="o" * 129), "owner"),
+    Bad("WatchJobs owner with a newline", lambda c: _watch_jobs(c, owner="a\nb"), "owner"),
+    Bad("WatchJobs locale of 36 chars", lambda c: _watch_jobs(c, job_nos=[c.job_no], locale=LONG_LOCALE), "locale"),
+]
+
+
+# -- WorkerService -------------------------------------------------------------------------------
+
+
+def claim_case(name: str, field: str, **fields: object) -> Bad:
+    fields.setdefault("worker_id", "w-bad")
+    fields.setdefault("job_types", [worker_pb2.JobTypeSpec(name="frames")])
+
+    async def call(c: Ctx) -> object:
+        return await c.served.workers.Claim(worker_pb2.ClaimRequest(**fields))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"Claim {name}", call, field)
+
+
+def plan(*stages: worker_pb2.StageDef) -> list[worker_pb2.JobTypeSpec]:
+    return [worker_pb2.JobTypeSpec(name="frames", stages=list(stages))]
+
+
+CLAIM = [
+    claim_case("empty worker_id", "worker_id", worker_id=""),
+    claim_case("worker_id of 129 chars", "worker_id", worker_id="w" * 129),
+    claim_case("worker_id with a newline", "worker_id", worker_id="w\n1"),
+    claim_case("queue with a space", "queues", queues=["bad name!"]),
+    claim_case("queue of 65 chars", "queues", queues=["default", "q" * 65]),
+    claim_case("no job types", "job_types", job_types=[]),
+    claim_case("101 job types", "job_types", job_types=[worker_pb2.JobTypeSpec(name=f"t{i}") for i in range(101)]),
+    claim_case("job type with a space", "job_types.name", job_types=[worker_pb2.JobTypeSpec(name="bad name!")]),
+    claim_case("empty job type", "job_types.name", job_types=[worker_pb2.JobTypeSpec(name="")]),
+    claim_case("lower-case stage code", "job_types.stages", job_types=plan(worker_pb2.StageDef(code="fetch"))),
+    claim_case("empty stage code", "job_types.stages", job_types=plan(worker_pb2.StageDef(code=""))),
+    claim_case("stage code of 33 chars", "job_types.stages", job_types=plan(worker_pb2.StageDef(code="S" * 33))),
+    claim_case(
+        "duplicate stage codes",
+        "job_types.stages",
+        job_types=plan(worker_pb2.StageDef(code="A"), worker_pb2.StageDef(code="A")),
+    ),
+    claim_case(
+        "33 stages", "job_types.stages", job_types=plan(*(worker_pb2.StageDef(code=f"S{i}") for i in range(33)))
+    ),
+    claim_case(
+        "stage label of 201 chars",
+        "job_types.stages",
+        job_types=plan(worker_pb2.StageDef(code="A", labels={"en": "x" * 201})),
+    ),
+    claim_case(
+        "stage label locale of 36 chars",
+        "job_types.stages",
+        job_types=plan(worker_pb2.StageDef(code="A", labels={"l" * 36: "x"})),
+    ),
+    claim_case("max_jobs=-1", "max_jobs", max_jobs=-1),
+    claim_case("max_jobs=101", "max_jobs", max_jobs=101),
+    claim_case("wait=-1s", "wait", wait=raw_duration(-1)),
+    claim_case("wait=-1ns", "wait", wait=raw_duration(0, -1)),
+    claim_case("wait=61s", "wait", wait=raw_duration(61)),
+    claim_case("lease_duration=0.5s", "lease_duration", lease_duration=duration(0.5)),
+    claim_case("lease_duration=-30s", "lease_duration", lease_duration=raw_duration(-30)),
+    claim_case("lease_duration=3601s", "lease_duration", lease_duration=raw_duration(3601)),
+    claim_case("lease_duration=10**12s", "lease_duration", lease_duration=raw_duration(10**12)),
+]
+
+
+def heartbeat_case(
+    name: str, field: str, worker_id: str = "w1", refs: Callable[[Ctx], list[tuple[str, str]]] | None = None
+) -> Bad:
+    async def call(c: Ctx) -> object:
+        leases = [
+            worker_pb2.LeaseRef(job_no=n, worker_token=t) for n, t in (refs(c) if refs else [(c.job_no, c.token)])
+        ]
+        return await c.served.workers.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=worker_id, leases=leases))  # type: ignore[attr-defined]
+
+    return Bad(f"Heartbeat {name}", call, field)
+
+
+HEARTBEAT = [
+    heartbeat_case("empty worker_id", "worker_id", worker_id=""),
+    heartbeat_case("worker_id of 129 chars", "worker_id", worker_id="w" * 129),
+    heartbeat_case("1001 leases", "leases", refs=lambda c: [(c.job_no, c.token)] * 1001),
+    *(
+        heartbeat_case(f"job_no={n!r}", "job_no", refs=lambda c, n=n: [(c.job_no, c.token), (n, c.token)])
+        for n in BAD_JOB_NOS
+    ),
+    heartbeat_case("token of 81 chars", "worker_token", refs=lambda c: [(c.job_no, LONG_TOKEN)]),
+    heartbeat_case("token with a newline", "worker_token", refs=lambda c: [(c.job_no, c.token + "\n")]),
+]
+
+
+def report_case(name: str, field: str, reason: str = "INVALID_ARGUMENT", **fields: object) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {"job_no": c.job_no, "worker_token": c.token, "stage": "PROCESSING", **fields}
+        return await c.served.workers.ReportStage(worker_pb2.ReportStageRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"ReportStage {name}", call, field, INVALID, reason)
+
+
+REPORT = [
+    *(report_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    report_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
+    report_case("token with NUL", "worker_token", worker_token="1.\x00"),
+    report_case("stage of 33 chars", "stage", stage="S" * 33),
+    report_case("stage with NUL", "stage", stage="PROC\x00"),
+    report_case("unknown stage", "stage", "UNKNOWN_STAGE", stage="UPLOADING"),
+    report_case("empty stage", "stage", "UNKNOWN_STAGE", stage=""),
+    report_case("processed_units=-1", "processed_units", processed_units=-1),
+    report_case("total_units=-1", "total_units", total_units=-1),
+    report_case("processed over total", "processed_units", processed_units=11, total_units=10),
+    report_case("note of 1001 chars", "note", note="n" * 1001),
+    report_case("note with ESC", "note", note="\x1b[2J"),
+    report_case("checkpoint of 64 KiB + 1", "checkpoint", checkpoint=b"c" * (64 * KiB + 1)),
+    Bad(
+        "ReportStage checkpoint of 5 MiB",
+        lambda c: c.served.workers.ReportStage(
+            worker_pb2.ReportStageRequest(  # type: ignore[attr-defined]
+                job_no=c.job_no, worker_token=c.token, stage="PROCESSING", checkpoint=b"c" * (5 * MiB)
+            )
+        ),
+        None,
+        TOO_BIG,
+        None,
+    ),
+]
+
+
+def complete_case(
+    name: str, field: str, reason: str = "INVALID_ARGUMENT", result: job_pb2.Artifact | None = None, **fields: object
+) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {
+            "job_no": c.job_no,
+            "worker_token": c.token,
+            "result": result or artifact(),
+            **fields,
+        }
+        return await c.served.workers.Complete(worker_pb2.CompleteRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"Complete {name}", call, field, INVALID, reason)
+
+
+def result(**fields: object) -> job_pb2.Artifact:
+    values: dict[str, object] = {"uri": "s3://bucket/out.mp4", "size_bytes": 10, "sha256": "ab" * 32, **fields}
+    return job_pb2.Artifact(**values)  # type: ignore[arg-type]
+
+
+DI = "DELIVERABLE_INVALID"
+COMPLETE = [
+    *(complete_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    complete_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
+    complete_case("no result", "result", DI, result=job_pb2.Artifact()),
+    complete_case("empty uri", "result", DI, result=result(uri="")),
+    complete_case("uri of 2049 chars", "result", DI, result=result(uri="s3://" + "u" * 2044)),
+    complete_case("sha256 not hex", "result", DI, result=result(sha256="zz" * 32)),
+    complete_case("sha256 of 63 digits", "result", DI, result=result(sha256="a" * 63)),
+    complete_case("sha256 of 65 digits", "result", DI, result=result(sha256="a" * 65)),
+    complete_case("sha256 empty", "result", DI, result=result(sha256="")),
+    complete_case("negative size", "result", DI, result=result(size_bytes=-1)),
+    complete_case("content_type of 256 chars", "result", DI, result=result(content_type="t" * 256)),
+    complete_case("summary of 2001 chars", "result", DI, result=result(summary="s" * 2001)),
+]
+
+
+def fail_case(name: str, field: str, **fields: object) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {"job_no": c.job_no, "worker_token": c.token, "message": "boom", **fields}
+        return await c.served.workers.Fail(worker_pb2.FailRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"Fail {name}", call, field)
+
+
+FAIL = [
+    *(fail_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    fail_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
+    fail_case("category=99", "category", category=99),
+    fail_case("category=-1", "category", category=-1),
+    fail_case("message of 1001 chars", "message", message="m" * 1001),
+    fail_case("message with ESC", "message", message="\x1b[31mred"),
+]
+
+
+def confirm_case(name: str, field: str, **fields: object) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {"job_no": c.job_no, "worker_token": c.token, **fields}
+        return await c.served.workers.ConfirmCancel(worker_pb2.ConfirmCancelRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"ConfirmCancel {name}", call, field)
+
+
+CONFIRM = [
+    *(confirm_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    confirm_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
+    confirm_case("note of 1001 chars", "note", note="n" * 1001),
+    confirm_case("note with NUL", "note", note="\x00"),
+]
+
+
+def release_case(
+    name: str,
+    field: str | None,
+    code: grpc.StatusCode = INVALID,
+    reason: str | None = "INVALID_ARGUMENT",
+    **fields: object,
+) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {"job_no": c.job_no, "worker_token": c.token, **fields}
+        return await c.served.workers.Release(worker_pb2.ReleaseRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"Release {name}", call, field, code, reason)
+
+
+RELEASE = [
+    *(release_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    release_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
+    release_case("note of 1001 chars", "note", note="n" * 1001),
+    release_case("note with a newline", "note", note="a\nb"),
+    release_case("checkpoint of 64 KiB + 1", "checkpoint", checkpoint=b"c" * (64 * KiB + 1)),
+    release_case("checkpoint of 5 MiB", None, TOO_BIG, None, checkpoint=b"c" * (5 * MiB)),
+]
+
+
+# -- AdminService --------------------------------------------------------------------------------
+
+
+def inspect_case(name: str, field: str, **fields: object) -> Bad:
+    return Bad(f"Inspect {name}", lambda c: c.served.admin.Inspect(admin_pb2.InspectRequest(**fields)), field)  # type: ignore[attr-defined,arg-type]
+
+
+INSPECT = [
+    inspect_case("stalled_after=-1s", "stalled_after", stalled_after=raw_duration(-1)),
+    inspect_case("stalled_after=-1ns", "stalled_after", stalled_after=raw_duration(0, -1)),
+    inspect_case("stalled_after of 3000 years", "stalled_after", stalled_after=raw_duration(10**11)),
+    inspect_case("stalled_after of 10000 years", "stalled_after", stalled_after=raw_duration(315_576_000_000)),
+    inspect_case("queue with a space", "queue", queue="bad name!"),
+    inspect_case("queue of 65 chars", "queue", queue="q" * 65),
+    inspect_case("kinds=[42]", "kinds", kinds=[42]),
+    inspect_case("kinds=[0]", "kinds", kinds=[0]),
+    inspect_case("kinds=[1, -3]", "kinds", kinds=[1, -3]),
+]
+
+
+def list_events(name: str, field: str, **fields: object) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {"job_no": c.job_no, **fields}
+        return await c.served.admin.ListEvents(admin_pb2.ListEventsRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"ListEvents {name}", call, field)
+
+
+LIST_EVENTS = [
+    *(list_events(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    list_events("page_size=-1", "page_size", page_size=-1),
+    *(list_events(f"page_token={t[:20]!r}", "page_token", page_token=t) for t in GARBAGE_TOKENS),
+]
+
+
+def requeue(name: str, field: str, **fields: object) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {"job_no": c.job_no, **fields}
+        return await c.served.admin.Requeue(admin_pb2.RequeueRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"Requeue {name}", call, field)
+
+
+REQUEUE = [
+    *(requeue(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    requeue("reason of 1001 chars", "reason", reason="r" * 1001),
+    requeue("reason with a newline", "reason", reason="line\nbreak"),
+]
+
+LIST_WORKERS = [
+    Bad(
+        "ListWorkers queue with a space",
+        lambda c: c.served.admin.ListWorkers(admin_pb2.ListWorkersRequest(queue="bad name!")),
+        "queue",
+    ),  # type: ignore[attr-defined]
+    Bad(
+        "ListWorkers queue of 65 chars",
+        lambda c: c.served.admin.ListWorkers(admin_pb2.ListWorkersRequest(queue="q" * 65)),
+        "queue",
+    ),  # type: ignore[attr-defined]
+]
+
+MATRIX: dict[str, list[Bad]] = {
+    "JobService.Submit": SUBMIT,
+    "JobService.Get": GET,
+    "JobService.Cancel": CANCEL,
+    "JobService.Retry": RETRY,
+    "JobService.ListJobs": LIST_JOBS,
+    "JobService.WatchStatus": WATCH_STATUS,
+    "JobService.WatchJobs": WATCH_JOBS,
+    "WorkerService.Claim": CLAIM,
+    "WorkerService.Heartbeat": HEARTBEAT,
+    "WorkerService.ReportStage": REPORT,
+    "WorkerService.Complete": COMPLETE,
+    "WorkerService.Fail": FAIL,
+    "WorkerService.ConfirmCancel": CONFIRM,
+    "WorkerService.Release": RELEASE,
+    "AdminService.Inspect": INSPECT,
+    "AdminService.ListEvents": LIST_EVENTS,
+    "AdminService.Requeue": REQUEUE,
+    "AdminService.ListWorkers": LIST_WORKERS,
+}
+
+
+def test_the_matrix_covers_every_rpc() -> None:
+    from jobwire.v1 import admin_pb2 as a
+    from jobwire.v1 import job_pb2 as j
+    from jobwire.v1 import worker_pb2 as w
+
+    rpcs = {
+        f"{service.name}.{method.name}"
+        for module in (a, j, w)
+        for service in module.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+    }
+    assert set(MATRIX) == rpcs
+
+
+async def _context(served) -> Ctx:  # type: ignore[no-untyped-def]
+    failed = await submit(served, "doomed", retry_policy=job_pb2.RetryPolicy(max_attempts=1))
+    (doomed,) = await claim(served, "doomed")
+    await served.workers.Fail(
+        worker_pb2.FailRequest(job_no=failed.job_no, worker_token=doomed.worker_token, message="boom", retryable=True)
+    )
+    job, lease = await running(served)
+    queued = await submit(served, "later")
+    return Ctx(served, job.job_no, lease.worker_token, failed.job_no, queued.job_no)
+
+
+async def _problems(served, ctx: Ctx, case: Bad) -> list[str]:  # type: ignore[no-untyped-def]
+    """What is wrong with the server's answer to one bad request (empty: all is well)."""
+    problems: list[str] = []
+    before = await db_rows(served)
+    exc = await rpc_failure(case.call(ctx))
+    got = (exc.code(), exc.details())
+    info = error_info(exc)
+    fields = [f for f, _ in field_violations(exc)]
+    if exc.code() in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+        problems.append(f"{case.name}: {got} for a caller's mistake")
+    elif exc.code() != case.code:
+        problems.append(f"{case.name}: {got}, expected {case.code}")
+    elif case.reason is None:
+        if info is not None:
+            problems.append(f"{case.name}: a transport limit with ErrorInfo {info.reason}")
+    elif info is None or info.reason != case.reason:
+        problems.append(f"{case.name}: ErrorInfo {info and info.reason}, expected {case.reason}")
+    elif case.field is not None and fields != [case.field]:
+        problems.append(f"{case.name}: BadRequest fields {fields}, expected [{case.field!r}]")
+    after = await db_rows(served)
+    if after != before:
+        problems.append(f"{case.name}: wrote rows ({before} -> {after})")
+    return problems
+
+
+@pytest.mark.parametrize("service", ["JobService", "WorkerService", "AdminService"])
+async def test_bad_input(served, service: str) -> None:  # type: ignore[no-untyped-def]
+    """Every case of every RPC of `service`; all problems are reported together."""
+    ctx = await _context(served)
+    problems: list[str] = []
+    for rpc, cases in MATRIX.items():
+        if not rpc.startswith(service + "."):
+            continue
+        for case in cases:
+            problems += await _problems(served, ctx, case)
+            # the server keeps serving
+            assert (await get(served, ctx.job_no)).job_no == ctx.job_no, case.name
+    assert not problems, "\n".join(problems)
+    # and the jobs the cases aimed at are as they were
+    assert (await get(served, ctx.job_no)).status == job_pb2.Job.RUNNING
+    assert (await get(served, ctx.failed_no)).status == job_pb2.Job.FAILED
+    assert (await get(served, ctx.queued_no)).status == job_pb2.Job.QUEUED
+
+
+async def test_the_limits_themselves_are_accepted(served) -> None:  # type: ignore[no-untyped-def]
+    """A 1 MiB payload, a 64 KiB checkpoint and the longest names pass, on both databases."""
+    max_name = "a" * 64
+    reply = await served.jobs.Submit(
+        job_pb2.SubmitRequest(
+            job_type=max_name,
+            queue="q" * 64,
+            payload=b"\xff" * MiB,
+            idempotency_key="k" * 128,
+            owner="o" * 128,
+            labels={f"k{i:02d}" + "x" * 60: "v" * 256 for i in range(32)},
+            locale="l" * 35,
+            retry_policy=job_pb2.RetryPolicy(
+                max_attempts=100, initial_backoff=duration(86400), max_backoff=duration(86400), backoff_multiplier=10
+            ),
+            run_after=ts(253402300799),  # 9999-12-31T23:59:59Z: legal, if patient
+        )
+    )
+    assert reply.created and reply.job.max_attempts == 100
+    await submit(served, max_name, queue="q" * 64)
+    (lease,) = await claim(served, max_name, queues=["q" * 64], worker_id="w" * 128, max_jobs=100, lease=3600)
+    await served.workers.ReportStage(
+        worker_pb2.ReportStageRequest(
+            job_no=lease.job_no,
+            worker_token=lease.worker_token,
+            stage="PROCESSING",
+            note="n" * 1000,
+            processed_units=2**63 - 1,
+            total_units=2**63 - 1,
+            checkpoint=b"\x00" * (64 * KiB),
+        )
+    )
+    await served.workers.Release(
+        worker_pb2.ReleaseRequest(job_no=lease.job_no, worker_token=lease.worker_token, checkpoint=b"\x01" * (64 * KiB))
+    )
+    (again,) = await claim(served, max_name, queues=["q" * 64], lease=1)
+    assert again.checkpoint == b"\x01" * (64 * KiB)
+    done = await served.workers.Complete(
+        worker_pb2.CompleteRequest(
+            job_no=again.job_no,
+            worker_token=again.worker_token,
+            result=result(uri="s3://" + "u" * 2043, content_type="t" * 255, summary="s" * 2000, size_bytes=0),
+        )
+    )
+    assert done.status == job_pb2.Job.READY and len(done.result.uri) == 2048
+    got = await served.jobs.Get(job_pb2.GetRequest(job_no=reply.job.job_no))
+    assert len(got.labels) == 32 and got.owner == "o" * 128

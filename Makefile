@@ -53,6 +53,7 @@ migrate: install
 	$(PY) -m jobwire migrate
 
 bench: install
+	$(PY) -m pip install -q -c constraints.txt -r bench/requirements.txt
 	$(PY) bench/throughput.py
 
 clean:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from jobwire.db.engine import RetryTransaction, db_now
 from jobwire.db.tables import artifact, job, job_event
 from jobwire.db.tables import worker as worker_table
-from jobwire.db.writes import UNSTAGED, Row, apply, event_values, load, record_event, upsert
+from jobwire.db.writes import UNSTAGED, Row, apply, event_values, load_job, record_event, upsert
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
 from jobwire.domain.job import Artifact, ErrorCategory, plain_message
@@ -132,7 +132,7 @@ def touch_worker(conn: Connection, tenant: str, worker_id: str, now: datetime) -
 
 def held(conn: Connection, tenant: str, job_no: str, token: str, ending: str | None = None) -> tuple[Row, bool]:
     """The row if `token` holds its lease; (row, True) when `ending` replays a finished call."""
-    row = load(conn, job.c.tenant == tenant, job.c.job_no == job_no)
+    row = load_job(conn, tenant, job_no)
     epoch = token_epoch(token)
     if row is not None and epoch is not None:
         if row["worker_token"] == token and row["lease_epoch"] == epoch:
@@ -180,7 +180,7 @@ def heartbeat(
     states: list[tuple[str, str, datetime | None]] = []
     now: datetime | None = None
     for job_no, token in leases:
-        row = load(conn, job.c.tenant == tenant, job.c.job_no == job_no)
+        row = load_job(conn, tenant, job_no)
         now = now or (row["db_now"] if row else None)
         if row is None or row["worker_token"] != token or row["lease_epoch"] != token_epoch(token):
             states.append((job_no, "LOST", None))

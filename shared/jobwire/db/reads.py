@@ -14,13 +14,13 @@ from sqlalchemy.engine import Connection
 
 from jobwire.db.tables import job, job_event
 from jobwire.db.tables import worker as worker_table
-from jobwire.db.writes import Row, load, select_jobs
+from jobwire.db.writes import Row, load_job, select_jobs
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.states import LEASED, Status
 
 
 def get(conn: Connection, tenant: str, job_no: str) -> tuple[Row, int | None] | None:
-    row = load(conn, job.c.tenant == tenant, job.c.job_no == job_no)
+    row = load_job(conn, tenant, job_no)
     if row is None:
         return None
     return row, queue_position(conn, row)
@@ -60,7 +60,8 @@ def decode_page_token(token: str) -> int | None:
         after = raw["after"]
     except (binascii.Error, ValueError, TypeError, KeyError, UnicodeDecodeError):
         raise InvalidArgument("page_token", "is not a token this server issued") from None
-    if not isinstance(after, int) or after < 0:
+    # bool is an int to Python; ids are BIGINT: anything else is not a token this server issued.
+    if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:
         raise InvalidArgument("page_token", "is not a token this server issued")
     return after
 
@@ -96,7 +97,7 @@ def list_events(
     conn: Connection, tenant: str, job_no: str, page_size: int, page_token: str
 ) -> tuple[list[Row], str] | None:
     """A job's evidence trail in order; None for an unknown job."""
-    row = load(conn, job.c.tenant == tenant, job.c.job_no == job_no)
+    row = load_job(conn, tenant, job_no)
     if row is None:
         return None
     after = decode_page_token(page_token) or 0

@@ -15,6 +15,7 @@ from typing import Any
 from jobwire.db import inspect as inspect_queries
 from jobwire.db import leases, reads, reaper, retention, submit, user_actions
 from jobwire.db.engine import Database
+from jobwire.db.job_numbers import JobNumbers
 from jobwire.db.migrate import upgrade
 from jobwire.db.rows import record_from_row
 from jobwire.db.writes import Row, clock
@@ -25,11 +26,12 @@ from jobwire.domain.job import Artifact, JobRecord
 class JobStore:
     def __init__(self, db: Database, *, job_prefix: str = "PT") -> None:
         self.db = db
-        self.job_prefix = job_prefix
+        self.job_numbers = JobNumbers(db, job_prefix)
 
     # -- backends ---------------------------------------------------------------------
     def submit(self, new: submit.NewJob) -> tuple[JobRecord, bool]:
-        row, created = self.db.write(lambda c: submit.submit(c, new, self.job_prefix))
+        job_no = self.job_numbers.next()  # reserved outside the transaction: see job_numbers
+        row, created = self.db.write(lambda c: submit.submit(c, new, job_no))
         return record_from_row(row, queue_position=None), created
 
     def get(self, tenant: str, job_no: str) -> JobRecord:

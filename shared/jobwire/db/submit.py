@@ -1,4 +1,4 @@
-"""Submitting a job: a day-sequenced job number, idempotency, the first event."""
+"""Submitting a job: idempotency, the row, the first event."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from jobwire.db.engine import RetryTransaction
-from jobwire.db.tables import job, job_day_counter
-from jobwire.db.writes import Row, clock, load, record_event, upsert
+from jobwire.db.tables import job
+from jobwire.db.writes import Row, clock, load, record_event
 from jobwire.domain.errors import IdempotencyKeyReused
 from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.states import Status
@@ -44,15 +44,14 @@ class NewJob:
         return h.hexdigest()
 
 
-def submit(conn: Connection, new: NewJob, prefix: str) -> tuple[Row, bool]:
-    """Insert the job, or return the one an idempotency key already created."""
+def submit(conn: Connection, new: NewJob, job_no: str) -> tuple[Row, bool]:
+    """Insert the job as `job_no`, or return the one an idempotency key already created."""
     fingerprint = new.fingerprint()
     if new.idempotency_key:
         existing = _replay(conn, new, fingerprint)
         if existing is not None:
             return existing, False
     now = clock(conn)
-    job_no = _next_job_no(conn, prefix, now)
     values = _values(new, job_no, fingerprint, now)
     try:
         job_id = conn.execute(sa.insert(job).values(**values)).inserted_primary_key[0]  # type: ignore[index]
@@ -60,10 +59,22 @@ def submit(conn: Connection, new: NewJob, prefix: str) -> tuple[Row, bool]:
         if new.idempotency_key:
             raise RetryTransaction() from None  # a concurrent submit won: the rerun replays it
         raise
-    row = load(conn, job.c.id == job_id)
-    assert row is not None
+    # The new row is known without reading it back: what was inserted plus the defaults.
+    row = {**NEW_ROW_DEFAULTS, **values, "id": job_id, "db_now": now}
     record_event(conn, row, kind="SUBMITTED", from_status=None, now=now)
     return row, True
+
+
+# Columns a new job leaves to their defaults, and the artifact a queued job lacks.
+NEW_ROW_DEFAULTS: dict[str, object] = {
+    "stage": None, "stage_index": 0, "stage_count": 0, "stages": None, "processed_units": 0,
+    "total_units": None, "checkpoint": None, "attempt": 0, "attempt_base": 0, "worker_id": None,
+    "worker_token": None, "lease_epoch": 0, "lease_seconds": None, "lease_expires_at": None,
+    "heartbeat_at": None, "stalled": False, "ended_token": None, "ended_kind": None,
+    "error_category": None, "error_stage": None, "error_message": None, "error_retryable": None,
+    "error_detail": None, "started_at": None, "finished_at": None,
+    "uri": None, "size_bytes": None, "sha256": None, "content_type": None, "summary": None,
+}  # fmt: skip
 
 
 def _replay(conn: Connection, new: NewJob, fingerprint: str) -> Row | None:
@@ -73,15 +84,6 @@ def _replay(conn: Connection, new: NewJob, fingerprint: str) -> Row | None:
     if row["fingerprint"] != fingerprint:
         raise IdempotencyKeyReused()
     return row
-
-
-def _next_job_no(conn: Connection, prefix: str, now: datetime) -> str:
-    day = now.strftime("%Y%m%d")
-    # The counter row is locked from here to commit: submits serialize on it only briefly.
-    bump = {"last_seq": job_day_counter.c.last_seq + 1}
-    upsert(conn, job_day_counter, {"day": day, "last_seq": 1}, bump)
-    seq = conn.execute(sa.select(job_day_counter.c.last_seq).where(job_day_counter.c.day == day)).scalar_one()
-    return f"{prefix}-{day}-{seq:03d}"
 
 
 def _values(new: NewJob, job_no: str, fingerprint: str, now: datetime) -> dict[str, object]:

@@ -7,14 +7,13 @@ from datetime import datetime
 from sqlalchemy.engine import Connection
 
 from jobwire.db.rows import record_from_row
-from jobwire.db.tables import job
-from jobwire.db.writes import UNSTAGED, Row, apply, load
+from jobwire.db.writes import UNSTAGED, Row, apply, load_job
 from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotRetryable
 from jobwire.domain.states import Status
 
 
 def _find(conn: Connection, tenant: str, job_no: str) -> Row:
-    row = load(conn, job.c.tenant == tenant, job.c.job_no == job_no)
+    row = load_job(conn, tenant, job_no)
     if row is None:
         raise JobNotFound()
     return row

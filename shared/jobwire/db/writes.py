@@ -28,15 +28,40 @@ UNSTAGED: Mapping[str, Any] = {"stage": None, "stage_index": 0, "processed_units
 
 _JOINED = job.outerjoin(artifact, artifact.c.job_id == job.c.id)
 _ARTIFACT_COLS = [artifact.c[name] for name in ("uri", "size_bytes", "sha256", "content_type", "summary")]
+# Row reads leave out the blobs (a payload of up to 1 MiB, the checkpoint, internal detail):
+# no decision after Submit needs them, and reading them back on every progress report
+# would cost more than the report. Claim and the reaper select them where they need them.
+BLOBS = frozenset({"payload", "checkpoint", "error_detail"})
+_ROW_COLS = [column for column in job.c if column.name not in BLOBS]
 
 
 def select_jobs(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
-    """Job rows with their artifact and the database clock as `db_now`."""
-    return sa.select(job, *_ARTIFACT_COLS, db_now().label("db_now")).select_from(_JOINED).where(*where)
+    """Job rows (without blobs) with their artifact and the database clock as `db_now`."""
+    return sa.select(*_ROW_COLS, *_ARTIFACT_COLS, db_now().label("db_now")).select_from(_JOINED).where(*where)
 
 
 def load(conn: Connection, *where: sa.ColumnElement[bool]) -> Row | None:
     found = conn.execute(select_jobs(*where)).mappings().first()
+    return dict(found) if found is not None else None
+
+
+# The hot statements are built once with bind parameters: building SQLAlchemy statements
+# per call cost more CPU than the database spent running them (bench/throughput.py).
+_BY_JOB_NO = select_jobs(job.c.tenant == sa.bindparam("w_tenant"), job.c.job_no == sa.bindparam("w_job_no"))
+_GUARDED = sa.update(job).where(
+    job.c.id == sa.bindparam("g_id"),
+    job.c.version == sa.bindparam("g_version"),
+    job.c.status == sa.bindparam("g_status"),
+)
+_GUARDED_TOKEN = _GUARDED.where(
+    job.c.worker_token == sa.bindparam("g_token"), job.c.lease_epoch == sa.bindparam("g_epoch")
+)
+_INSERT_EVENT = sa.insert(job_event)
+
+
+def load_job(conn: Connection, tenant: str, job_no: str) -> Row | None:
+    """One job by number within a tenant, as `load` reads it."""
+    found = conn.execute(_BY_JOB_NO, {"w_tenant": tenant, "w_job_no": job_no}).mappings().first()
     return dict(found) if found is not None else None
 
 
@@ -61,11 +86,13 @@ def apply(
 
     `guards` add conditions on columns that change without a version (a heartbeat's lease).
     """
-    where = [job.c.id == row["id"], job.c.version == row["version"], job.c.status == row["status"], *guards]
-    if token_guard:
-        where += [job.c.worker_token == row["worker_token"], job.c.lease_epoch == row["lease_epoch"]]
     values = {**changes, "version": row["version"] + 1, "updated_at": now}
-    if conn.execute(sa.update(job).where(*where).values(**values)).rowcount != 1:
+    stmt = (_GUARDED_TOKEN if token_guard else _GUARDED).where(*guards)
+    params = {**values, "g_id": row["id"], "g_version": row["version"], "g_status": row["status"]}
+    if token_guard:
+        params.update(g_token=row["worker_token"], g_epoch=row["lease_epoch"])
+    # No .values(): the SET clause is every column named in `params` that is not a g_ guard.
+    if conn.execute(stmt, params).rowcount != 1:
         raise RetryTransaction()
     new = {**row, **values}
     record_event(conn, new, kind=kind, from_status=row["status"], now=now, detail=detail)
@@ -83,7 +110,7 @@ def record_event(
     detail: str | None = None,
     worker_id: str | None = None,
 ) -> None:
-    conn.execute(sa.insert(job_event).values(**event_values(row, kind, now, from_status, visible, detail, worker_id)))
+    conn.execute(_INSERT_EVENT, event_values(row, kind, now, from_status, visible, detail, worker_id))
 
 
 def event_values(

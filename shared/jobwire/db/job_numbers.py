@@ -1,0 +1,62 @@
+"""Day-sequenced job numbers ("PT-20261129-001"), reserved in blocks outside the submit.
+
+Taking the next number inside every Submit's transaction made all submits queue on one
+counter row for the whole transaction (measured: one lock wait per Submit, ~80 ms each at
+32 clients). Here a process reserves a block in a tiny transaction of its own and hands
+numbers out from memory. Blocks grow while numbers go fast and shrink back to one when
+they do not, so a quiet system numbers 001, 002, 003 without gaps; numbers a process
+reserved but never used (it stopped, or an idempotent replay needed none) leave a gap.
+Numbers are unique and increase per process, not dense across replicas.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from jobwire.db.engine import Database
+from jobwire.db.tables import job_day_counter
+from jobwire.db.writes import upsert
+
+MAX_BLOCK = 64
+FAST_S = 1.0  # a block used up faster than this doubles the next one
+
+
+def reserve(conn: Connection, day: str, count: int) -> int:
+    """Reserve `count` numbers of `day`; the last one reserved."""
+    upsert(conn, job_day_counter, {"day": day, "last_seq": count}, {"last_seq": job_day_counter.c.last_seq + count})
+    query = sa.select(job_day_counter.c.last_seq).where(job_day_counter.c.day == day)
+    return int(conn.execute(query).scalar_one())
+
+
+class JobNumbers:
+    def __init__(self, db: Database, prefix: str) -> None:
+        self._db = db
+        self._prefix = prefix
+        self._lock = threading.Lock()
+        self._day = ""
+        self._next = 1
+        self._last = 0
+        self._block = 1
+        self._reserved_at = 0.0
+
+    def next(self) -> str:
+        day = datetime.now(UTC).strftime("%Y%m%d")
+        with self._lock:
+            if day != self._day or self._next > self._last:
+                self._reserve(day)
+            number = self._next
+            self._next += 1
+        return f"{self._prefix}-{day}-{number:03d}"
+
+    def _reserve(self, day: str) -> None:
+        now = time.monotonic()
+        fast = day == self._day and now - self._reserved_at < FAST_S
+        self._block = min(self._block * 2, MAX_BLOCK) if fast else 1
+        count = self._block
+        last = self._db.write(lambda conn: reserve(conn, day, count))
+        self._day, self._next, self._last, self._reserved_at = day, last - count + 1, last, now

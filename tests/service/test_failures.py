@@ -143,8 +143,10 @@ async def test_release_and_requeue_charge_no_attempt(served) -> None:  # type: i
     (a1,) = await claim(served, "import")
     released = await served.workers.Release(worker_pb2.ReleaseRequest(job_no=job.job_no, worker_token=a1.worker_token))
     assert released.status == Job.QUEUED
+    assert (released.attempt, released.max_attempts) == (1, 3), "the released attempt is given back"
     (a2,) = await claim(served, "import")
-    await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=job.job_no, reason="host drained"))
+    requeued = await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=job.job_no, reason="host drained"))
+    assert (requeued.attempt, requeued.max_attempts) == (2, 4)
     (a3,) = await claim(served, "import")
     assert (a1.attempt, a2.attempt, a3.attempt) == (1, 2, 3)
     assert (await served.workers.Fail(_fail(a3, retryable=True))).status == Job.QUEUED

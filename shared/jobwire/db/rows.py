@@ -52,7 +52,10 @@ def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None
         ),
         stalled=bool(row["stalled"]),
         attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
+        # The number of the last attempt it may make: attempt numbers keep counting across a
+        # Release, a Requeue or a Retry, and those grant attempts back, so "attempt 2 of 3"
+        # after a Release of a 2-attempt job says honestly that nothing failed yet.
+        max_attempts=row["attempt_base"] + row["max_attempts"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         started_at=row["started_at"],

@@ -18,9 +18,19 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.engine import RetryTransaction, db_now
-from jobwire.db.tables import artifact, job, job_event
+from jobwire.db.tables import artifact, job
 from jobwire.db.tables import worker as worker_table
-from jobwire.db.writes import UNSTAGED, Row, apply, event_values, load_job, record_event, upsert
+from jobwire.db.writes import (
+    INSERT_EVENT,
+    UNSTAGED,
+    Row,
+    apply,
+    event_values,
+    load_job,
+    record_event,
+    update_guarded,
+    upsert,
+)
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
 from jobwire.domain.job import Artifact, ErrorCategory, plain_message
@@ -70,9 +80,7 @@ def claim(conn: Connection, who: Claimant, max_jobs: int, *, skip_locked: bool) 
     rows = [dict(r) for r in conn.execute(query).mappings()]
     leased = [_lease_one(conn, row, who) for row in rows]
     if leased:
-        conn.execute(sa.insert(job_event), [
-            event_values(r, "CLAIMED", r["db_now"], Status.QUEUED.value) for r in leased
-        ])  # fmt: skip
+        conn.execute(INSERT_EVENT, [event_values(r, "CLAIMED", r["db_now"], Status.QUEUED.value) for r in leased])
     return leased
 
 
@@ -100,13 +108,9 @@ def _lease_one(conn: Connection, row: Row, who: Claimant) -> Row:
         "version": row["version"] + 1,
         "updated_at": now,
     }
-    done = conn.execute(
-        sa.update(job)
-        .where(job.c.id == row["id"], job.c.status == Status.QUEUED.value, job.c.version == row["version"])
-        .values(**changes)
-    )
-    # The row is locked (FOR UPDATE, or SQLite's write lock): nobody can have changed it.
-    assert done.rowcount == 1, "claimed row changed under its lock"
+    # The row is locked (FOR UPDATE, or SQLite's write lock), so the guard holds; it stays
+    # as the rule that every change names the state it expects.
+    update_guarded(conn, row, changes)
     return {**row, **changes}
 
 

@@ -56,7 +56,7 @@ _GUARDED = sa.update(job).where(
 _GUARDED_TOKEN = _GUARDED.where(
     job.c.worker_token == sa.bindparam("g_token"), job.c.lease_epoch == sa.bindparam("g_epoch")
 )
-_INSERT_EVENT = sa.insert(job_event)
+INSERT_EVENT = sa.insert(job_event)
 
 
 def load_job(conn: Connection, tenant: str, job_no: str) -> Row | None:
@@ -87,6 +87,21 @@ def apply(
     `guards` add conditions on columns that change without a version (a heartbeat's lease).
     """
     values = {**changes, "version": row["version"] + 1, "updated_at": now}
+    update_guarded(conn, row, values, token_guard=token_guard, guards=guards)
+    new = {**row, **values}
+    record_event(conn, new, kind=kind, from_status=row["status"], now=now, detail=detail)
+    return new
+
+
+def update_guarded(
+    conn: Connection,
+    row: Row,
+    values: Mapping[str, Any],
+    *,
+    token_guard: bool = False,
+    guards: Sequence[sa.ColumnElement[bool]] = (),
+) -> None:
+    """UPDATE the row to `values` only if its id, version and status (and token) are as read."""
     stmt = (_GUARDED_TOKEN if token_guard else _GUARDED).where(*guards)
     params = {**values, "g_id": row["id"], "g_version": row["version"], "g_status": row["status"]}
     if token_guard:
@@ -94,9 +109,6 @@ def apply(
     # No .values(): the SET clause is every column named in `params` that is not a g_ guard.
     if conn.execute(stmt, params).rowcount != 1:
         raise RetryTransaction()
-    new = {**row, **values}
-    record_event(conn, new, kind=kind, from_status=row["status"], now=now, detail=detail)
-    return new
 
 
 def record_event(
@@ -110,7 +122,7 @@ def record_event(
     detail: str | None = None,
     worker_id: str | None = None,
 ) -> None:
-    conn.execute(_INSERT_EVENT, event_values(row, kind, now, from_status, visible, detail, worker_id))
+    conn.execute(INSERT_EVENT, event_values(row, kind, now, from_status, visible, detail, worker_id))
 
 
 def event_values(

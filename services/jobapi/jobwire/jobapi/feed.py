@@ -9,6 +9,7 @@ is decoded once and encoded once per locale, however many streams receive it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from collections import defaultdict
@@ -27,6 +28,9 @@ from jobwire.v1 import job_pb2
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_ERROR_S = 1.0
+# With no stream listening, poll only this often (a subscribe wakes the feed at once):
+# an idle server then costs the database one statement a second, not twenty.
+IDLE_POLL_S = 1.0
 UNSEQUENCED = sys.maxsize  # read from the store, not delivered by a poll
 K = TypeVar("K")
 
@@ -100,6 +104,7 @@ class ChangeFeed:
         self.polls = 0  # polls completed
         self._polling = False
         self._synced: list[tuple[int, asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
 
     async def ready(self) -> None:
         """Wait until the feed has its start position: events after it are delivered."""
@@ -115,16 +120,19 @@ class ChangeFeed:
         target = self.polls + (2 if self._polling else 1)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._synced.append((target, done))
+        self._wake.set()
         await done
         return target
 
     def subscribe_job(self, tenant: str, job_no: str, sink: Sink) -> Unsubscribe:
         key = (tenant, job_no)
         self._by_job[key].add(sink)
+        self._wake.set()
         return lambda: _discard(self._by_job, key, sink)
 
     def subscribe_owner(self, tenant: str, owner: str, sink: Sink) -> Unsubscribe:
         self._by_owner[tenant][owner].add(sink)
+        self._wake.set()
 
         def remove() -> None:
             owners = self._by_owner.get(tenant)
@@ -145,11 +153,19 @@ class ChangeFeed:
                 self._polling = False
                 self.dispatch(rows)
                 self._release_synced()
-                if rows is None or len(rows) < self._reader.batch:
-                    await asyncio.sleep(self._poll_s if rows is not None else RETRY_AFTER_ERROR_S)
+                if rows is None:
+                    await asyncio.sleep(RETRY_AFTER_ERROR_S)
+                elif len(rows) < self._reader.batch:
+                    await self._pause()
         finally:
             self._thread.submit(self._reader.close)
             self._thread.shutdown(wait=False)
+
+    async def _pause(self) -> None:
+        listening = self._by_job or self._by_owner or self._synced
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self._poll_s if listening else IDLE_POLL_S)
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()

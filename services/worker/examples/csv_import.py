@@ -20,7 +20,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobwire.worker.sdk import DependencyFailed, Handlers, InputInvalid, JobContext, Result, StageDef
+from jobwire.worker.sdk import DependencyFailed, HandlerError, Handlers, InputInvalid, JobContext, Result, StageDef
 
 handlers = Handlers()
 BATCH = 1000
@@ -54,7 +54,7 @@ def import_csv(ctx: JobContext) -> Result:
         ctx.stage("VERIFYING")
         missing = _verify(ctx, db, params.table, source, total)
     if missing:
-        raise RuntimeError(f"{missing} rows are missing after the import")
+        raise HandlerError(f"{missing} rows are missing after the import")
     report = ctx.tmp_dir / "import-report.json"
     summary = {"rows": total, "inserted_by_this_attempt": added, "resumed_at_row": _resume_point(ctx)}
     report.write_text(json.dumps({**summary, "table": params.table, "attempt": ctx.attempt}, indent=2))

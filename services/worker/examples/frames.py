@@ -10,7 +10,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from jobwire.worker.sdk import Handlers, InputInvalid, JobContext, Result
+from jobwire.worker.sdk import Handlers, InputInvalid, JobContext, Result, ResultInvalid
 
 handlers = Handlers()
 WIDTH, HEIGHT = 96, 54
@@ -69,5 +69,5 @@ def _pack(ctx: JobContext, frames_dir: Path, count: int) -> Path:
             ctx.progress(i, total=count)
     with zipfile.ZipFile(archive) as zf:
         if zf.testzip() is not None or len(zf.namelist()) != count:
-            raise RuntimeError("the frame archive did not verify")
+            raise ResultInvalid("the frame archive did not verify")
     return archive

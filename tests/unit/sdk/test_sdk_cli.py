@@ -32,6 +32,20 @@ def test_environment_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.lease_duration is None
 
 
+def test_results_url_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBWIRE_RESULTS_URL", raising=False)
+    assert build_config(parse_args(["--handlers", "examples:handlers"])).results_url is None  # file:// URIs
+    monkeypatch.setenv("JOBWIRE_RESULTS_URL", "s3://bucket/prefix/")
+    assert build_config(parse_args(["--handlers", "examples:handlers"])).results_url == "s3://bucket/prefix/"
+    args = parse_args(["--handlers", "examples:handlers", "--results-url", "https://files.example/jobwire/"])
+    assert build_config(args).results_url == "https://files.example/jobwire/"
+
+
+def test_a_relative_results_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--handlers", "examples:handlers", "--results-url", "files.example/x"]) == 2
+    assert "results_url" in capsys.readouterr().err
+
+
 def test_handlers_load_from_module_and_object() -> None:
     handlers = load_handlers("examples:handlers")
     assert isinstance(handlers, Handlers)

@@ -172,10 +172,10 @@ def test_resuming_sees_the_last_checkpoint() -> None:
 
 @pytest.mark.parametrize(
     "returned",
-    [None, "text", {"a": 1}],
+    [None, "text", b"bytes", ("a", 1), {"a": {1, 2}}],
 )
-def test_anything_but_a_result_is_result_invalid(returned: object) -> None:
-    outcome = JobEnvironment().run(lambda ctx: returned)  # type: ignore[arg-type, return-value]
+def test_anything_but_a_result_or_json_is_result_invalid(returned: object) -> None:
+    outcome = JobEnvironment().run(lambda ctx: returned)  # type: ignore[arg-type]
     assert outcome.kind is EndKind.FAIL
     assert outcome.failure is not None
     assert outcome.failure.category is ErrorCategory.RESULT_INVALID

@@ -48,6 +48,13 @@ def stuck(ctx: JobContext) -> Result:
     return Result.from_bytes(b"late")
 
 
+@registry.job("napping")
+async def napping(ctx: JobContext) -> Result:
+    ctx.progress(1)
+    await asyncio.sleep(600)  # no safe point: a stop must cancel the task
+    return Result.from_bytes(b"late")
+
+
 @registry.job("resume")
 async def resume(ctx: JobContext) -> Result:
     return Result.from_bytes(repr(ctx.last_checkpoint).encode())
@@ -106,8 +113,9 @@ async def test_failures_carry_category_and_keep_the_trace_internal(
         "the warehouse API is down",
     )
     assert (bug.category, bug.retryable) == (job_pb2.JobError.PROCESSING_ERROR, False)
-    assert bug.message == "cannot parse <path>"
-    assert "Traceback" in bug.detail and "ValueError" in bug.detail
+    assert bug.message == "The job failed while processing."  # the exception's text is not for users
+    assert bug.detail.startswith("ValueError: cannot parse ")
+    assert "Traceback" in bug.detail and "input.csv" in bug.detail
     assert fake.of("Complete") == []
 
 
@@ -288,3 +296,50 @@ async def test_handlers_keep_running_while_the_server_is_unreachable(
     assert len(reports) > 4  # the failed ones, then the recovered ones
     assert reports[-1].stage == "DELIVERING"  # the latest state got through once the server was back
     assert fake.ended == {"PT-1": "Complete"}
+
+
+async def test_results_url_names_no_worker_path_on_the_wire(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    config = replace(config, results_url="https://files.example/jobwire/")
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 2}', stages=["PROCESSING", "DELIVERING"]))
+    async with running(config, fake):
+        (complete,) = await fake.wait_for("Complete")
+    assert complete.result.uri == "https://files.example/jobwire/PT-1/attempt-1/out.txt"
+    (path,) = results(config)
+    assert path.read_bytes() == b"1\n2\n"
+
+
+@pytest.mark.parametrize(("state", "ending"), [("cancel", "ConfirmCancel"), ("shutdown", "Release")])
+async def test_a_stop_cancels_an_async_handlers_await(
+    config: WorkerConfig, fake: FakeWorkerService, state: str, ending: str
+) -> None:
+    fake.pending.append(make_lease("PT-1", "napping", heartbeat_s=0.05))
+    async with running(config, fake) as (worker, task):
+        await fake.wait_for("ReportStage")
+        began = asyncio.get_running_loop().time()
+        if state == "cancel":
+            fake.lease_states["PT-1"] = worker_pb2.LeaseState.CANCEL_REQUESTED
+            await fake.wait_for(ending)
+        else:
+            worker.shutdown()
+            assert await asyncio.wait_for(task, 3) == 0  # ended cleanly, nothing abandoned
+        assert asyncio.get_running_loop().time() - began < 2
+        assert tmp_left(config) == []
+    assert fake.ended == {"PT-1": ending}
+    assert fake.of("Fail") == []
+
+
+async def test_claim_sends_each_handlers_stage_plan(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    async with running(config, fake):
+        (claim, *_) = await fake.wait_for("Claim")
+    plans = {spec.name: [(s.code, s.cancellable, dict(s.labels)) for s in spec.stages] for spec in claim.job_types}
+    assert [code for code, _, _ in plans["write"]] == ["PROCESSING", "DELIVERING"]
+    assert plans["write"] == [(s.code, s.cancellable, dict(s.labels)) for s in registry["write"].stages]
+
+
+def test_stage_plans_convert_both_ways_with_one_helper() -> None:
+    from jobwire.domain.stages import DEFAULT_PLAN
+    from jobwire.worker.sdk._rpc import stages_from_proto, stages_to_proto
+
+    plan = (*registry["write"].stages, *DEFAULT_PLAN[:1])
+    assert stages_from_proto(stages_to_proto(plan)) == plan
+    assert stages_from_proto([]) == ()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from jobwire.client.channel import ChannelConfig
 from jobwire.domain import limits
+from jobwire.worker.sdk._result import check_base_url
 
 DEFAULT_LEASE_S = 30.0  # the server's JOBWIRE_LEASE_SECONDS default
 
@@ -34,7 +35,12 @@ class WorkerConfig:
         lease_duration: Seconds a lease lasts (1 s to 1 h); None takes the server's default.
         grace_period: Seconds running jobs get to reach a safe point on shutdown.
         claim_wait: Seconds one Claim long-polls for work.
-        results_dir: Where results are delivered, as ``file://`` URIs.
+        results_dir: Where results are delivered on this machine.
+        results_url: The base URL under which `results_dir` is published, e.g.
+            ``https://files.example/jobwire/`` or ``s3://bucket/prefix/``: a result's URI is
+            this base plus its path below `results_dir`. None gives ``file://`` URIs of this
+            worker's disk, which only fit the embedded single-machine setup: on a fleet they
+            point at a path users cannot reach.
         tmp_root: Where per-attempt temporary folders are made; None for the system's.
         report_interval: Minimum seconds between two progress reports in one stage.
     """
@@ -52,6 +58,7 @@ class WorkerConfig:
     grace_period: float = 25.0
     claim_wait: float = 5.0
     results_dir: Path = Path("var/results")
+    results_url: str | None = None
     tmp_root: Path | None = None
     report_interval: float = 0.25
 
@@ -70,6 +77,8 @@ class WorkerConfig:
             raise ValueError("grace_period, claim_wait and report_interval must not be negative")
         if self.claim_wait > 60:
             raise ValueError("claim_wait is at most 60 seconds")
+        if self.results_url is not None:
+            check_base_url(self.results_url)
 
     @property
     def heartbeat_interval(self) -> float:

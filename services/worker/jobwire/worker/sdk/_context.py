@@ -7,10 +7,12 @@ reporter in the order it happened.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -90,6 +92,8 @@ class AttemptState:
         self._checkpoint_seq = 0
         self._stop: StopReason | None = None
         self._delivered: StopReason | None = None
+        # Called once, on their loop, when the first stop is requested.
+        self._listeners: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
 
     # -- written by the handler through JobContext -------------------------------------
 
@@ -127,18 +131,67 @@ class AttemptState:
             self._delivered = max(reason, self._delivered or reason)
         raise _SIGNALS[reason](_MESSAGES[reason])
 
+    def note_delivered(self) -> None:
+        """The stop reached the handler by other means than `check()` (its task was cancelled)."""
+        with self._lock:
+            if self._stop is not None:
+                self._delivered = max(self._stop, self._delivered or self._stop)
+
     def sleep(self, seconds: float) -> None:
+        if _on_event_loop():
+            raise TypeError("ctx.sleep() blocks the event loop; in an async handler use `await ctx.asleep(seconds)`")
         self._wake.wait(max(0.0, seconds))
         self.check()
+
+    async def asleep(self, seconds: float) -> None:
+        self.check()
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        remove = self.on_stop(loop, wake)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken, max(0.0, seconds))
+        finally:
+            remove()
+        self.check()
+
+    def on_stop(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` on `loop` when a stop is first requested (at once if it already was).
+
+        Returns a function that removes the callback again.
+        """
+        entry = (loop, callback)
+        with self._lock:
+            stopped = self._stop is not None
+            if not stopped:
+                self._listeners.append(entry)
+        if stopped:
+            _call_on(loop, callback)
+
+        def remove() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._listeners.remove(entry)
+
+        return remove
 
     # -- read and written by the runtime -------------------------------------------------
 
     def request_stop(self, reason: StopReason) -> None:
         """Ask the handler to stop at its next safe point; a stronger reason wins."""
         with self._lock:
+            listeners: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
+            if self._stop is None:
+                listeners, self._listeners = self._listeners, []
             if self._stop is None or reason > self._stop:
                 self._stop = reason
         self._wake.set()
+        for loop, callback in listeners:
+            _call_on(loop, callback)
 
     @property
     def stop(self) -> StopReason | None:
@@ -178,12 +231,30 @@ class AttemptState:
         self._sink.publish(self._snapshot())
 
 
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    # A closed loop has nobody left to wake.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback)
+
+
 class JobContext:
     """What a handler knows and can say about the job it runs.
 
     Thread-safe: call it from the handler's thread, from threads it starts, or from the
-    event loop for `async def` handlers. Only `check()` and `sleep()` raise a stop signal;
-    progress calls never block on the network.
+    event loop for `async def` handlers. Only `check()`, `sleep()` and `asleep()` raise a
+    stop signal; progress calls never block on the network.
+
+    In an `async def` handler a stop (cancel, lost lease, shutdown) also cancels the
+    handler's task, so any `await` may end it with `asyncio.CancelledError`; the runtime
+    ends the attempt for the stop's reason. Clean up in `finally`, and let it propagate.
     """
 
     def __init__(self, state: AttemptState) -> None:
@@ -269,5 +340,13 @@ class JobContext:
         self._state.check()
 
     def sleep(self, seconds: float) -> None:
-        """Sleep in a sync handler, waking early to stop; a safe point like `check()`."""
+        """Sleep in a sync handler, waking early to stop; a safe point like `check()`.
+
+        Raises:
+            TypeError: Called on an event loop (an `async def` handler): use `asleep`.
+        """
         self._state.sleep(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        """Sleep in an async handler, waking early to stop; a safe point like `check()`."""
+        await self._state.asleep(seconds)

@@ -10,8 +10,9 @@ import asyncio
 import enum
 from dataclasses import dataclass
 
-from jobwire.worker.sdk._context import AttemptState, StopReason
+from jobwire.worker.sdk._context import AttemptState, JobContext, StopReason
 from jobwire.worker.sdk._errors import Failure, JobInterrupted, failure_of
+from jobwire.worker.sdk._handlers import AsyncHandler
 
 
 class EndKind(enum.StrEnum):
@@ -56,13 +57,40 @@ def decide(
             # The handler was told to stop but returned anyway: its output may be partial.
             return Ending(kind=_BY_STOP[stop])
         return Ending(kind=EndKind.COMPLETE, result=result)
-    if isinstance(error, JobInterrupted) and stop is not None:
-        # The strongest reason wins: a cancel that arrived during shutdown is a cancel.
+    if isinstance(error, JobInterrupted | asyncio.CancelledError) and stop is not None:
+        # The strongest reason wins: a cancel that arrived during shutdown is a cancel. An
+        # async handler's task is cancelled by a stop: that is the stop, not a failure.
         return Ending(kind=_BY_STOP[stop])
     if isinstance(error, asyncio.CancelledError):
         return Ending(kind=EndKind.ABANDON)
     # Anything else, including a stop signal nobody asked for, is a failure.
     return Ending(kind=EndKind.FAIL, failure=failure_of(error))
+
+
+def cancelled_from_outside(error: BaseException | None) -> bool:
+    """True when the runtime's own task is being cancelled (not just the handler's)."""
+    task = asyncio.current_task()
+    return isinstance(error, asyncio.CancelledError) and task is not None and task.cancelling() > 0
+
+
+async def run_async_handler(fn: AsyncHandler, ctx: JobContext, state: AttemptState) -> object:
+    """Await an async handler in its own task, which a stop cancels at once.
+
+    A stop then ends the handler at whatever it awaits (``asyncio.sleep(600)`` included),
+    not only at its next safe point; `decide()` maps the CancelledError to the stop.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(fn(ctx))
+
+    def stop_task() -> None:
+        if task.cancel():
+            state.note_delivered()  # the handler was told, as by check()
+
+    remove = state.on_stop(loop, stop_task)
+    try:
+        return await task
+    finally:
+        remove()
 
 
 DELIVERING = "DELIVERING"

@@ -3,8 +3,13 @@
 Two families, deliberately different:
 
 * `HandlerError` and its children are ordinary exceptions a handler raises to say *how* it
-  failed (category, retryable). Anything else a handler raises is a non-retryable
-  PROCESSING_ERROR.
+  failed (category, retryable). Their message is written for users and is what a user sees
+  (through `jobwire.domain.job.plain_message`).
+* Anything else a handler raises is unexpected: its text may name a host, a command line or
+  a path, so users see only a fixed sentence for its category and the exception goes to
+  the operator-only `detail`. Network errors (`ConnectionError`, host lookup failures,
+  unreachable networks) are a retryable DEPENDENCY_FAILED, `TimeoutError` a retryable
+  TIMEOUT; everything else a non-retryable PROCESSING_ERROR.
 * `JobInterrupted` and its children are raised by `JobContext.check()` to stop a handler.
   They derive from `BaseException`, like `asyncio.CancelledError`, so a handler's broad
   `except Exception:` cannot swallow a cancellation by accident.
@@ -12,12 +17,14 @@ Two families, deliberately different:
 
 from __future__ import annotations
 
-import re
+import errno
+import socket
 import traceback
+import urllib.error
 from dataclasses import dataclass
 
-from jobwire.domain.job import ErrorCategory
-from jobwire.domain.limits import MAX_DETAIL_CHARS, MAX_MESSAGE_CHARS
+from jobwire.domain.job import ErrorCategory, plain_message
+from jobwire.domain.limits import MAX_DETAIL_CHARS
 
 
 class JobInterrupted(BaseException):
@@ -96,30 +103,48 @@ class Failure:
     detail: str = ""
 
 
-# A path-like token: absolute, home- or dot-relative, a Windows drive, or a file:// URI.
-# The look-behind keeps fractions ("stage 3/4") and words ("and/or") intact.
-_PATH = re.compile(r"""(?<![\w./\\-])(?:file://)?(?:[A-Za-z]:[\\/]|~[\\/]|\.{1,2}[\\/]|[\\/])[^\s'"<>|,;:()]*""")
-_SPACE = re.compile(r"\s+")
+# What a user reads when the exception's own text is not fit to show.
+PLAIN_SENTENCES: dict[ErrorCategory, str] = {
+    ErrorCategory.INPUT_INVALID: "The job's input could not be processed.",
+    ErrorCategory.DEPENDENCY_FAILED: "A service the job depends on was not available.",
+    ErrorCategory.TIMEOUT: "Something the job waited for took too long.",
+    ErrorCategory.WORKER_LOST: "The worker running the job stopped.",
+    ErrorCategory.RESULT_INVALID: "The job's result could not be delivered.",
+    ErrorCategory.PROCESSING_ERROR: "The job failed while processing.",
+}
+_NETWORK_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENETDOWN", "ENETUNREACH", "ENETRESET", "EHOSTDOWN", "EHOSTUNREACH", "ECONNABORTED", "ECONNRESET")
+    if hasattr(errno, name)
+)
 
 
-def plain_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """One line of user-facing text: paths replaced, whitespace collapsed, length bounded."""
-    text = _SPACE.sub(" ", _PATH.sub("<path>", text)).strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+def _classify(exc: BaseException) -> tuple[ErrorCategory, bool]:
+    """Category and retryability of an exception that is not a HandlerError."""
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, OSError):
+        return _classify(exc.reason)  # urlopen wraps the socket error (HTTPError's reason is text)
+    if isinstance(exc, TimeoutError):  # also socket.timeout and asyncio.TimeoutError
+        return ErrorCategory.TIMEOUT, True
+    if isinstance(exc, ConnectionError | socket.gaierror | socket.herror) or (
+        isinstance(exc, OSError) and exc.errno in _NETWORK_ERRNOS
+    ):
+        return ErrorCategory.DEPENDENCY_FAILED, True
+    return ErrorCategory.PROCESSING_ERROR, False
 
 
 def failure_of(exc: BaseException) -> Failure:
-    """Classify what a handler raised; the trace goes to `detail` only."""
+    """Classify what a handler raised: user text for `message`, the evidence for `detail`."""
     if isinstance(exc, HandlerError):
         category, retryable = exc.category, exc.retryable
+        # The handler author wrote this for users; plain_message still strips what slipped in.
+        text = str(exc)
+        message = plain_message(text) if text.strip() else PLAIN_SENTENCES[category]
     else:
-        category, retryable = ErrorCategory.PROCESSING_ERROR, False
-    message = plain_message(str(exc)) or type(exc).__name__
-    detail = "".join(traceback.format_exception(exc))
-    # Keep the tail: the innermost frames and the exception line matter most.
-    return Failure(
-        category=category,
-        message=message,
-        retryable=retryable,
-        detail=detail[-MAX_DETAIL_CHARS:],
-    )
+        category, retryable = _classify(exc)
+        message = PLAIN_SENTENCES[category]
+    head = f"{type(exc).__name__}: {exc}\n"
+    trace = "".join(traceback.format_exception(exc))
+    # Keep the head and the tail of the trace: the innermost frames matter most.
+    room = max(0, MAX_DETAIL_CHARS - len(head))
+    detail = (head + trace[-room:] if room else head)[:MAX_DETAIL_CHARS]
+    return Failure(category=category, message=message, retryable=retryable, detail=detail)

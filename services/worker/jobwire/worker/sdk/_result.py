@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import quote, urlsplit
 
 from jobwire.domain.errors import JobwireError
 from jobwire.domain.job import Artifact
@@ -89,14 +90,46 @@ class Delivered:
     path: Path
 
 
-class ResultStore:
-    """A folder of delivered results: `<root>/<job_no>/attempt-<n>/<filename>`, as file:// URIs."""
+def check_base_url(url: str) -> str:
+    """A results base URL must be absolute (``https://...``, ``s3://...``, ``file:///...``)."""
+    parts = urlsplit(url)
+    if not parts.scheme or not (parts.netloc or parts.path) or url != url.strip():
+        raise ValueError(f"results_url must be an absolute URL such as https://files.example/jobwire/, not {url!r}")
+    return url
 
-    def __init__(self, root: Path) -> None:
+
+class ResultStore:
+    """A folder of delivered results: `<root>/<job_no>/attempt-<n>/<filename>`.
+
+    Args:
+        root: The results folder on this machine.
+        base_url: The URL under which `root` is published (``https://files.example/jobwire/``,
+            ``s3://bucket/prefix/``); a result's URI is this base plus its path below
+            `root`, so no worker path reaches users. None gives ``file://`` URIs of the
+            worker's own disk, fit only where users and worker share one machine.
+    """
+
+    def __init__(self, root: Path, *, base_url: str | None = None) -> None:
         self.root = root.resolve()
+        self.base_url = check_base_url(base_url) if base_url is not None else None
+
+    def uri_of(self, path: Path) -> str:
+        """The URI a user is given for a delivered file."""
+        if self.base_url is None:
+            return path.as_uri()
+        relative = path.relative_to(self.root).as_posix()
+        return f"{self.base_url.rstrip('/')}/{quote(relative)}"
 
     def deliver(self, result: object, *, job_no: str, attempt: int, tmp_dir: Path) -> Delivered:
-        """Copy, hash and verify `result`; ResultInvalid or DependencyFailed if it cannot be."""
+        """Copy, hash and verify `result`; ResultInvalid or DependencyFailed if it cannot be.
+
+        A dict or list is taken as a JSON document (`Result.from_json`).
+        """
+        if isinstance(result, dict | list):
+            try:
+                result = Result.from_json(result)
+            except (TypeError, ValueError) as exc:
+                raise ResultInvalid(f"the handler returned a {type(result).__name__} that is not JSON") from exc
         if not isinstance(result, Result):
             raise ResultInvalid(f"the handler returned {type(result).__name__}, not a Result")
         name = _safe_name(result, job_no)
@@ -104,7 +137,7 @@ class ResultStore:
         with _source(result, tmp_dir) as src:
             sha256, size = _copy(src, final)
         artifact = Artifact(
-            uri=final.as_uri(),
+            uri=self.uri_of(final),
             size_bytes=size,
             sha256=sha256,
             content_type=result.content_type,

@@ -11,12 +11,13 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol, TypeVar
 
 import grpc
 
 from jobwire.client.status import error_reason
+from jobwire.domain.stages import StageDef
 from jobwire.v1 import job_pb2, worker_pb2
 
 log = logging.getLogger("jobwire.worker")
@@ -52,6 +53,16 @@ class WorkerStub(Protocol):
     ) -> Awaitable[job_pb2.Job]: ...
 
     def Release(self, request: worker_pb2.ReleaseRequest, *, timeout: float | None = ...) -> Awaitable[job_pb2.Job]: ...
+
+
+def stages_to_proto(stages: Iterable[StageDef]) -> list[worker_pb2.StageDef]:
+    """A stage plan as sent with Claim."""
+    return [worker_pb2.StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable) for s in stages]
+
+
+def stages_from_proto(stages: Iterable[worker_pb2.StageDef]) -> tuple[StageDef, ...]:
+    """A stage plan as a lease carries it."""
+    return tuple(StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable) for s in stages)
 
 
 def status_code(error: BaseException) -> grpc.StatusCode | None:

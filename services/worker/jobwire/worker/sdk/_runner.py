@@ -25,7 +25,14 @@ from jobwire.domain.job import ErrorCategory
 from jobwire.domain.stages import StageDef
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snapshot, StopReason
-from jobwire.worker.sdk._endings import Ending, EndKind, begin_delivery, decide
+from jobwire.worker.sdk._endings import (
+    Ending,
+    EndKind,
+    begin_delivery,
+    cancelled_from_outside,
+    decide,
+    run_async_handler,
+)
 from jobwire.worker.sdk._errors import Failure, failure_of
 from jobwire.worker.sdk._handlers import AsyncHandler, HandlerSpec, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
@@ -38,6 +45,7 @@ from jobwire.worker.sdk._rpc import (
     describe,
     is_lease_lost,
     is_transient,
+    stages_from_proto,
 )
 
 log = logging.getLogger("jobwire.worker")
@@ -74,7 +82,7 @@ def stages_of(lease: worker_pb2.Lease, spec: HandlerSpec) -> tuple[StageDef, ...
     """The plan the server snapshotted at claim time; the handler's own if it sent none."""
     if not lease.stages:
         return spec.stages
-    return tuple(StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable) for s in lease.stages)
+    return stages_from_proto(lease.stages)
 
 
 class JobRunner:
@@ -139,11 +147,14 @@ class JobRunner:
         error: BaseException | None = None
         try:
             if self._spec.is_async:
-                result = await cast(AsyncHandler, self._spec.fn)(ctx)
+                result = await run_async_handler(cast(AsyncHandler, self._spec.fn), ctx, state)
             else:
                 result = await self._deps.run_sync(cast(SyncHandler, self._spec.fn), ctx)
         except BaseException as exc:  # noqa: BLE001 - every outcome is reported, none lost
             error = exc
+        if cancelled_from_outside(error):
+            # Abandoned by the worker (grace period over): no safe point was reached.
+            return Ending(kind=EndKind.ABANDON)
         return decide(stop=state.stop, delivered=state.delivered, result=result, error=error)
 
 

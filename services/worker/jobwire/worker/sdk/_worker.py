@@ -29,7 +29,7 @@ from jobwire.worker.sdk._context import JobContext, StopReason
 from jobwire.worker.sdk._handlers import Handlers, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
 from jobwire.worker.sdk._result import ResultStore
-from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, Backoff, WorkerStub, call_retrying, describe
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, Backoff, WorkerStub, call_retrying, describe, stages_to_proto
 from jobwire.worker.sdk._runner import JobRunner, RunnerDeps
 
 log = logging.getLogger("jobwire.worker")
@@ -60,7 +60,7 @@ class Worker:
             raise ValueError("a worker needs at least one handler")
         self.config, self.handlers = config, handlers
         self._stub = stub
-        self._store = ResultStore(config.results_dir)
+        self._store = ResultStore(config.results_dir, base_url=config.results_url)
         self._running: dict[str, _Running] = {}
         self._stopping = False
         self._deadline = float("inf")
@@ -196,13 +196,7 @@ class Worker:
             worker_id=self.config.worker_id,
             queues=list(self.config.queues),
             job_types=[
-                worker_pb2.JobTypeSpec(
-                    name=spec.job_type,
-                    stages=[
-                        worker_pb2.StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable)
-                        for s in spec.stages
-                    ],
-                )
+                worker_pb2.JobTypeSpec(name=spec.job_type, stages=stages_to_proto(spec.stages))
                 for spec in self.handlers
             ],
             max_jobs=free,

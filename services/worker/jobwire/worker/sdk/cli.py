@@ -4,7 +4,9 @@
                    [--concurrency N] [--worker-id ID] [--token-file PATH] [--lease-seconds S]
 
 Environment fallbacks: JOBWIRE_TARGET, JOBWIRE_TOKEN (or JOBWIRE_TOKEN_FILE),
-JOBWIRE_RESULTS_DIR. SIGTERM or SIGINT stops claiming and gives running jobs the grace
+JOBWIRE_RESULTS_DIR, JOBWIRE_RESULTS_URL. Set --results-url to the URL under which the
+results folder is published; without it results get file:// URIs of this machine, which
+only suit a single-machine setup. SIGTERM or SIGINT stops claiming and gives running jobs the grace
 period to reach a safe point; a second signal ends the grace period. Exit status: 0 after a
 clean stop, 1 when a job had to be abandoned, 2 for a usage or configuration error.
 """
@@ -44,7 +46,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lease-seconds", type=float, default=None, help="lease length to ask for (1 to 3600)")
     p.add_argument("--grace-seconds", type=float, default=25.0, help="shutdown grace period (default 25)")
     p.add_argument("--claim-wait", type=float, default=5.0, help="long-poll seconds per Claim (default 5)")
-    p.add_argument("--results-dir", type=Path, default=Path(env("JOBWIRE_RESULTS_DIR", "var/results")))
+    p.add_argument(
+        "--results-dir",
+        type=Path,
+        default=Path(env("JOBWIRE_RESULTS_DIR", "var/results")),
+        help="where results are written on this machine (env JOBWIRE_RESULTS_DIR)",
+    )
+    p.add_argument(
+        "--results-url",
+        default=env("JOBWIRE_RESULTS_URL") or None,
+        metavar="URL",
+        help="base URL under which --results-dir is published, e.g. https://files.example/jobwire/ or"
+        " s3://bucket/prefix/ (env JOBWIRE_RESULTS_URL); default: file:// URIs of this machine's"
+        " disk, fit only for a single-machine setup",
+    )
     p.add_argument("--tmp-dir", type=Path, default=None, help="where per-attempt temporary folders go")
     p.add_argument("--tls", action="store_true", help="use TLS with the system's roots")
     p.add_argument("--tls-ca", type=Path, default=None, help="CA bundle to trust (turns TLS on)")
@@ -77,6 +92,7 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         grace_period=args.grace_seconds,
         claim_wait=args.claim_wait,
         results_dir=args.results_dir,
+        results_url=args.results_url,
         tmp_root=args.tmp_dir,
     )
 

@@ -25,9 +25,17 @@ from pathlib import Path
 from typing import cast
 
 from jobwire.domain.job import Artifact
+from jobwire.domain.progress import Progress
 from jobwire.domain.stages import StageDef
 from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snapshot, StopReason
-from jobwire.worker.sdk._endings import Ending, EndKind, begin_delivery, decide
+from jobwire.worker.sdk._endings import (
+    Ending,
+    EndKind,
+    begin_delivery,
+    cancelled_from_outside,
+    decide,
+    run_async_handler,
+)
 from jobwire.worker.sdk._errors import Failure, failure_of
 from jobwire.worker.sdk._handlers import AsyncHandler, HandlerFn, Handlers, HandlerSpec, SyncHandler, plan_of
 from jobwire.worker.sdk._result import ResultStore, remove_tree
@@ -46,10 +54,8 @@ class Report:
 
     @property
     def percent(self) -> int | None:
-        """What a user would see: only with a known total."""
-        if self.total is None or self.total <= 0:
-            return None
-        return min(100, self.processed * 100 // self.total)
+        """What a user would see: only with a known total (the domain's rule)."""
+        return Progress(stage_index=1, stage_count=1, processed_units=self.processed, total_units=self.total).percent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +90,8 @@ class JobEnvironment:
         attempt: The attempt number the handler sees.
         last_checkpoint: The checkpoint an earlier attempt saved, to test resuming.
         results_dir: Where results are delivered; a fresh temporary folder if None.
+        results_url: The base URL results are published under (as `WorkerConfig.results_url`);
+            None gives file:// URIs.
         tmp_root: Where the attempt's temporary folder is made.
     """
 
@@ -98,6 +106,7 @@ class JobEnvironment:
         attempt: int = 1,
         last_checkpoint: bytes | None = None,
         results_dir: Path | None = None,
+        results_url: str | None = None,
         tmp_root: Path | None = None,
     ) -> None:
         self.payload = _encode(payload)
@@ -109,7 +118,7 @@ class JobEnvironment:
         if results_dir is None:
             self._results_tmp = tempfile.TemporaryDirectory(prefix="jobwire-results-")
             results_dir = Path(self._results_tmp.name)
-        self.store = ResultStore(results_dir)
+        self.store = ResultStore(results_dir, base_url=results_url)
         self._tmp_root = tmp_root
         self.reports: list[Report] = []
         self.checkpoints: list[bytes] = []
@@ -154,12 +163,15 @@ class JobEnvironment:
         error: BaseException | None = None
         try:
             if spec.is_async:
-                result = await cast(AsyncHandler, spec.fn)(ctx)
+                result = await run_async_handler(cast(AsyncHandler, spec.fn), ctx, state)
             else:
                 result = await asyncio.to_thread(cast(SyncHandler, spec.fn), ctx)
         except BaseException as exc:  # noqa: BLE001 - the outcome records it
             error = exc
-        return self._end(state, result, error)
+        outcome = self._end(state, result, error)
+        if error is not None and cancelled_from_outside(error):
+            raise error  # the test itself is being cancelled
+        return outcome
 
     @property
     def last_report(self) -> Report | None:

@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from jobwire.rpc.auth import AuthInterceptor, load_tokens
 from jobwire.rpc.config import Settings
 from jobwire.rpc.errors import ErrorInterceptor
+from jobwire.rpc.metrics import Metrics, MetricsEndpoint, MetricsInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,10 @@ class ServerHost:
             )
         tokens = load_tokens(settings.auth_file) if settings.auth_file else None
         self.settings = settings
-        self.server = grpc.aio.server(
-            interceptors=[ErrorInterceptor(), AuthInterceptor(tokens)], options=list(SERVER_OPTIONS)
-        )
+        self.metrics = Metrics()
+        # Metrics outermost: it records the status the caller gets, after the error mapping.
+        interceptors = [MetricsInterceptor(self.metrics), ErrorInterceptor(), AuthInterceptor(tokens)]
+        self.server = grpc.aio.server(interceptors=interceptors, options=list(SERVER_OPTIONS))
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._ping = ping
@@ -75,6 +77,8 @@ class ServerHost:
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_hooks: list[Callable[[], None]] = []
         self.port = 0
+        self._metrics_endpoint = MetricsEndpoint(self.metrics)
+        self.metrics_port: int | None = None
 
     def add_service(self, full_name: str) -> None:
         self._services.append(full_name)
@@ -92,6 +96,9 @@ class ServerHost:
         reflection.enable_server_reflection(names, self.server)
         self.port = self._bind(self.settings)
         await self.server.start()
+        if self.settings.metrics_listen:
+            self.metrics_port = await self._metrics_endpoint.start(self.settings.metrics_listen)
+            log.info("jobwire metrics at GET /metrics on port %d", self.metrics_port)
         self._tasks.append(asyncio.create_task(self._watch_health(), name="jobwire-health"))
         log.info("jobwire serving %s on port %d", ", ".join(self._services), self.port)
         return self.port
@@ -111,6 +118,7 @@ class ServerHost:
         serving: bool | None = None
         while True:
             ok = await asyncio.to_thread(self._ping)
+            self.metrics.database_up = self.metrics.serving = ok
             if ok != serving:
                 serving = ok
                 state = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -129,7 +137,9 @@ class ServerHost:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self.metrics.serving = False  # after the health watcher is gone, so it cannot set it back
         await self.server.stop(grace)
+        await self._metrics_endpoint.stop()
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()

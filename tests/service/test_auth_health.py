@@ -249,3 +249,17 @@ async def test_health_and_reflection_need_no_token(authed) -> None:  # type: ign
     for service in ("", "jobwire.v1.JobService"):
         await _serving(authed, service)
     assert await _reflected_services(authed.channel) >= SERVICES
+
+
+async def test_health_watch_streams_serving(served) -> None:  # type: ignore[no-untyped-def]
+    """Health.Watch writes with context.write(); the interceptors must not break it."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    stub = health_pb2_grpc.HealthStub(served.channel)
+    stream = stub.Watch(health_pb2.HealthCheckRequest(service="jobwire.v1.JobService"))
+    seen = []
+    while not seen or seen[-1] != health_pb2.HealthCheckResponse.SERVING:
+        # SERVICE_UNKNOWN comes first when the first database ping has not landed yet.
+        seen.append((await asyncio.wait_for(stream.read(), timeout=10)).status)
+    assert set(seen) <= {health_pb2.HealthCheckResponse.SERVICE_UNKNOWN, health_pb2.HealthCheckResponse.SERVING}
+    stream.cancel()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import hmac
+import inspect
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -111,5 +112,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 async for item in inner_stream(request, context):
                     yield item
 
-            return handler._replace(unary_stream=stream)
+            async def writer(request: Any, context: grpc.aio.ServicerContext) -> None:
+                # grpc's Health.Watch streams with context.write(), not yield: keep its shape.
+                _current.set(self.resolve(method, metadata))
+                await inner_stream(request, context)
+
+            return handler._replace(unary_stream=stream if inspect.isasyncgenfunction(inner_stream) else writer)
         return handler

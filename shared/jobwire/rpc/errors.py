@@ -6,6 +6,7 @@ answered INTERNAL with a plain message, never the trace itself.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -81,5 +82,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler.unary_unary is not None:
             return handler._replace(unary_unary=_wrap_unary(handler.unary_unary))
         if handler.unary_stream is not None:
-            return handler._replace(unary_stream=_wrap_stream(handler.unary_stream))
+            # A server-streaming handler either yields (ours) or writes with
+            # context.write() (grpc's Health.Watch); the wrapper must keep its shape.
+            inner = handler.unary_stream
+            wrap = _wrap_stream if inspect.isasyncgenfunction(inner) else _wrap_unary
+            return handler._replace(unary_stream=wrap(inner))
         return handler

@@ -3,6 +3,7 @@ Retry with a fresh budget, and a user view that never shows a trace, a path or a
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import grpc
@@ -144,14 +145,26 @@ async def test_release_and_requeue_charge_no_attempt(served) -> None:  # type: i
     released = await served.workers.Release(worker_pb2.ReleaseRequest(job_no=job.job_no, worker_token=a1.worker_token))
     assert released.status == Job.QUEUED
     assert (released.attempt, released.max_attempts) == (1, 3), "the released attempt is given back"
-    (a2,) = await claim(served, "import")
-    requeued = await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=job.job_no, reason="host drained"))
+    (a2,) = await claim(served, "import", lease=1.0)
+    requeued = await _requeue_once_expired(served, job.job_no, reason="host is gone")
     assert (requeued.attempt, requeued.max_attempts) == (2, 4)
     (a3,) = await claim(served, "import")
     assert (a1.attempt, a2.attempt, a3.attempt) == (1, 2, 3)
     assert (await served.workers.Fail(_fail(a3, retryable=True))).status == Job.QUEUED
     (a4,) = await claim(served, "import")
     assert (await served.workers.Fail(_fail(a4, retryable=True))).status == Job.FAILED
+
+
+async def _requeue_once_expired(served, job_no: str, reason: str) -> Job:  # type: ignore[no-untyped-def]
+    """Requeue is for a lease that ran out: refused as LEASE_ACTIVE until it has (bounded wait)."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while True:
+        try:
+            return await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=job_no, reason=reason))
+        except grpc.aio.AioRpcError as exc:
+            if error_reason(exc) != "LEASE_ACTIVE" or asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 async def test_release_keeps_the_checkpoint_it_is_given(served) -> None:  # type: ignore[no-untyped-def]
@@ -256,3 +269,19 @@ async def test_the_user_view_of_a_failure_shows_no_trace_path_or_host(served) ->
         assert len(failed) == 1
         assert "/home/worker/app/x.py" in failed[0].detail and "db01.prod.internal" in failed[0].detail
         assert "10.0.0.7:5432" in failed[0].detail
+
+
+async def test_a_fail_is_never_refused_for_its_text(served) -> None:  # type: ignore[no-untyped-def]
+    """Colour codes, control characters and a very long message still end the attempt."""
+    job = await submit(served, "render", retry_policy=_policy(1, 0.0, 0.0))
+    (lease,) = await claim(served, "render")
+    noisy = "\x1b[31mffmpeg: error\x1b[0m\x00 while decoding /srv/in/a.mp4 " + "x" * 2000
+    failed = await served.workers.Fail(
+        worker_pb2.FailRequest(job_no=job.job_no, worker_token=lease.worker_token, message=noisy, retryable=False)
+    )
+    assert failed.status == Job.FAILED
+    assert failed.error.message.startswith("ffmpeg: error while decoding [path]")
+    assert "\x1b" not in failed.error.message and "\x00" not in failed.error.message
+    assert len(failed.error.message) <= 300
+    events = await served.admin.ListEvents(admin_pb2.ListEventsRequest(job_no=job.job_no))
+    assert any("ffmpeg: error" in e.detail for e in events.events), "the raw text stays as evidence"

@@ -72,3 +72,16 @@ async def test_queue_position_counts_runnable_jobs_ahead(served) -> None:  # typ
     assert positions == {urgent.job_no: 0, first.job_no: 1, second.job_no: 2}
     leases = await claim(served, max_jobs=3)
     assert [lease.job_no for lease in leases] == [urgent.job_no, first.job_no, second.job_no]
+
+
+async def test_a_worker_of_several_queues_gets_the_best_jobs_across_them(served) -> None:  # type: ignore[no-untyped-def]
+    low = await submit(served, queue="bulk", priority=0)
+    high = await submit(served, queue="urgent", priority=9)
+    mid = await submit(served, queue="bulk", priority=5)
+    other = await submit(served, queue="elsewhere", priority=99)
+    leases = await claim(served, max_jobs=2, queues=["bulk", "urgent"])
+    assert [lease.job_no for lease in leases] == [high.job_no, mid.job_no]
+    (last,) = await claim(served, max_jobs=5, queues=["bulk", "urgent"])
+    assert last.job_no == low.job_no
+    queued = await served.jobs.Get(job_pb2.GetRequest(job_no=other.job_no))
+    assert queued.status == job_pb2.Job.QUEUED, "a queue the worker did not name is left alone"

@@ -9,6 +9,7 @@ ConfirmCancel, Release) replay with their own token and refuse every other call 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from dataclasses import dataclass
 
@@ -63,6 +64,7 @@ LOST = No(*LEASE_LOST)
 NOT_CANCELLABLE = No(FP, "JOB_NOT_CANCELLABLE")
 NOT_RETRYABLE = No(FP, "NOT_RETRYABLE")
 NOT_REQUEUEABLE = No(FP, "INVALID_STATE")
+LEASE_ACTIVE = No(FP, "LEASE_ACTIVE")
 CANCEL_NOT_REQUESTED = No(FP, "CANCEL_NOT_REQUESTED")
 
 OPS = (
@@ -126,6 +128,20 @@ TABLE: dict[str, dict[str, object]] = {
         "FailFinal": To("FAILED"),
         "ConfirmCancel": CANCEL_NOT_REQUESTED,
         "Release": To("QUEUED"),
+        "Requeue": LEASE_ACTIVE,  # its worker would run on: two workers at once
+    },
+    # the lease ran out but nothing revoked it: the holder may still speak; an operator may requeue
+    "RUNNING_EXPIRED": {
+        "Cancel": To("CANCEL_REQUESTED"),
+        "Retry": NOT_RETRYABLE,
+        "Claim": Same(),
+        "ReportStage": To("RUNNING"),
+        "Heartbeat": Same(lease="OK"),
+        "Complete": To("READY"),
+        "Fail": To("QUEUED"),
+        "FailFinal": To("FAILED"),
+        "ConfirmCancel": CANCEL_NOT_REQUESTED,
+        "Release": To("QUEUED"),
         "Requeue": To("QUEUED"),
     },
     # DELIVERING is not cancellable; everything else is as in any RUNNING stage
@@ -140,7 +156,7 @@ TABLE: dict[str, dict[str, object]] = {
         "FailFinal": To("FAILED"),
         "ConfirmCancel": CANCEL_NOT_REQUESTED,
         "Release": To("QUEUED"),
-        "Requeue": To("QUEUED"),
+        "Requeue": LEASE_ACTIVE,
     },
     "CANCEL_REQUESTED": {
         "Cancel": Same(),
@@ -213,6 +229,7 @@ STATUS_OF = {
     "QUEUED_BACKOFF": "QUEUED",
     "RUNNING": "RUNNING",
     "RUNNING_DELIVERING": "RUNNING",
+    "RUNNING_EXPIRED": "RUNNING",
     "CANCEL_REQUESTED": "CANCEL_REQUESTED",
     "READY": "READY",
     "FAILED_RETRYABLE": "FAILED",
@@ -276,8 +293,10 @@ async def reach(served, state: str) -> Reached:  # type: ignore[no-untyped-def]
         assert cancelled.status == Status.CANCELLED
         return Reached(job.job_no, job_type, FORGED_TOKEN)
 
-    (lease,) = await claim(served, job_type)
+    (lease,) = await claim(served, job_type, lease=1.0 if state == "RUNNING_EXPIRED" else None)
     n, token = lease.job_no, lease.worker_token
+    if state == "RUNNING_EXPIRED":
+        await _until_lease_expired(served, n)
     w = served.workers
     ended: job_pb2.Job | None = None
     if state == "RUNNING_DELIVERING":
@@ -302,6 +321,17 @@ async def reach(served, state: str) -> Reached:  # type: ignore[no-untyped-def]
     now = await get(served, n)
     assert job_pb2.Job.Status.Name(now.status) == STATUS_OF[state], f"could not reach {state}"
     return reached
+
+
+async def _until_lease_expired(served, job_no: str) -> None:  # type: ignore[no-untyped-def]
+    """Wait (bounded) until Inspect, by the database clock, shows the lease past its expiry."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while asyncio.get_running_loop().time() < deadline:
+        found = await served.admin.Inspect(admin_pb2.InspectRequest(kinds=[admin_pb2.Finding.STALLED]))
+        if any(f.job_no == job_no for f in found.findings):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the lease of {job_no} did not expire")
 
 
 # -- doing an operation ------------------------------------------------------------------------
@@ -462,7 +492,8 @@ async def test_release_replay_after_the_job_was_claimed_again_changes_nothing(se
 
 async def test_requeue_revokes_the_lease(served) -> None:  # type: ignore[no-untyped-def]
     await submit(served, "stuck")
-    (lease,) = await claim(served, "stuck")
+    (lease,) = await claim(served, "stuck", lease=1.0)
+    await _until_lease_expired(served, lease.job_no)
     requeued = await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=lease.job_no, reason="worker host died"))
     assert requeued.status == Status.QUEUED and requeued.stage == "" and requeued.progress.stage_index == 0
     hb = await served.workers.Heartbeat(

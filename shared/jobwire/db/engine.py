@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
 
-from jobwire.domain.errors import Conflict, StoreUnavailable
+from jobwire.domain.errors import Conflict, InvalidArgument, StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,10 +106,16 @@ class Database:
         return isinstance(exc, OperationalError) and "locked" in str(exc.orig)
 
     def _translate(self, exc: DBAPIError) -> Exception:
+        """A canonical error for what escaped the retries; the cause stays chained for logs."""
+        # Lock conflicts first: PyMySQL raises deadlocks (1213) as OperationalError too.
+        if _code(exc) in RETRYABLE_MYSQL or isinstance(exc, IntegrityError):
+            return Conflict()
         if isinstance(exc, OperationalError) or exc.connection_invalidated:
             return StoreUnavailable()
-        if _code(exc) in RETRYABLE_MYSQL:
-            return Conflict()
+        if isinstance(exc, DataError):
+            # Inputs are validated before they reach SQL; a value the column still refuses
+            # is too large for the store, which is the caller's to fix, not a server fault.
+            return InvalidArgument("request", "a value is too large to store")
         return exc
 
 

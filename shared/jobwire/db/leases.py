@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -63,25 +64,36 @@ def token_epoch(token: str) -> int | None:
 
 def claim(conn: Connection, who: Claimant, max_jobs: int, *, skip_locked: bool) -> list[Row]:
     """Lease up to `max_jobs` runnable jobs, best priority first, oldest first."""
-    query = (
+    # One index-ordered scan per queue: `queue IN (...) ORDER BY priority DESC, id` cannot
+    # use the claim index for more than one queue, and MySQL would then sort (and, with FOR
+    # UPDATE, lock) every queued row. The best of each queue's candidates win; the others'
+    # locks end with this short transaction.
+    candidates: list[Row] = []
+    for queue in who.queues:
+        query = _claim_query(who, queue, max_jobs)
+        if skip_locked:
+            query = query.with_for_update(skip_locked=True)
+        candidates += [dict(r) for r in conn.execute(query).mappings()]
+    rows = sorted(candidates, key=lambda r: (-r["priority"], r["id"]))[:max_jobs]
+    leased = [_lease_one(conn, row, who) for row in rows]
+    if leased:
+        conn.execute(INSERT_EVENT, [event_values(r, "CLAIMED", r["db_now"], Status.QUEUED.value) for r in leased])
+    return leased
+
+
+def _claim_query(who: Claimant, queue: str, limit: int) -> sa.Select[Any]:
+    return (
         sa.select(job, db_now().label("db_now"))
         .where(
             job.c.tenant == who.tenant,
-            job.c.queue.in_(list(who.queues)),
+            job.c.queue == queue,
             job.c.status == Status.QUEUED.value,
             job.c.run_after <= db_now(),
             job.c.job_type.in_(list(who.plans)),
         )
         .order_by(job.c.priority.desc(), job.c.id)
-        .limit(max_jobs)
+        .limit(limit)
     )
-    if skip_locked:
-        query = query.with_for_update(skip_locked=True)
-    rows = [dict(r) for r in conn.execute(query).mappings()]
-    leased = [_lease_one(conn, row, who) for row in rows]
-    if leased:
-        conn.execute(INSERT_EVENT, [event_values(r, "CLAIMED", r["db_now"], Status.QUEUED.value) for r in leased])
-    return leased
 
 
 def _lease_one(conn: Connection, row: Row, who: Claimant) -> Row:

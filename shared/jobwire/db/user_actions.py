@@ -55,14 +55,25 @@ def retry(conn: Connection, tenant: str, job_no: str) -> Row:
 
 
 def requeue(conn: Connection, tenant: str, job_no: str, reason: str) -> Row:
-    """An operator's decision: revoke the lease and queue again, charging no attempt."""
+    """An operator's decision for a stalled job: revoke the lease, queue again, charge nothing.
+
+    A lease that is still alive is refused: its worker would run on until its next
+    heartbeat while another worker starts the job, so side effects would happen twice.
+    Cancel such a job, or wait for its lease to expire.
+    """
     row = _find(conn, tenant, job_no)
     if row["status"] != Status.RUNNING.value:
         raise InvalidTransition(f"a {row['status']} job cannot be requeued")
     now: datetime = row["db_now"]
+    expires = row["lease_expires_at"]
+    if not row["stalled"] and expires is not None and expires > now:
+        raise InvalidTransition(
+            "the job's lease is alive; cancel it or wait for the lease to expire", reason="LEASE_ACTIVE"
+        )
     changes = {
         "status": Status.QUEUED.value,
         "worker_token": None,
+        "lease_epoch": row["lease_epoch"] + 1,  # the old token can never match again
         "lease_expires_at": None,
         "stalled": False,
         "attempt_base": row["attempt_base"] + 1,

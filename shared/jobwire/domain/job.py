@@ -127,11 +127,16 @@ _HIDDEN = (
     (re.compile(r"\b[a-z0-9-]+\.(?:internal|local|lan|corp|com|net|org|io|svc)\b", re.I), "[host]"),
 )
 MAX_USER_MESSAGE = 300
+# Terminal colour codes (ffmpeg, compilers) and other control characters carry no meaning
+# for a person reading a status page.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
 def plain_message(text: str) -> str:
     """A failure message safe to show a user: one line, no trace, path, host or address."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    text = _CONTROL.sub(" ", _ANSI.sub("", text))
+    lines = [" ".join(line.split()) for line in text.strip().splitlines() if line.strip()]
     if not lines or lines[0].startswith(("Traceback", "File ")):
         return "The job could not be completed."
     line = lines[0]

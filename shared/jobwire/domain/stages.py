@@ -11,6 +11,8 @@ from jobwire.domain.errors import InvalidArgument
 STAGE_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
 MAX_STAGES = 32
 MAX_LABEL_CHARS = 200
+MAX_LABELS_PER_STAGE = 8
+MAX_PLAN_CHARS = 8000  # the plan is stored with the job: keep it well inside a TEXT column
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +51,12 @@ def validate_plan(stages: Sequence[StageDef], *, field_name: str = "stages") -> 
             raise InvalidArgument(field_name, f"stage {stage.code} appears twice")
         if any(len(k) > 35 or len(v) > MAX_LABEL_CHARS for k, v in stage.labels.items()):
             raise InvalidArgument(field_name, "stage labels are too long")
+        if len(stage.labels) > MAX_LABELS_PER_STAGE:
+            raise InvalidArgument(field_name, f"at most {MAX_LABELS_PER_STAGE} labels per stage")
         seen.add(stage.code)
+    size = sum(len(s.code) + sum(len(k) + len(v) for k, v in s.labels.items()) for s in stages)
+    if size > MAX_PLAN_CHARS:
+        raise InvalidArgument(field_name, f"the plan is larger than {MAX_PLAN_CHARS} characters")
     return tuple(stages)
 
 

@@ -19,6 +19,7 @@ from jobwire.worker.server.leasing import Leasing
 MAX_JOBS_PER_CLAIM = 100
 MAX_WAIT_S = 60.0
 MAX_JOB_TYPES = 100
+MAX_QUEUES = 64
 MAX_HEARTBEAT_LEASES = 1000
 MAX_TOKEN_CHARS = 80
 
@@ -35,6 +36,8 @@ def _token(value: str) -> str:
 
 def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[Claimant, int, float]:
     who = auth.current()
+    if len(request.queues) > MAX_QUEUES:
+        raise InvalidArgument("queues", f"at most {MAX_QUEUES} queues per worker")
     queues = sorted({limits.queue("queues", q) for q in request.queues} or {limits.DEFAULT_QUEUE})
     for queue in queues:
         who.check_queue(queue)
@@ -133,9 +136,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return convert.job_to_proto(job)
 
     async def Fail(self, request: worker_pb2.FailRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        # Never refuse a Fail for its text: a refused Fail would leave the job RUNNING with
+        # nobody working on it. The store keeps the raw text as evidence and shows users
+        # only plain_message() of it.
         failure = Failure(
             category=convert.category(request.category),
-            message=limits.short_text("message", " ".join(request.message.split()), limits.MAX_MESSAGE_CHARS),
+            message=request.message[: limits.MAX_MESSAGE_CHARS],
             retryable=request.retryable,
             detail=request.detail[: limits.MAX_DETAIL_CHARS],
         )

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from jobwire.domain.limits import MAX_LEASE_S, MIN_LEASE_S
+
 DEFAULT_DATABASE_URL = "sqlite:///var/jobwire.db"
+# Job numbers must read back through jobwire.domain.limits.JOB_NO: PT-20261129-001.
+JOB_PREFIX = re.compile(r"[A-Z][A-Z0-9]{0,15}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +36,25 @@ class Settings:
     retention_cancelled_days: float = 30.0
     retention_failed_days: float = 90.0
     artifact_deleter: str = ""
+
+    def __post_init__(self) -> None:
+        # A bad setting stops the server at start, naming the variable, rather than failing
+        # later on every call in a way that blames the caller.
+        problems = []
+        if not JOB_PREFIX.fullmatch(self.job_prefix):
+            problems.append("JOBWIRE_JOB_PREFIX must be 1 to 16 capitals and digits, starting with a capital")
+        if not MIN_LEASE_S <= self.lease_seconds <= MAX_LEASE_S:
+            problems.append("JOBWIRE_LEASE_SECONDS must be between 1 and 3600")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            problems.append("JOBWIRE_TLS_CERT and JOBWIRE_TLS_KEY go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            problems.append("JOBWIRE_TLS_CLIENT_CA needs JOBWIRE_TLS_CERT and JOBWIRE_TLS_KEY")
+        if self.reaper_interval_seconds < 0 or (self.stall_grace_seconds or 0) < 0:
+            problems.append("JOBWIRE_REAPER_INTERVAL_SECONDS and JOBWIRE_STALL_GRACE_SECONDS must not be negative")
+        if self.max_streams < 1 or self.db_pool_size < 1:
+            problems.append("JOBWIRE_MAX_STREAMS and JOBWIRE_DB_POOL_SIZE must be at least 1")
+        if problems:
+            raise ValueError("; ".join(problems))
 
     @property
     def stall_grace(self) -> float:

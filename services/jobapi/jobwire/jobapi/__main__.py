@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from jobwire.jobapi.app import add_jobapi
-from jobwire.rpc.config import Settings
-from jobwire.rpc.serve import configure_logging, serve_until_signalled
-from jobwire.serving import open_runtime
-
-
-async def run(settings: Settings) -> None:
-    rt = open_runtime(settings)  # inside the loop: grpc.aio servers bind to the running loop
-    add_jobapi(rt)
-    await serve_until_signalled(rt)
+from jobwire.serving import run_server
 
 
 def main() -> None:
-    configure_logging()
-    asyncio.run(run(Settings.from_env()))
+    run_server("python -m jobwire.jobapi", add_jobapi)
 
 
 if __name__ == "__main__":

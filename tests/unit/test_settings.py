@@ -1,0 +1,37 @@
+"""Server settings are checked at start: a bad one stops the server naming the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobwire.rpc.config import Settings
+
+
+def test_defaults_and_environment() -> None:
+    settings = Settings.from_env({"JOBWIRE_LEASE_SECONDS": "12", "JOBWIRE_JOB_PREFIX": "ACME2"})
+    assert (settings.lease_seconds, settings.job_prefix, settings.stall_grace) == (12.0, "ACME2", 12.0)
+    assert Settings.from_env({}).database_url == "sqlite:///var/jobwire.db"
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"JOBWIRE_JOB_PREFIX": "acme"}, "JOBWIRE_JOB_PREFIX"),
+        ({"JOBWIRE_JOB_PREFIX": "A-B"}, "JOBWIRE_JOB_PREFIX"),
+        ({"JOBWIRE_LEASE_SECONDS": "0.5"}, "JOBWIRE_LEASE_SECONDS"),
+        ({"JOBWIRE_LEASE_SECONDS": "7200"}, "JOBWIRE_LEASE_SECONDS"),
+        ({"JOBWIRE_TLS_CERT": "/etc/cert.pem"}, "JOBWIRE_TLS_KEY"),
+        ({"JOBWIRE_TLS_CLIENT_CA": "/etc/ca.pem"}, "JOBWIRE_TLS_CLIENT_CA"),
+        ({"JOBWIRE_MAX_STREAMS": "0"}, "JOBWIRE_MAX_STREAMS"),
+        ({"JOBWIRE_REAPER_INTERVAL_SECONDS": "-1"}, "JOBWIRE_REAPER_INTERVAL_SECONDS"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names: str) -> None:
+    with pytest.raises(ValueError, match=names):
+        Settings.from_env(env)
+
+
+def test_tls_needs_both_halves() -> None:
+    assert Settings(tls_cert=Path("c.pem"), tls_key=Path("k.pem")).tls_cert == Path("c.pem")

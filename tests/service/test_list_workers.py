@@ -1,0 +1,72 @@
+"""AdminService.ListWorkers over real gRPC: who claimed, on which queues and job types, holding how many leases."""
+
+from __future__ import annotations
+
+import time
+
+from service_support import artifact, claim, spec, submit
+
+from jobwire.v1 import admin_pb2, worker_pb2
+
+
+async def workers(served, queue: str = "") -> dict[str, admin_pb2.WorkerInfo]:  # type: ignore[no-untyped-def]
+    reply = await served.admin.ListWorkers(admin_pb2.ListWorkersRequest(queue=queue))
+    ids = [w.worker_id for w in reply.workers]
+    assert len(ids) == len(set(ids)), f"a worker listed twice: {ids}"
+    return {w.worker_id: w for w in reply.workers}
+
+
+async def test_list_workers_reports_leases_queues_and_job_types(served) -> None:  # type: ignore[no-untyped-def]
+    before = time.time()
+    a1 = await submit(served, "frames", queue="a")
+    a2 = await submit(served, "frames", queue="a")
+    b1 = await submit(served, "report", queue="b")
+    await submit(served, "report", queue="b")  # left queued: w2 takes only one
+
+    w1 = await claim(served, "frames", worker_id="w1", queues=["a"], max_jobs=5)
+    assert sorted(lease.job_no for lease in w1) == sorted([a1.job_no, a2.job_no])
+    w2 = await claim(served, "report", worker_id="w2", queues=["b"], max_jobs=1)
+    assert [lease.job_no for lease in w2] == [b1.job_no]
+    assert await claim(served, "frames", worker_id="w3", queues=["a"]) == []  # seen, holds nothing
+    assert await claim(served, "other", worker_id="w4", queues=["b", "a"]) == []
+
+    listed = await workers(served)
+    assert set(listed) == {"w1", "w2", "w3", "w4"}
+    expected = {
+        # worker: (leases_held, queues, job_types)
+        "w1": (2, ["a"], ["frames"]),
+        "w2": (1, ["b"], ["report"]),
+        "w3": (0, ["a"], ["frames"]),
+        "w4": (0, ["a", "b"], ["other"]),
+    }
+    for worker_id, (held, queues, job_types) in expected.items():
+        w = listed[worker_id]
+        assert (w.leases_held, sorted(w.queues), sorted(w.job_types)) == (held, queues, job_types), worker_id
+        assert w.HasField("last_seen_at"), worker_id
+        seen = w.last_seen_at.seconds + w.last_seen_at.nanos / 1e9
+        assert before - 5 <= seen <= time.time() + 5, (worker_id, seen, before)
+
+    # the queue filter: exactly the workers claiming on that queue
+    assert set(await workers(served, "a")) == {"w1", "w3", "w4"}
+    assert set(await workers(served, "b")) == {"w2", "w4"}
+    assert await workers(served, "nobody-claims-here") == {}
+
+    # leases_held follows the leases: ending one of w1's drops its count, others unchanged
+    await served.workers.Complete(
+        worker_pb2.CompleteRequest(job_no=w1[0].job_no, worker_token=w1[0].worker_token, result=artifact())
+    )
+    after = await workers(served)
+    assert {k: v.leases_held for k, v in after.items()} == {"w1": 1, "w2": 1, "w3": 0, "w4": 0}
+
+
+async def test_multi_job_type_worker_lists_every_type(served) -> None:  # type: ignore[no-untyped-def]
+    reply = await served.workers.Claim(
+        worker_pb2.ClaimRequest(worker_id="multi", job_types=[spec("frames"), spec("report"), spec("scan")])
+    )
+    assert list(reply.leases) == []
+    (w,) = (await workers(served)).values()
+    assert w.worker_id == "multi"
+    assert sorted(w.job_types) == ["frames", "report", "scan"]
+    assert list(w.queues) == ["default"]  # no queues named means "default"
+    assert w.leases_held == 0
+    assert set(await workers(served, "default")) == {"multi"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -14,6 +15,8 @@ from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc.blocking import Blocking
 from jobwire.rpc.wakeup import Wakeup
+
+log = logging.getLogger(__name__)
 
 # Claimers in other processes are not woken in memory: they look again this often.
 POLL_INTERVAL_S = 0.5
@@ -27,16 +30,46 @@ class Leasing:
         self.blocking = blocking
         self.wakeup = wakeup
         self._seen: dict[tuple[str, str], float] = {}
+        self._handing_back: set[asyncio.Future[JobRecord]] = set()
 
     async def claim(self, who: Claimant, max_jobs: int, wait_s: float) -> list[Row]:
         """Leases for up to `max_jobs` jobs, waiting up to `wait_s` for the first."""
         deadline = time.monotonic() + wait_s
         while True:
-            rows = await self.blocking(self.store.claim, who, max_jobs, self._note_seen(who))
+            rows = await self._claim_once(who, max_jobs)
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
                 return rows
             await self.wakeup.wait(who.tenant, who.queues, min(remaining, POLL_INTERVAL_S))
+
+    async def _claim_once(self, who: Claimant, max_jobs: int) -> list[Row]:
+        attempt = asyncio.ensure_future(self.blocking(self.store.claim, who, max_jobs, self._note_seen(who)))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            # The caller left (deadline, disconnect, shutdown) while its claim runs on a
+            # database thread and may still commit: hand those leases back, or the jobs
+            # would wait, stalled, for a worker that never heard of them.
+            attempt.add_done_callback(self._hand_back)
+            raise
+
+    def _hand_back(self, attempt: asyncio.Future[list[Row]]) -> None:
+        if attempt.cancelled() or attempt.exception() is not None:
+            return
+        for row in attempt.result():
+            release = asyncio.ensure_future(
+                self.blocking(
+                    self.store.release, row["tenant"], row["job_no"], row["worker_token"], None,
+                    "claim not delivered: the caller left",
+                )
+            )  # fmt: skip
+            self._handing_back.add(release)
+            release.add_done_callback(self._handed_back)
+
+    def _handed_back(self, release: asyncio.Future[JobRecord]) -> None:
+        self._handing_back.discard(release)
+        if not release.cancelled() and release.exception() is not None:
+            log.warning("could not hand back an undelivered lease", exc_info=release.exception())
 
     def _note_seen(self, who: Claimant) -> bool:
         key, now = (who.tenant, who.worker_id), time.monotonic()

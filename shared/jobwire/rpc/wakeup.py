@@ -15,6 +15,16 @@ from collections.abc import Iterable
 class Wakeup:
     def __init__(self) -> None:
         self._waiters: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
+        self._arrived = asyncio.Event()
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self._waiters)
+
+    async def first_waiter(self) -> None:
+        """Return when a claim starts waiting (for pollers that idle while nobody waits)."""
+        self._arrived.clear()
+        await self._arrived.wait()
 
     def notify(self, tenant: str, queue: str) -> None:
         for event in self._waiters.get((tenant, queue), ()):
@@ -26,6 +36,7 @@ class Wakeup:
         keys = [(tenant, q) for q in queues]
         for key in keys:
             self._waiters[key].add(event)
+        self._arrived.set()
         try:
             await asyncio.wait_for(event.wait(), timeout)
             return True

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from jobwire.db.feed import FeedReader
 from jobwire.serving import Runtime
 from jobwire.v1 import worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
+from jobwire.worker.server.runnable import RunnableWatcher
 from jobwire.worker.server.servicer import WorkerServicer
 
 
 def add_worker_service(rt: Runtime) -> None:
+    """WorkerService and its runnable-work watcher (call inside the running loop)."""
+    watcher = RunnableWatcher(FeedReader(rt.store.db), rt.wakeup, rt.settings.feed_poll_seconds)
+    rt.host.add_task(asyncio.create_task(watcher.run(), name="jobwire-runnable-watcher"))
     servicer = WorkerServicer(Leasing(rt.store, rt.blocking, rt.wakeup), rt.settings)
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, rt.host.server)
     rt.host.add_service(worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name)

@@ -18,8 +18,10 @@ from jobwire.rpc.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
-# Claimers in other processes are not woken in memory: they look again this often.
-POLL_INTERVAL_S = 0.5
+# Waiting claims are woken by submits in this process (Wakeup) and by the runnable-work
+# watcher for every other process; this slow poll only catches retries whose backoff
+# ends while a claim waits.
+POLL_INTERVAL_S = 5.0
 # ListWorkers needs "last seen", not every poll: one write per worker this often.
 SEEN_EVERY_S = 5.0
 

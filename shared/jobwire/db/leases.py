@@ -38,7 +38,7 @@ from jobwire.domain.job import Artifact, ErrorCategory, plain_message
 from jobwire.domain.progress import Progress, apply_report
 from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.stages import StageDef
-from jobwire.domain.states import LEASED, Status
+from jobwire.domain.states import LEASED, Action, Status
 
 LEASED_VALUES = [s.value for s in LEASED]
 
@@ -203,7 +203,7 @@ def heartbeat(
             continue
         renew = renewal(row)
         if row["stalled"]:
-            apply(conn, row, renew, kind="LEASE_REVIVED", now=row["db_now"], token_guard=True)
+            apply(conn, row, renew, action=Action.HEARTBEAT, kind="LEASE_REVIVED", now=row["db_now"], token_guard=True)
         else:
             # A heartbeat renews the lease only: no version, no event, nothing a watcher sees.
             # Guarded on stalled = false: if a reaper marked it stalled since the read, the
@@ -248,7 +248,9 @@ def report(
     if checkpoint is not None:
         changes["checkpoint"] = checkpoint
     kind = "STAGE_CHANGED" if after.stage_index != current.stage_index else "PROGRESS"
-    return apply(conn, row, changes, kind=kind, now=row["db_now"], token_guard=True, detail=note or None)
+    return apply(
+        conn, row, changes, action=Action.REPORT, kind=kind, now=row["db_now"], token_guard=True, detail=note or None
+    )
 
 
 def _ended(row: Row, kind: str, status: Status) -> dict[str, object]:
@@ -272,7 +274,7 @@ def complete(conn: Connection, tenant: str, job_no: str, token: str, result: Art
     changes = {**_ended(row, "COMPLETE", Status.READY), "finished_at": now}
     # The guarded UPDATE first: a concurrent replay of this Complete waits on the row lock, matches
     # nothing, and reruns as a replay. Inserting the artifact first made it hit uq_artifact_job.
-    done = apply(conn, {**row, **fields}, changes, kind="COMPLETED", now=now, token_guard=True)
+    done = apply(conn, {**row, **fields}, changes, action=Action.COMPLETE, kind="COMPLETED", now=now, token_guard=True)
     conn.execute(sa.insert(artifact).values(job_id=row["id"], created_at=now, **fields))
     return done
 
@@ -311,7 +313,9 @@ def fail(conn: Connection, tenant: str, job_no: str, token: str, failure: Failur
     }
     if row["status"] == Status.CANCEL_REQUESTED.value:
         changes = {**_ended(row, "FAIL", Status.CANCELLED), "finished_at": now}
-        return apply(conn, row, changes, kind="CANCELLED", now=now, token_guard=True, detail=evidence)
+        return apply(
+            conn, row, changes, action=Action.FAIL, kind="CANCELLED", now=now, token_guard=True, detail=evidence
+        )
     charged = row["attempt"] - row["attempt_base"]
     if failure.retryable and charged < row["max_attempts"]:
         delay = policy_of(row).backoff_after(charged)
@@ -319,9 +323,11 @@ def fail(conn: Connection, tenant: str, job_no: str, token: str, failure: Failur
             **_ended(row, "FAIL", Status.QUEUED), **error, **UNSTAGED,
             "run_after": now + timedelta(seconds=delay),
         }  # fmt: skip
-        return apply(conn, row, changes, kind="RETRY_SCHEDULED", now=now, token_guard=True, detail=evidence)
+        return apply(
+            conn, row, changes, action=Action.FAIL, kind="RETRY_SCHEDULED", now=now, token_guard=True, detail=evidence
+        )
     changes = {**_ended(row, "FAIL", Status.FAILED), **error, "finished_at": now}
-    return apply(conn, row, changes, kind="FAILED", now=now, token_guard=True, detail=evidence)
+    return apply(conn, row, changes, action=Action.FAIL, kind="FAILED", now=now, token_guard=True, detail=evidence)
 
 
 def policy_of(row: Row) -> RetryPolicy:
@@ -341,7 +347,10 @@ def confirm_cancel(conn: Connection, tenant: str, job_no: str, token: str, note:
         raise CancelNotRequested()
     now: datetime = row["db_now"]
     changes = {**_ended(row, "CONFIRM_CANCEL", Status.CANCELLED), "finished_at": now}
-    return apply(conn, row, changes, kind="CANCELLED", now=now, token_guard=True, detail=note or None)
+    return apply(
+        conn, row, changes, action=Action.CONFIRM_CANCEL, kind="CANCELLED", now=now, token_guard=True,
+        detail=note or None,
+    )  # fmt: skip
 
 
 def release(conn: Connection, tenant: str, job_no: str, token: str, checkpoint: bytes | None, note: str) -> Row:
@@ -352,7 +361,10 @@ def release(conn: Connection, tenant: str, job_no: str, token: str, checkpoint: 
     now: datetime = row["db_now"]
     if row["status"] == Status.CANCEL_REQUESTED.value:
         changes = {**_ended(row, "RELEASE", Status.CANCELLED), "finished_at": now}
-        return apply(conn, row, changes, kind="CANCELLED", now=now, token_guard=True, detail=note or None)
+        return apply(
+            conn, row, changes, action=Action.RELEASE, kind="CANCELLED", now=now, token_guard=True,
+            detail=note or None,
+        )  # fmt: skip
     changes = {
         **_ended(row, "RELEASE", Status.QUEUED), **UNSTAGED,
         "attempt_base": row["attempt_base"] + 1,
@@ -360,4 +372,6 @@ def release(conn: Connection, tenant: str, job_no: str, token: str, checkpoint: 
     }  # fmt: skip
     if checkpoint is not None:
         changes["checkpoint"] = checkpoint
-    return apply(conn, row, changes, kind="RELEASED", now=now, token_guard=True, detail=note or None)
+    return apply(
+        conn, row, changes, action=Action.RELEASE, kind="RELEASED", now=now, token_guard=True, detail=note or None
+    )

@@ -9,7 +9,7 @@ from sqlalchemy.engine import Connection
 from jobwire.db.rows import record_from_row
 from jobwire.db.writes import UNSTAGED, Row, apply, load_job
 from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotRetryable
-from jobwire.domain.states import Status
+from jobwire.domain.states import Action, Status
 
 
 def _find(conn: Connection, tenant: str, job_no: str) -> Row:
@@ -28,11 +28,12 @@ def cancel(conn: Connection, tenant: str, job_no: str) -> Row:
         return row  # idempotent
     if status is Status.QUEUED:
         changes = {"status": Status.CANCELLED.value, "finished_at": now}
-        return apply(conn, row, changes, kind="CANCELLED", now=now)
+        return apply(conn, row, changes, action=Action.CANCEL, kind="CANCELLED", now=now)
     if status is Status.RUNNING:
         if not record_from_row(row).cancellable:
             raise JobNotCancellable("the job is in a stage that cannot be cancelled")
-        return apply(conn, row, {"status": Status.CANCEL_REQUESTED.value}, kind="CANCEL_REQUESTED", now=now)
+        changes = {"status": Status.CANCEL_REQUESTED.value}
+        return apply(conn, row, changes, action=Action.CANCEL, kind="CANCEL_REQUESTED", now=now)
     raise JobNotCancellable(f"a {status.value} job cannot be cancelled")
 
 
@@ -51,7 +52,7 @@ def retry(conn: Connection, tenant: str, job_no: str) -> Row:
         "finished_at": None,
         **UNSTAGED,
     }
-    return apply(conn, row, changes, kind="RETRIED", now=now)
+    return apply(conn, row, changes, action=Action.RETRY, kind="RETRIED", now=now)
 
 
 def requeue(conn: Connection, tenant: str, job_no: str, reason: str) -> Row:
@@ -80,4 +81,4 @@ def requeue(conn: Connection, tenant: str, job_no: str, reason: str) -> Row:
         "run_after": now,
         **UNSTAGED,
     }
-    return apply(conn, row, changes, kind="REQUEUED", now=now, detail=reason or None)
+    return apply(conn, row, changes, action=Action.REQUEUE, kind="REQUEUED", now=now, detail=reason or None)

@@ -20,6 +20,8 @@ from sqlalchemy.engine import Connection
 from jobwire.db.engine import RetryTransaction, db_now
 from jobwire.db.rows import snapshot
 from jobwire.db.tables import artifact, job, job_event
+from jobwire.domain.errors import InvalidTransition
+from jobwire.domain.states import Action, Status, allowed
 
 Row = dict[str, Any]
 
@@ -76,6 +78,7 @@ def apply(
     row: Row,
     changes: Mapping[str, Any],
     *,
+    action: Action,
     kind: str,
     now: datetime,
     token_guard: bool = False,
@@ -86,6 +89,10 @@ def apply(
 
     `guards` add conditions on columns that change without a version (a heartbeat's lease).
     """
+    before, after = Status(row["status"]), Status(changes.get("status", row["status"]))
+    if not allowed(action, before, after):
+        # The transition table (jobwire.domain.states) is the authority for every write.
+        raise InvalidTransition(f"{action.value} cannot take a {before.value} job to {after.value}")
     values = {**changes, "version": row["version"] + 1, "updated_at": now}
     update_guarded(conn, row, values, token_guard=token_guard, guards=guards)
     new = {**row, **values}

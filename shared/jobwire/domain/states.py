@@ -61,8 +61,9 @@ TRANSITIONS: Final[dict[Action, dict[Status, frozenset[Status]]]] = {
     # Fail while a cancel is pending ends CANCELLED: the user asked it to stop.
     Action.FAIL: {R: frozenset({Q, FAILED}), CR: frozenset({CANCELLED})},
     Action.RELEASE: {R: frozenset({Q}), CR: frozenset({CANCELLED})},
-    # INSPECT keeps an expired RUNNING job RUNNING (stalled); RETRY requeues or fails it.
-    Action.LEASE_EXPIRED: {R: frozenset({R, Q, FAILED}), CR: frozenset({CANCELLED})},
+    # An expired lease is first marked stalled (same status); after the grace INSPECT keeps
+    # a RUNNING job so, RETRY requeues or fails it, and a pending cancel ends CANCELLED.
+    Action.LEASE_EXPIRED: {R: frozenset({R, Q, FAILED}), CR: frozenset({CR, CANCELLED})},
     Action.RETRY: {FAILED: frozenset({Q})},
     Action.REQUEUE: {R: frozenset({Q})},
 }

@@ -58,7 +58,8 @@ EXPECTED: dict[Action, dict[Status, set[Status]]] = {
     Action.RELEASE: {R: {Q}, CR: {CANCELLED}},
     # DESIGN §2: "RUNNING | lease expired | RUNNING, stalled" (INSPECT, the default), RETRY
     # requeues while attempts remain, and with no attempts left it ends FAILED (WORKER_LOST).
-    Action.LEASE_EXPIRED: {R: {R, Q, FAILED}, CR: {CANCELLED}},
+    # an expired lease is first marked stalled, keeping its status (RUNNING or CANCEL_REQUESTED)
+    Action.LEASE_EXPIRED: {R: {R, Q, FAILED}, CR: {CR, CANCELLED}},
     Action.RETRY: {FAILED: {Q}},
     Action.REQUEUE: {R: {Q}},
 }

@@ -7,7 +7,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
-from fault_support import Server, mariadb_reachable, start, start_mariadb
+from fault_support import mariadb_reachable, start_mariadb
+from served import Served as Server
+from served import start_server as start
+
+from jobwire.db.engine import Database
+from jobwire.db.migrate import upgrade
 
 
 @pytest.fixture
@@ -46,3 +51,12 @@ def restartable_mysql_url(mysql_server: str) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
         admin.dispose()
+
+
+@pytest.fixture
+def db(mysql_url: str) -> Iterator[Database]:
+    """A migrated MariaDB database handle, for tests that write job_event rows themselves."""
+    database = Database(mysql_url)
+    upgrade(database)
+    yield database
+    database.dispose()

@@ -6,70 +6,19 @@ KILL only ever targets connections to the test's own database.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
-import grpc
 import sqlalchemy as sa
 from google.protobuf.duration_pb2 import Duration
+from served import Served as Server
 
-from jobwire.jobapi.app import add_jobapi
-from jobwire.rpc.config import Settings
-from jobwire.serving import Runtime, open_runtime
-from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
-from jobwire.worker.server.app import add_worker_service
+from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
 T = TypeVar("T")
 MARIADBD = "/usr/sbin/mariadbd"
 SHA = "ab" * 32
-
-
-@dataclass
-class Server:
-    """An all-in-one server in this process, with stubs on one channel."""
-
-    runtime: Runtime
-    target: str
-    channel: grpc.aio.Channel
-    jobs: job_pb2_grpc.JobServiceStub
-    workers: worker_pb2_grpc.WorkerServiceStub
-    admin: admin_pb2_grpc.AdminServiceStub
-
-    async def close(self) -> None:
-        await self.channel.close()
-        await self.runtime.stop(grace=1.0)
-
-
-async def start(database_url: str, **settings: object) -> Server:
-    # Mirrors tests/service/conftest.py's start_server (fixtures of one folder are not another's).
-    rt = open_runtime(Settings(database_url=database_url, listen="127.0.0.1:0", **settings))  # type: ignore[arg-type]
-    add_jobapi(rt)
-    add_worker_service(rt)
-    port = await rt.host.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    return Server(
-        runtime=rt,
-        target=f"127.0.0.1:{port}",
-        channel=channel,
-        jobs=job_pb2_grpc.JobServiceStub(channel),
-        workers=worker_pb2_grpc.WorkerServiceStub(channel),
-        admin=admin_pb2_grpc.AdminServiceStub(channel),
-    )
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 10.0, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        await asyncio.sleep(0.05)
 
 
 def claim_request(job_type: str = "frames", *, worker_id: str = "w1", lease: float = 30.0, max_jobs: int = 1,

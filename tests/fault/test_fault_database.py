@@ -21,7 +21,6 @@ import sqlalchemy as sa
 from fault_support import (
     claim_request,
     connections,
-    eventually,
     kill,
     mariadb_reachable,
     result,
@@ -31,6 +30,7 @@ from fault_support import (
     stop_mariadb,
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from served import eventually
 
 from jobwire.client.status import error_reason
 from jobwire.db.tables import artifact, job, job_event

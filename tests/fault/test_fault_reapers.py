@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from fault_support import claim_request, eventually
+from fault_support import claim_request
+from served import eventually
 
 from jobwire.db import reaper
 from jobwire.db.reaper import LEASE_EXPIRED, LEASE_REVOKED_CANCELLED, LEASE_REVOKED_FAILED, LEASE_REVOKED_REQUEUED

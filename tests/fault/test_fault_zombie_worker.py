@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_support import claim_request, events, eventually, result
+from fault_support import claim_request, events, result
+from served import eventually
 
 from jobwire.v1 import job_pb2, worker_pb2
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -12,7 +11,6 @@ import sqlalchemy as sa
 
 from jobwire.db.engine import Database
 from jobwire.db.feed import FeedReader
-from jobwire.db.migrate import upgrade
 from jobwire.domain.errors import StoreUnavailable
 from jobwire.jobapi.app import add_jobapi
 from jobwire.rpc.config import Settings
@@ -25,14 +23,6 @@ INSERT_EVENT = sa.text(
     "INSERT INTO job_event (job_id, tenant, job_no, version, kind, visible, snapshot, created_at)"
     " VALUES (1, 'default', 'PT-20261008-001', 2, 'PROGRESS', 1, :snapshot, UTC_TIMESTAMP(6))"
 )
-
-
-@pytest.fixture
-def db(mysql_url: str) -> Iterator[Database]:
-    database = Database(mysql_url)
-    upgrade(database)
-    yield database
-    database.dispose()
 
 
 def kill_every_session(db: Database) -> int:

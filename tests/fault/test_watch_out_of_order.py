@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -19,7 +18,6 @@ import sqlalchemy as sa
 from jobwire.db import user_actions
 from jobwire.db.engine import Database
 from jobwire.db.feed import FeedReader
-from jobwire.db.migrate import upgrade
 from jobwire.jobapi.app import add_jobapi
 from jobwire.rpc.config import Settings
 from jobwire.serving import open_runtime
@@ -31,14 +29,6 @@ INSERT_EVENT = sa.text(
     "INSERT INTO job_event (job_id, tenant, job_no, version, kind, visible, snapshot, created_at)"
     " VALUES (:job_id, 'default', :job_no, :version, 'PROGRESS', :visible, :snapshot, UTC_TIMESTAMP(6))"
 )
-
-
-@pytest.fixture
-def db(mysql_url: str) -> Iterator[Database]:
-    database = Database(mysql_url)
-    upgrade(database)
-    yield database
-    database.dispose()
 
 
 def insert(conn: sa.Connection, job_id: int, visible: bool = True) -> int:

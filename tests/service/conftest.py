@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from service_support import Served, start_server
+from served import Served, start_server
 
 
 @pytest.fixture

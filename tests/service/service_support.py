@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import grpc
 from google.protobuf.duration_pb2 import Duration
+from served import Served
 
 from jobwire.client.status import error_reason
-from jobwire.jobapi.app import add_jobapi
-from jobwire.rpc.config import Settings
-from jobwire.serving import Runtime, open_runtime
 from jobwire.v1 import admin_pb2_grpc, job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
-from jobwire.worker.server.app import add_worker_service
 
 SHA = "ab" * 32
 
@@ -178,7 +173,6 @@ class Stubs:
     """Stubs on a channel of their own: concurrent callers that share no connection."""
 
     def __init__(self, target: str) -> None:
-        from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
 
         self.channel = grpc.aio.insecure_channel(target)
         self.jobs = job_pb2_grpc.JobServiceStub(self.channel)
@@ -196,41 +190,5 @@ async def open_stubs(target: str, n: int) -> list[Stubs]:
     return stubs
 
 
-@dataclass
-class Served:
-    """A running all-in-one server and stubs on one aio channel."""
-
-    runtime: Runtime
-    target: str
-    channel: grpc.aio.Channel
-    jobs: job_pb2_grpc.JobServiceStub
-    workers: worker_pb2_grpc.WorkerServiceStub
-    admin: admin_pb2_grpc.AdminServiceStub
-
-    @property
-    def is_mysql(self) -> bool:
-        return self.runtime.store.db.is_mysql
-
-
-async def start_server(database_url: str, **settings: object) -> Served:
-    """An all-in-one server on port 0 over `database_url`, with Settings overrides."""
-    config = Settings(database_url=database_url, listen="127.0.0.1:0", **settings)  # type: ignore[arg-type]
-    rt = open_runtime(config)
-    add_jobapi(rt)
-    add_worker_service(rt)
-    port = await rt.host.start()
-    target = f"127.0.0.1:{port}"
-    channel = grpc.aio.insecure_channel(target)
-    return Served(
-        runtime=rt,
-        target=target,
-        channel=channel,
-        jobs=job_pb2_grpc.JobServiceStub(channel),
-        workers=worker_pb2_grpc.WorkerServiceStub(channel),
-        admin=admin_pb2_grpc.AdminServiceStub(channel),
-    )
-
-
-async def stop_server(served) -> None:  # type: ignore[no-untyped-def]
-    await served.channel.close()
-    await served.runtime.stop(grace=1.0)
+async def stop_server(served: Served) -> None:
+    await served.close()

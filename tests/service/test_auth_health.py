@@ -16,7 +16,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from service_support import artifact, db_rows, rpc_failure, start_server, stop_server
+from served import start_server
+from service_support import artifact, db_rows, rpc_failure, stop_server
 
 from jobwire.client.status import error_reason
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2

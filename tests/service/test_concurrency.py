@@ -11,6 +11,7 @@ from collections import Counter
 import grpc
 import pytest
 import sqlalchemy as sa
+from served import start_server
 from service_support import (
     LEASE_LOST,
     artifact,
@@ -19,7 +20,6 @@ from service_support import (
     db_query,
     get,
     open_stubs,
-    start_server,
     stop_server,
     submit,
 )

@@ -3,10 +3,10 @@ Retry with a fresh budget, and a user view that never shows a trace, a path or a
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import grpc
+from served import eventually
 from service_support import claim, duration, get, rpc_failure, submit
 
 from jobwire.client.status import error_reason
@@ -157,14 +157,16 @@ async def test_release_and_requeue_charge_no_attempt(served) -> None:  # type: i
 
 async def _requeue_once_expired(served, job_no: str, reason: str) -> Job:  # type: ignore[no-untyped-def]
     """Requeue is for a lease that ran out: refused as LEASE_ACTIVE until it has (bounded wait)."""
-    deadline = asyncio.get_running_loop().time() + 5
-    while True:
+
+    async def requeue() -> Job | None:
         try:
             return await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=job_no, reason=reason))
         except grpc.aio.AioRpcError as exc:
-            if error_reason(exc) != "LEASE_ACTIVE" or asyncio.get_running_loop().time() > deadline:
+            if error_reason(exc) != "LEASE_ACTIVE":
                 raise
-        await asyncio.sleep(0.05)
+            return None
+
+    return await eventually(requeue, timeout=5, what=f"{job_no} can be requeued")
 
 
 async def test_release_keeps_the_checkpoint_it_is_given(served) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
+from served import eventually
 from service_support import artifact, claim, rpc_error, submit
 
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
@@ -25,17 +26,6 @@ GRACE_S = 0.5
 FAST = {"reaper_interval_seconds": INTERVAL_S, "stall_grace_seconds": GRACE_S}
 LEASE_S = 1.0
 T = TypeVar("T")
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 10.0, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        await asyncio.sleep(0.05)
 
 
 async def reaper_rounds(n: int = 3) -> None:

@@ -14,7 +14,8 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
-from service_support import artifact, claim, get, start_server, stop_server, submit
+from served import start_server
+from service_support import artifact, claim, get, stop_server, submit
 
 from jobwire.v1 import job_pb2, worker_pb2
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import grpc
 import pytest
-from service_support import claim, rpc_error, start_server, stop_server, submit
+from served import start_server
+from service_support import claim, rpc_error, stop_server, submit
 from watch_support import complete, next_job, read_to_end, watch
 
 from jobwire.rpc.metrics import BUCKETS, Metrics, MetricsInterceptor

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from service_support import Served, start_server, stop_server
+from served import Served, start_server
+from service_support import stop_server
 
 from jobwire.client import JobClient
 from jobwire.client.channel import ChannelConfig, aio_channel

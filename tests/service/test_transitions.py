@@ -9,11 +9,11 @@ ConfirmCancel, Release) replay with their own token and refuse every other call 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from dataclasses import dataclass
 
 import grpc
+from served import eventually
 from service_support import (
     FORGED_TOKEN,
     LEASE_LOST,
@@ -325,13 +325,12 @@ async def reach(served, state: str) -> Reached:  # type: ignore[no-untyped-def]
 
 async def _until_lease_expired(served, job_no: str) -> None:  # type: ignore[no-untyped-def]
     """Wait (bounded) until Inspect, by the database clock, shows the lease past its expiry."""
-    deadline = asyncio.get_running_loop().time() + 5
-    while asyncio.get_running_loop().time() < deadline:
+
+    async def expired() -> bool:
         found = await served.admin.Inspect(admin_pb2.InspectRequest(kinds=[admin_pb2.Finding.STALLED]))
-        if any(f.job_no == job_no for f in found.findings):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"the lease of {job_no} did not expire")
+        return any(f.job_no == job_no for f in found.findings)
+
+    await eventually(expired, timeout=5, what=f"the lease of {job_no} expires")
 
 
 # -- doing an operation ------------------------------------------------------------------------

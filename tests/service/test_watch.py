@@ -8,7 +8,8 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
-from service_support import claim, rpc_error, running, start_server, submit
+from served import start_server
+from service_support import claim, rpc_error, running, submit
 from watch_support import (
     assert_strictly_increasing,
     complete,

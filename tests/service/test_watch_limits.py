@@ -6,7 +6,8 @@ import asyncio
 from pathlib import Path
 
 import grpc
-from service_support import rpc_error, start_server, submit
+from served import start_server
+from service_support import rpc_error, submit
 from watch_support import next_job, watch
 
 from jobwire.v1 import job_pb2

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import grpc
 import sqlalchemy as sa
-from service_support import claim, start_server, submit
+from served import start_server
+from service_support import claim, submit
 from watch_support import complete, next_job, read_to_end, report, watch
 
 from jobwire.v1 import job_pb2

@@ -1,0 +1,75 @@
+"""What every test folder shares: an all-in-one server on port 0, and bounded polling.
+
+It lives beside tests/conftest.py, whose folder pytest puts on sys.path, so unit,
+service, e2e and fault tests import the one copy (fixtures of one folder are not
+another's, which is how copies of this had grown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from jobwire.jobapi.app import add_jobapi
+from jobwire.rpc.config import Settings
+from jobwire.serving import Runtime, open_runtime
+from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
+from jobwire.worker.server.app import add_worker_service
+
+T = TypeVar("T")
+
+
+@dataclass
+class Served:
+    """A running all-in-one server and stubs on one aio channel."""
+
+    runtime: Runtime
+    target: str
+    channel: grpc.aio.Channel
+    jobs: job_pb2_grpc.JobServiceStub
+    workers: worker_pb2_grpc.WorkerServiceStub
+    admin: admin_pb2_grpc.AdminServiceStub
+
+    @property
+    def is_mysql(self) -> bool:
+        return self.runtime.store.db.is_mysql
+
+    async def close(self) -> None:
+        await self.channel.close()
+        await self.runtime.stop(grace=1.0)
+
+
+async def start_server(database_url: str, **settings: object) -> Served:
+    """An all-in-one server on port 0 over `database_url`, with Settings overrides."""
+    config = Settings(database_url=database_url, listen="127.0.0.1:0", **settings)  # type: ignore[arg-type]
+    rt = open_runtime(config)
+    add_jobapi(rt)
+    add_worker_service(rt)
+    port = await rt.host.start()
+    target = f"127.0.0.1:{port}"
+    channel = grpc.aio.insecure_channel(target)
+    return Served(
+        runtime=rt,
+        target=target,
+        channel=channel,
+        jobs=job_pb2_grpc.JobServiceStub(channel),
+        workers=worker_pb2_grpc.WorkerServiceStub(channel),
+        admin=admin_pb2_grpc.AdminServiceStub(channel),
+    )
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 10.0, what: str = "") -> T:
+    """Poll `probe` until it returns something truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        await asyncio.sleep(0.05)

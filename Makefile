@@ -26,8 +26,10 @@ $(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/jo
 
 proto: $(GENERATED)
 
+# google/rpc/status.proto (a per-item error of a batch call) ships with googleapis-common-protos.
 $(GENERATED): $(PROTOS) $(STAMP)
-	$(PY) -m grpc_tools.protoc -Iprotos --python_out=shared --grpc_python_out=shared \
+	$(PY) -m grpc_tools.protoc -Iprotos -I$$($(PY) -c 'import google.rpc.status_pb2 as m, pathlib; print(pathlib.Path(m.__file__).parents[2])') \
+	    --python_out=shared --grpc_python_out=shared \
 	    --mypy_out=quiet:shared --mypy_grpc_out=quiet:shared $(PROTOS)
 	@touch $@
 

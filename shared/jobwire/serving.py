@@ -13,12 +13,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobwire import reaping
-from jobwire.db.store import JobStore, open_store
+from jobwire.db.changes import Outcome
+from jobwire.db.store import Call, JobStore, open_store
+from jobwire.db.submit import NewJob
+from jobwire.domain.errors import JobwireError
+from jobwire.domain.job import JobRecord
+from jobwire.rpc.batching import Batcher
 from jobwire.rpc.blocking import Blocking
 from jobwire.rpc.config import Settings
 from jobwire.rpc.serve import configure_logging, serve_until_signalled
 from jobwire.rpc.server import ServerHost
 from jobwire.rpc.wakeup import Wakeup
+
+# Transactions in flight at once for state changes: two, so one batch is built while the
+# other waits on the database; more calls wait for the next batch instead (group commit).
+COMMIT_LANES = 2
+MAX_BATCH = 256  # operations per transaction: bounds its locks and its statement size
 
 
 @dataclass
@@ -26,11 +36,15 @@ class Runtime:
     settings: Settings
     store: JobStore
     blocking: Blocking
+    commits: Batcher[Call, list[Outcome]]  # every state change of an existing job
+    submits: Batcher[NewJob, tuple[JobRecord, bool] | JobwireError]
     wakeup: Wakeup
     host: ServerHost
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.host.stop(grace)
+        self.commits.shutdown()
+        self.submits.shutdown()
         self.blocking.shutdown()
         self.store.db.dispose()
 
@@ -41,6 +55,8 @@ def open_runtime(settings: Settings) -> Runtime:
         settings=settings,
         store=store,
         blocking=Blocking(settings.db_pool_size),
+        commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH, name="jobwire-commit"),
+        submits=Batcher(store.submit_many, lanes=COMMIT_LANES, max_items=MAX_BATCH, name="jobwire-submit"),
         wakeup=Wakeup(),
         host=ServerHost(settings, ping=store.db.ping),
     )

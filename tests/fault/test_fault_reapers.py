@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 import pytest
@@ -18,8 +18,17 @@ import sqlalchemy as sa
 from fault_support import claim_request
 from served import eventually
 
-from jobwire.db import reaper
-from jobwire.db.reaper import LEASE_EXPIRED, LEASE_REVOKED_CANCELLED, LEASE_REVOKED_FAILED, LEASE_REVOKED_REQUEUED
+from jobwire.db.changes import JobOp
+from jobwire.db.reaper import (
+    LEASE_EXPIRED,
+    LEASE_REVOKED_CANCELLED,
+    LEASE_REVOKED_FAILED,
+    LEASE_REVOKED_REQUEUED,
+    ApplyPolicy,
+    MarkStalled,
+)
+from jobwire.db.sql import Lock
+from jobwire.db.store import Call
 from jobwire.db.tables import job, job_event
 from jobwire.v1 import job_pb2
 
@@ -91,20 +100,24 @@ async def test_the_guarded_update_alone_lets_one_of_many_reapers_act(servers, da
         for _ in range(5)
     ]
     await s.workers.Claim(claim_request(lease=1.0, max_jobs=5))
-    db = s.runtime.store.db
-    with db.engine.connect() as conn:
-        ids = list(conn.execute(sa.select(job.c.id).where(job.c.job_no.in_(nos))).scalars())
+    store = s.runtime.store
     await asyncio.sleep(1.1)
 
-    def contend(step: Any) -> list[object]:
+    def contend(make: Callable[[str, str], JobOp[Any]]) -> list[object]:
+        """Eight contenders per job, each in a transaction of its own, reading without a lock."""
         with ThreadPoolExecutor(8) as pool:
-            return list(pool.map(lambda i: db.write(partial(step, job_id=i[1], by=f"r{i[0]}", skip_locked=False)),
-                                 [(n, job_id) for n in range(8) for job_id in ids]))  # fmt: skip
+            return list(pool.map(lambda i: store.apply([Call([make(i[1], f"r{i[0]}")])])[0][0],
+                                 [(n, job_no) for n in range(8) for job_no in nos]))  # fmt: skip
 
-    marked = await asyncio.to_thread(contend, reaper.mark_stalled)
-    assert marked.count(True) == len(ids)
-    acted = await asyncio.to_thread(contend, partial(reaper.apply_policy, grace=timedelta(0)))
-    assert acted.count(LEASE_REVOKED_REQUEUED) == len(ids) and acted.count(None) == 7 * len(ids)
+    marked = await asyncio.to_thread(
+        contend, lambda job_no, by: MarkStalled(tenant="default", job_no=job_no, by=by, lock=Lock.NONE)
+    )
+    assert marked.count(LEASE_EXPIRED) == len(nos) and marked.count(None) == 7 * len(nos)
+    acted = await asyncio.to_thread(
+        contend,
+        lambda job_no, by: ApplyPolicy(tenant="default", job_no=job_no, grace=timedelta(0), by=by, lock=Lock.NONE),
+    )
+    assert acted.count(LEASE_REVOKED_REQUEUED) == len(nos) and acted.count(None) == 7 * len(nos)
 
 
 def _quiet(engine: sa.Engine):  # type: ignore[no-untyped-def]

@@ -354,36 +354,59 @@ HEARTBEAT = [
 
 def report_case(name: str, field: str, reason: str = "INVALID_ARGUMENT", **fields: object) -> Bad:
     async def call(c: Ctx) -> object:
-        values: dict[str, object] = {"job_no": c.job_no, "worker_token": c.token, "stage": "PROCESSING", **fields}
-        return await c.served.workers.ReportStage(worker_pb2.ReportStageRequest(**values))  # type: ignore[attr-defined,arg-type]
+        return await c.served.workers.ReportStage(report_request(c, **fields))  # type: ignore[attr-defined]
 
     return Bad(f"ReportStage {name}", call, field, INVALID, reason)
 
 
+def report_request(c: Ctx, **fields: object) -> worker_pb2.ReportStageRequest:
+    values: dict[str, object] = {"job_no": c.job_no, "worker_token": c.token, "stage": "PROCESSING", **fields}
+    return worker_pb2.ReportStageRequest(**values)  # type: ignore[arg-type]
+
+
+# (name, field, reason, request fields): each refused alone, by ReportStage and inside BatchReportStage
+BAD_REPORTS: list[tuple[str, str, str, dict[str, object]]] = [
+    *((f"job_no={n!r}", "job_no", "INVALID_ARGUMENT", {"job_no": n}) for n in BAD_JOB_NOS),
+    ("token of 81 chars", "worker_token", "INVALID_ARGUMENT", {"worker_token": LONG_TOKEN}),
+    ("token with NUL", "worker_token", "INVALID_ARGUMENT", {"worker_token": "1.\x00"}),
+    ("stage of 33 chars", "stage", "INVALID_ARGUMENT", {"stage": "S" * 33}),
+    ("stage with NUL", "stage", "INVALID_ARGUMENT", {"stage": "PROC\x00"}),
+    ("unknown stage", "stage", "UNKNOWN_STAGE", {"stage": "UPLOADING"}),
+    ("empty stage", "stage", "UNKNOWN_STAGE", {"stage": ""}),
+    ("processed_units=-1", "processed_units", "INVALID_ARGUMENT", {"processed_units": -1}),
+    ("total_units=-1", "total_units", "INVALID_ARGUMENT", {"total_units": -1}),
+    ("processed over total", "processed_units", "INVALID_ARGUMENT", {"processed_units": 11, "total_units": 10}),
+    ("note of 1001 chars", "note", "INVALID_ARGUMENT", {"note": "n" * 1001}),
+    ("note with ESC", "note", "INVALID_ARGUMENT", {"note": "\x1b[2J"}),
+    ("checkpoint of 64 KiB + 1", "checkpoint", "INVALID_ARGUMENT", {"checkpoint": b"c" * (64 * KiB + 1)}),
+]
+
 REPORT = [
-    *(report_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
-    report_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
-    report_case("token with NUL", "worker_token", worker_token="1.\x00"),
-    report_case("stage of 33 chars", "stage", stage="S" * 33),
-    report_case("stage with NUL", "stage", stage="PROC\x00"),
-    report_case("unknown stage", "stage", "UNKNOWN_STAGE", stage="UPLOADING"),
-    report_case("empty stage", "stage", "UNKNOWN_STAGE", stage=""),
-    report_case("processed_units=-1", "processed_units", processed_units=-1),
-    report_case("total_units=-1", "total_units", total_units=-1),
-    report_case("processed over total", "processed_units", processed_units=11, total_units=10),
-    report_case("note of 1001 chars", "note", note="n" * 1001),
-    report_case("note with ESC", "note", note="\x1b[2J"),
-    report_case("checkpoint of 64 KiB + 1", "checkpoint", checkpoint=b"c" * (64 * KiB + 1)),
+    *(report_case(name, field, reason, **fields) for name, field, reason, fields in BAD_REPORTS),
     Bad(
         "ReportStage checkpoint of 5 MiB",
-        lambda c: c.served.workers.ReportStage(
-            worker_pb2.ReportStageRequest(  # type: ignore[attr-defined]
-                job_no=c.job_no, worker_token=c.token, stage="PROCESSING", checkpoint=b"c" * (5 * MiB)
-            )
-        ),
+        lambda c: c.served.workers.ReportStage(report_request(c, checkpoint=b"c" * (5 * MiB))),  # type: ignore[attr-defined]
         None,
         TOO_BIG,
         None,
+    ),
+]
+
+
+def batch_report_case(
+    name: str, field: str | None, code: grpc.StatusCode, reports: Callable[[Ctx], list[object]]
+) -> Bad:
+    async def call(c: Ctx) -> object:
+        request = worker_pb2.BatchReportStageRequest(reports=reports(c))  # type: ignore[arg-type]
+        return await c.served.workers.BatchReportStage(request)  # type: ignore[attr-defined]
+
+    return Bad(f"BatchReportStage {name}", call, field, code, "INVALID_ARGUMENT" if field else None)
+
+
+BATCH_REPORT = [
+    batch_report_case("1001 reports", "reports", INVALID, lambda c: [report_request(c)] * 1001),
+    batch_report_case(
+        "5 MiB of checkpoints", None, TOO_BIG, lambda c: [report_request(c, checkpoint=b"c" * (64 * KiB))] * 80
     ),
 ]
 
@@ -556,6 +579,7 @@ MATRIX: dict[str, list[Bad]] = {
     "WorkerService.Claim": CLAIM,
     "WorkerService.Heartbeat": HEARTBEAT,
     "WorkerService.ReportStage": REPORT,
+    "WorkerService.BatchReportStage": BATCH_REPORT,
     "WorkerService.Complete": COMPLETE,
     "WorkerService.Fail": FAIL,
     "WorkerService.ConfirmCancel": CONFIRM,
@@ -634,6 +658,41 @@ async def test_bad_input(served, service: str) -> None:  # type: ignore[no-untyp
     assert (await get(served, ctx.job_no)).status == job_pb2.Job.RUNNING
     assert (await get(served, ctx.failed_no)).status == job_pb2.Job.FAILED
     assert (await get(served, ctx.queued_no)).status == job_pb2.Job.QUEUED
+
+
+async def test_a_batch_answers_each_bad_report_alone_and_writes_nothing_for_it(served) -> None:  # type: ignore[no-untyped-def]
+    """BatchReportStage answers every bad report of BAD_REPORTS in its own result, as ReportStage would."""
+    ctx = await _context(served)
+    before = await db_rows(served)
+    reply = await served.workers.BatchReportStage(
+        worker_pb2.BatchReportStageRequest(reports=[report_request(ctx, **fields) for _, _, _, fields in BAD_REPORTS])
+    )
+    assert len(reply.results) == len(BAD_REPORTS)
+    problems = []
+    for (name, field, reason, _), got in zip(BAD_REPORTS, reply.results, strict=True):
+        if got.WhichOneof("result") != "error":
+            problems.append(f"{name}: accepted")
+            continue
+        info, violations = _detail(got.error)
+        if (got.error.code, info, violations) != (INVALID.value[0], reason, [field]):
+            problems.append(f"{name}: {got.error.code} {info} {violations}, expected {reason} [{field}]")
+    assert not problems, "\n".join(problems)
+    assert await db_rows(served) == before
+    assert (await get(served, ctx.job_no)).status == job_pb2.Job.RUNNING
+
+
+def _detail(status: object) -> tuple[str | None, list[str]]:
+    """The ErrorInfo reason and the BadRequest fields of a google.rpc.Status."""
+    from google.rpc import error_details_pb2
+
+    reason, fields = None, []
+    for packed in status.details:  # type: ignore[attr-defined]
+        info, bad = error_details_pb2.ErrorInfo(), error_details_pb2.BadRequest()
+        if packed.Unpack(info):
+            reason = info.reason
+        elif packed.Unpack(bad):
+            fields = [v.field for v in bad.field_violations]
+    return reason, fields
 
 
 async def test_the_limits_themselves_are_accepted(served) -> None:  # type: ignore[no-untyped-def]

@@ -18,12 +18,12 @@ import pytest
 import sqlalchemy as sa
 from service_support import artifact, claim, submit
 
+from jobwire.db.reads import clock
 from jobwire.db.retention import ExpiredArtifact, Retention
 from jobwire.db.store import JobStore
 from jobwire.db.submit import NewJob
 from jobwire.db.tables import artifact as artifact_table
 from jobwire.db.tables import job, job_event
-from jobwire.db.writes import clock
 from jobwire.domain.states import Status
 from jobwire.rpc.config import Settings
 from jobwire.v1 import job_pb2, worker_pb2

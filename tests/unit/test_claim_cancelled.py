@@ -4,41 +4,56 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from collections.abc import Sequence
+from datetime import datetime
 
 import pytest
 
-from jobwire.db.leases import Claimant
+from jobwire.db.leases import Claimant, Release
+from jobwire.db.store import Call
+from jobwire.domain.lease import Lease
 from jobwire.domain.stages import DEFAULT_PLAN
+from jobwire.rpc.batching import Batcher
 from jobwire.rpc.blocking import Blocking
 from jobwire.rpc.wakeup import Wakeup
 from jobwire.worker.server.leasing import Leasing
 
+LEASE = Lease(
+    job_no="PT-20261129-001", worker_token="1.secret", job_type="frames", payload=b"", attempt=1, checkpoint=None,
+    stages=DEFAULT_PLAN, lease_expires_at=datetime(2026, 11, 29), lease_seconds=30.0,
+)  # fmt: skip
+
 
 class SlowStore:
-    """A fake store whose claim blocks until released, then leases one job."""
+    """A fake store whose claim blocks until released, then leases one job; it records what is applied."""
 
     def __init__(self) -> None:
         self.entered = threading.Event()
         self.proceed = threading.Event()
-        self.released: list[tuple[Any, ...]] = []
+        self.applied: list[object] = []
 
-    def claim(self, who: Claimant, max_jobs: int, record_seen: bool) -> list[dict[str, Any]]:
+    def claim(self, who: Claimant, max_jobs: int, record_seen: bool) -> list[Lease]:
         self.entered.set()
         self.proceed.wait(5)
-        return [{"tenant": who.tenant, "job_no": "PT-20261129-001", "worker_token": "1.secret"}]
+        return [LEASE]
 
-    def release(self, *args: Any) -> None:
-        self.released.append(args)
+    def apply(self, calls: Sequence[Call]) -> list[list[object]]:
+        self.applied += [op for call in calls for op in call.ops]
+        return [[None for _ in call.ops] for call in calls]
 
 
 WHO = Claimant(tenant="t", worker_id="w1", queues=["default"], plans={"frames": DEFAULT_PLAN}, lease_seconds=30)
 
 
+def _leasing(store: SlowStore) -> tuple[Leasing, Blocking, Batcher[Call, list[object]]]:
+    blocking = Blocking(2)
+    commits: Batcher[Call, list[object]] = Batcher(store.apply, lanes=1, max_items=10, name="test-commit")
+    return Leasing(store, blocking, commits, Wakeup()), blocking, commits  # type: ignore[arg-type]
+
+
 async def test_a_cancelled_claim_releases_what_it_leased() -> None:
     store = SlowStore()
-    blocking = Blocking(2)
-    leasing = Leasing(store, blocking, Wakeup())  # type: ignore[arg-type]
+    leasing, blocking, commits = _leasing(store)
     call = asyncio.create_task(leasing.claim(WHO, 1, 0))
     await asyncio.to_thread(store.entered.wait, 5)
     call.cancel()
@@ -46,18 +61,21 @@ async def test_a_cancelled_claim_releases_what_it_leased() -> None:
     with pytest.raises(asyncio.CancelledError):
         await call
     for _ in range(200):
-        if store.released:
+        if store.applied:
             break
         await asyncio.sleep(0.01)
-    assert store.released == [("t", "PT-20261129-001", "1.secret", None, "claim not delivered: the caller left")]
+    assert store.applied == [
+        Release(tenant="t", job_no=LEASE.job_no, token="1.secret", note="claim not delivered: the caller left")
+    ]
     blocking.shutdown()
+    commits.shutdown()
 
 
 async def test_a_delivered_claim_releases_nothing() -> None:
     store = SlowStore()
     store.proceed.set()
-    blocking = Blocking(2)
-    leasing = Leasing(store, blocking, Wakeup())  # type: ignore[arg-type]
-    rows = await leasing.claim(WHO, 1, 0)
-    assert [r["job_no"] for r in rows] == ["PT-20261129-001"] and store.released == []
+    leasing, blocking, commits = _leasing(store)
+    leases = await leasing.claim(WHO, 1, 0)
+    assert [lease.job_no for lease in leases] == [LEASE.job_no] and store.applied == []
     blocking.shutdown()
+    commits.shutdown()

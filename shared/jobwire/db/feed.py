@@ -52,9 +52,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from jobwire.db.engine import Database, db_now
-from jobwire.db.reads import queue_position
+from jobwire.db.reads import Row, load, queue_position, select_jobs
 from jobwire.db.tables import job, job_event
-from jobwire.db.writes import Row, load, select_jobs
 from jobwire.domain.errors import StoreUnavailable
 from jobwire.domain.states import TERMINAL
 

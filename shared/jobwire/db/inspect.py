@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.engine import db_now
+from jobwire.db.reads import Row, clock
 from jobwire.db.tables import job
-from jobwire.db.writes import Row, clock
 from jobwire.domain.states import LEASED, TERMINAL
 
 MAX_FINDINGS = 1000

@@ -16,11 +16,12 @@ import time
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql as mysql_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection
 
 from jobwire.db.engine import Database
 from jobwire.db.tables import job_day_counter
-from jobwire.db.writes import upsert
 
 MAX_BLOCK = 64
 FAST_S = 1.0  # a block used up faster than this doubles the next one
@@ -28,7 +29,12 @@ FAST_S = 1.0  # a block used up faster than this doubles the next one
 
 def reserve(conn: Connection, day: str, count: int) -> int:
     """Reserve `count` numbers of `day`; the last one reserved."""
-    upsert(conn, job_day_counter, {"day": day, "last_seq": count}, {"last_seq": job_day_counter.c.last_seq + count})
+    values = {"day": day, "last_seq": count}
+    bump = {"last_seq": job_day_counter.c.last_seq + count}
+    if conn.dialect.name == "sqlite":
+        conn.execute(sqlite_dialect.insert(job_day_counter).values(values).on_conflict_do_update(["day"], set_=bump))
+    else:
+        conn.execute(mysql_dialect.insert(job_day_counter).values(values).on_duplicate_key_update(bump))
     query = sa.select(job_day_counter.c.last_seq).where(job_day_counter.c.day == day)
     return int(conn.execute(query).scalar_one())
 

@@ -3,7 +3,8 @@
 Every call after Claim names a token `<epoch>.<secret>`; the UPDATE checks job, token and
 epoch, so a worker whose lease was revoked can never write again. A token that does not
 match is answered WORKER_LEASE_LOST whatever the reason (no oracle), and recorded as
-evidence when it was once a real lease of this job.
+evidence when it was once a real lease of this job. Each call is a `JobOp` (see
+jobwire.db.changes), so concurrent calls share one transaction.
 """
 
 from __future__ import annotations
@@ -13,34 +14,22 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
-from jobwire.db.engine import RetryTransaction, db_now
-from jobwire.db.tables import artifact, job
-from jobwire.db.tables import worker as worker_table
-from jobwire.db.writes import (
-    INSERT_EVENT,
-    UNSTAGED,
-    Row,
-    apply,
-    event_values,
-    load_job,
-    record_event,
-    update_guarded,
-    upsert,
-)
+from jobwire.db.cache import RowCache
+from jobwire.db.changes import UNSTAGED, Change, JobOp, LateCall, Row, apply_ops
+from jobwire.db.rows import plan_of, record_from_row
+from jobwire.db.wire import Statement, Wire
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
-from jobwire.domain.job import Artifact, ErrorCategory, plain_message
+from jobwire.domain.job import Artifact, ErrorCategory, JobRecord, plain_message
+from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
 from jobwire.domain.progress import Progress, apply_report
 from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.stages import StageDef
-from jobwire.domain.states import LEASED, Action, Status
+from jobwire.domain.states import Action, Status
 
-LEASED_VALUES = [s.value for s in LEASED]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,71 +51,80 @@ def token_epoch(token: str) -> int | None:
     return int(head) if head.isascii() and head.isdigit() and len(head) < 19 and secret else None
 
 
-def claim(conn: Connection, who: Claimant, max_jobs: int, *, skip_locked: bool) -> list[Row]:
+# -- claim ------------------------------------------------------------------------------
+
+
+def claim(wire: Wire, who: Claimant, max_jobs: int, *, now: datetime, cache: RowCache, seen: bool) -> list[Lease]:
     """Lease up to `max_jobs` runnable jobs, best priority first, oldest first."""
     # One index-ordered scan per queue: `queue IN (...) ORDER BY priority DESC, id` cannot
     # use the claim index for more than one queue, and MySQL would then sort (and, with FOR
     # UPDATE, lock) every queued row. The best of each queue's candidates win; the others'
     # locks end with this short transaction.
+    types = sorted(who.plans)
+    params: dict[str, Any] = {"tenant": who.tenant, "limit": max_jobs}
+    params.update({f"t{i}": name for i, name in enumerate(types)})
     candidates: list[Row] = []
     for queue in who.queues:
-        query = _claim_query(who, queue, max_jobs)
-        if skip_locked:
-            query = query.with_for_update(skip_locked=True)
-        candidates += [dict(r) for r in conn.execute(query).mappings()]
+        candidates += wire.fetch(wire.sql.claim(len(types)), {**params, "queue": queue}, wire.sql.claim_shape)
     rows = sorted(candidates, key=lambda r: (-r["priority"], r["id"]))[:max_jobs]
-    leased = [_lease_one(conn, row, who) for row in rows]
-    if leased:
-        conn.execute(INSERT_EVENT, [event_values(r, "CLAIMED", r["db_now"], Status.QUEUED.value) for r in leased])
-    return leased
+    extra = [_seen(wire, who, now)] if seen else []
+    if not rows:
+        if extra:
+            wire.commit(extra)
+        return []
+    ops = [_Claim(tenant=who.tenant, job_no=row["job_no"], who=who) for row in rows]
+    leases: list[Lease] = apply_ops(wire, ops, now=now, cache=cache, rows={r["job_no"]: r for r in rows}, extra=extra)
+    return leases
 
 
-def _claim_query(who: Claimant, queue: str, limit: int) -> sa.Select[Any]:
-    return (
-        sa.select(job, db_now().label("db_now"))
-        .where(
-            job.c.tenant == who.tenant,
-            job.c.queue == queue,
-            job.c.status == Status.QUEUED.value,
-            job.c.run_after <= db_now(),
-            job.c.job_type.in_(list(who.plans)),
+@dataclass(frozen=True, kw_only=True)
+class _Claim(JobOp[Lease]):
+    tenant: str
+    job_no: str
+    who: Claimant
+
+    def decide(self, row: Row | None, now: datetime) -> Change:
+        assert row is not None
+        plan = self.who.plans[row["job_type"]]
+        epoch = row["lease_epoch"] + 1
+        values = {
+            "status": Status.RUNNING.value,
+            "worker_id": self.who.worker_id,
+            "worker_token": new_token(epoch),
+            "lease_epoch": epoch,
+            "lease_seconds": self.who.lease_seconds,
+            "stalled": False,
+            "attempt": row["attempt"] + 1,
+            "stage": plan[0].code,
+            "stage_index": 1,
+            "stage_count": len(plan),
+            "stages": _plan_text(plan),
+            "processed_units": 0,
+            "total_units": None,
+            "started_at": row["started_at"] or now,
+        }
+        return Change(action=Action.CLAIM, kind="CLAIMED", values=values, renew=True)
+
+    def outcome(self, row: Row | None, change: Change | None) -> Lease:
+        assert row is not None
+        return Lease(
+            job_no=row["job_no"],
+            worker_token=row["worker_token"],
+            job_type=row["job_type"],
+            payload=bytes(row["payload"]),
+            attempt=row["attempt"],
+            checkpoint=bytes(row["checkpoint"]) if row["checkpoint"] is not None else None,
+            stages=plan_of(row["stages"]),
+            lease_expires_at=row["lease_expires_at"],
+            lease_seconds=float(row["lease_seconds"]),
         )
-        .order_by(job.c.priority.desc(), job.c.id)
-        .limit(limit)
-    )
 
 
-def _lease_one(conn: Connection, row: Row, who: Claimant) -> Row:
-    now: datetime = row["db_now"]
-    plan = who.plans[row["job_type"]]
-    epoch = row["lease_epoch"] + 1
-    changes = {
-        "status": Status.RUNNING.value,
-        "worker_id": who.worker_id,
-        "worker_token": new_token(epoch),
-        "lease_epoch": epoch,
-        "lease_seconds": who.lease_seconds,
-        "lease_expires_at": now + timedelta(seconds=who.lease_seconds),
-        "heartbeat_at": now,
-        "stalled": False,
-        "attempt": row["attempt"] + 1,
-        "stage": plan[0].code,
-        "stage_index": 1,
-        "stage_count": len(plan),
-        "stages": json.dumps(stage_plans.to_json(plan), ensure_ascii=False),
-        "processed_units": 0,
-        "total_units": None,
-        "started_at": row["started_at"] or now,
-        "version": row["version"] + 1,
-        "updated_at": now,
-    }
-    # The row is locked (FOR UPDATE, or SQLite's write lock), so the guard holds; it stays
-    # as the rule that every change names the state it expects.
-    update_guarded(conn, row, changes)
-    return {**row, **changes}
+def _plan_text(plan: Sequence[StageDef]) -> str:
+    return json.dumps(stage_plans.to_json(plan), ensure_ascii=False)
 
 
-def seen(conn: Connection, who: Claimant, now: datetime) -> None:
+def _seen(wire: Wire, who: Claimant, now: datetime) -> Statement:
     """Remember the worker for ListWorkers."""
     values = {
         "tenant": who.tenant,
@@ -135,122 +133,96 @@ def seen(conn: Connection, who: Claimant, now: datetime) -> None:
         "job_types": json.dumps(sorted(who.plans)),
         "last_seen_at": now,
     }
-    upsert(conn, worker_table, values, {k: values[k] for k in ("queues", "job_types", "last_seen_at")})
+    return wire.sql.upsert_worker, values
 
 
-def touch_worker(conn: Connection, tenant: str, worker_id: str, now: datetime) -> None:
-    conn.execute(
-        sa.update(worker_table)
-        .where(worker_table.c.tenant == tenant, worker_table.c.worker_id == worker_id)
-        .values(last_seen_at=now)
-    )
+def touch_worker(wire: Wire, tenant: str, worker_id: str, now: datetime) -> Statement:
+    return wire.sql.touch_worker, {"tenant": tenant, "worker_id": worker_id, "last_seen_at": now}
 
 
-def held(conn: Connection, tenant: str, job_no: str, token: str, ending: str | None = None) -> tuple[Row, bool]:
-    """The row if `token` holds its lease; (row, True) when `ending` replays a finished call."""
-    row = load_job(conn, tenant, job_no)
+# -- calls on a held lease ----------------------------------------------------------------
+
+
+def held(row: Row | None, token: str, ending: str | None = None) -> bool:
+    """True when `ending` replays a finished call of this token; False while it holds the lease.
+
+    Anything else is WORKER_LEASE_LOST: as LateCall (kept as evidence) when the token was
+    once a real lease of this job.
+    """
     epoch = token_epoch(token)
     if row is not None and epoch is not None:
         if row["worker_token"] == token and row["lease_epoch"] == epoch:
-            return row, False
+            return False
         if ending is not None and row["ended_token"] == token and row["ended_kind"] == ending:
-            return row, True
+            return True
         if epoch <= row["lease_epoch"]:
-            # A once-real lease calling late: evidence of a zombie worker. The store records
-            # it in a transaction of its own, since this one rolls back with the refusal.
-            raise LateCall(row, f"{ending or 'REPORT'} with the lease of epoch {epoch}")
+            raise LateCall(f"{ending or 'REPORT'} with the lease of epoch {epoch}")
     raise WorkerLeaseLost()
 
 
-class LateCall(WorkerLeaseLost):
-    """This worker no longer holds the job's lease."""
+@dataclass(frozen=True, kw_only=True)
+class _OnLease(JobOp[T]):
+    """A call made with a lease's token."""
 
-    def __init__(self, row: Row, detail: str) -> None:
-        super().__init__()
-        self.row = row
-        self.detail = detail
-
-
-def record_late_call(conn: Connection, late: LateCall) -> None:
-    row = late.row
-    record_event(
-        conn, row, kind="LATE_CALL_REJECTED", from_status=row["status"], now=row["db_now"],
-        visible=False, detail=late.detail, worker_id="",
-    )  # fmt: skip
+    tenant: str
+    job_no: str
+    token: str
 
 
-def renewal(row: Row) -> dict[str, object]:
-    """Lease columns after news from the holder; a stalled lease revives."""
-    now: datetime = row["db_now"]
-    return {
-        "lease_expires_at": now + timedelta(seconds=row["lease_seconds"]),
-        "heartbeat_at": now,
-        "stalled": False,
-    }
+def _status(row: Row | None) -> LeaseStatus:
+    assert row is not None
+    state = LeaseState.CANCEL_REQUESTED if row["status"] == Status.CANCEL_REQUESTED.value else LeaseState.OK
+    return LeaseStatus(job_no=row["job_no"], state=state, lease_expires_at=row["lease_expires_at"])
 
 
-def heartbeat(
-    conn: Connection, tenant: str, worker_id: str, leases: Sequence[tuple[str, str]]
-) -> list[tuple[str, str, datetime | None]]:
-    """Renew each lease still held; (job_no, OK | CANCEL_REQUESTED | LOST, expiry) each."""
-    states: list[tuple[str, str, datetime | None]] = []
-    now: datetime | None = None
-    for job_no, token in leases:
-        row = load_job(conn, tenant, job_no)
-        now = now or (row["db_now"] if row else None)
-        if row is None or row["worker_token"] != token or row["lease_epoch"] != token_epoch(token):
-            states.append((job_no, "LOST", None))
-            continue
-        renew = renewal(row)
+@dataclass(frozen=True, kw_only=True)
+class Renew(_OnLease[LeaseStatus]):
+    """One lease of a heartbeat: renewed with no version and no event, unless it must revive."""
+
+    def decide(self, row: Row | None, now: datetime) -> Change:
+        if row is None or row["worker_token"] != self.token or row["lease_epoch"] != token_epoch(self.token):
+            raise WorkerLeaseLost()
         if row["stalled"]:
-            apply(conn, row, renew, action=Action.HEARTBEAT, kind="LEASE_REVIVED", now=row["db_now"], token_guard=True)
-        else:
-            # A heartbeat renews the lease only: no version, no event, nothing a watcher sees.
-            # Guarded on stalled = false: if a reaper marked it stalled since the read, the
-            # rerun takes the revive path above and records it.
-            renewed = conn.execute(
-                sa.update(job)
-                .where(
-                    job.c.id == row["id"],
-                    job.c.worker_token == token,
-                    job.c.lease_epoch == row["lease_epoch"],
-                    job.c.stalled.is_(False),
-                )
-                .values(**renew)
+            # A stalled lease revives: a version and an event, so watchers see it running again.
+            return Change(
+                action=Action.HEARTBEAT, kind="LEASE_REVIVED", values={"stalled": False}, fenced=True, renew=True
             )
-            if renewed.rowcount != 1:
-                raise RetryTransaction()
-        state = "CANCEL_REQUESTED" if row["status"] == Status.CANCEL_REQUESTED.value else "OK"
-        states.append((job_no, state, renew["lease_expires_at"]))  # type: ignore[arg-type]
-    if now is not None:
-        touch_worker(conn, tenant, worker_id, now)
-    return states
+        return Change(action=Action.HEARTBEAT, kind="", fenced=True, renew=True, versioned=False)
+
+    def outcome(self, row: Row | None, change: Change | None) -> LeaseStatus:
+        return _status(row)
 
 
-def report(
-    conn: Connection, tenant: str, job_no: str, token: str, *, stage: str, processed: int,
-    total: int | None, checkpoint: bytes | None, note: str,
-) -> Row:  # fmt: skip
-    row, _ = held(conn, tenant, job_no, token)
-    plan = stage_plans.from_json(json.loads(row["stages"]))
-    current = Progress(
-        stage_index=row["stage_index"], stage_count=row["stage_count"],
-        processed_units=row["processed_units"], total_units=row["total_units"],
-    )  # fmt: skip
-    after = apply_report(plan, current, stage, processed, total)
-    changes: dict[str, object] = {
-        **renewal(row),
-        "stage": stage,
-        "stage_index": after.stage_index,
-        "processed_units": after.processed_units,
-        "total_units": after.total_units,
-    }
-    if checkpoint is not None:
-        changes["checkpoint"] = checkpoint
-    kind = "STAGE_CHANGED" if after.stage_index != current.stage_index else "PROGRESS"
-    return apply(
-        conn, row, changes, action=Action.REPORT, kind=kind, now=row["db_now"], token_guard=True, detail=note or None
-    )
+@dataclass(frozen=True, kw_only=True)
+class Report(_OnLease[LeaseStatus]):
+    stage: str
+    processed: int
+    total: int | None = None
+    checkpoint: bytes | None = None
+    note: str = ""
+
+    def decide(self, row: Row | None, now: datetime) -> Change:
+        held(row, self.token)
+        assert row is not None
+        current = Progress(
+            stage_index=row["stage_index"], stage_count=row["stage_count"],
+            processed_units=row["processed_units"], total_units=row["total_units"],
+        )  # fmt: skip
+        after = apply_report(plan_of(row["stages"]), current, self.stage, self.processed, self.total)
+        values: dict[str, object] = {
+            "stage": self.stage,
+            "stage_index": after.stage_index,
+            "processed_units": after.processed_units,
+            "total_units": after.total_units,
+            "stalled": False,
+        }
+        if self.checkpoint is not None:
+            values["checkpoint"] = self.checkpoint
+        kind = "STAGE_CHANGED" if after.stage_index != current.stage_index else "PROGRESS"
+        return Change(action=Action.REPORT, kind=kind, values=values, detail=self.note or None, fenced=True, renew=True)
+
+    def outcome(self, row: Row | None, change: Change | None) -> LeaseStatus:
+        return _status(row)
 
 
 def _ended(row: Row, kind: str, status: Status) -> dict[str, object]:
@@ -264,29 +236,24 @@ def _ended(row: Row, kind: str, status: Status) -> dict[str, object]:
     }
 
 
-def complete(conn: Connection, tenant: str, job_no: str, token: str, result: Artifact) -> Row:
+class _Ending(_OnLease[JobRecord]):
+    def outcome(self, row: Row | None, change: Change | None) -> JobRecord:
+        assert row is not None
+        return record_from_row(row)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Complete(_Ending):
     """RUNNING or CANCEL_REQUESTED -> READY with its artifact, in one transaction."""
-    row, replay = held(conn, tenant, job_no, token, "COMPLETE")
-    if replay:
-        return row
-    now: datetime = row["db_now"]
-    fields = _artifact_values(result)
-    changes = {**_ended(row, "COMPLETE", Status.READY), "finished_at": now}
-    # The guarded UPDATE first: a concurrent replay of this Complete waits on the row lock, matches
-    # nothing, and reruns as a replay. Inserting the artifact first made it hit uq_artifact_job.
-    done = apply(conn, {**row, **fields}, changes, action=Action.COMPLETE, kind="COMPLETED", now=now, token_guard=True)
-    conn.execute(sa.insert(artifact).values(job_id=row["id"], created_at=now, **fields))
-    return done
 
+    result: Artifact
 
-def _artifact_values(result: Artifact) -> dict[str, object]:
-    return {
-        "uri": result.uri,
-        "size_bytes": result.size_bytes,
-        "sha256": result.sha256,
-        "content_type": result.content_type,
-        "summary": result.summary,
-    }
+    def decide(self, row: Row | None, now: datetime) -> Change | None:
+        if held(row, self.token, "COMPLETE"):
+            return None
+        assert row is not None
+        values = {**_ended(row, "COMPLETE", Status.READY), "finished_at": now}
+        return Change(action=Action.COMPLETE, kind="COMPLETED", values=values, fenced=True, artifact=self.result)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,37 +264,39 @@ class Failure:
     detail: str
 
 
-def fail(conn: Connection, tenant: str, job_no: str, token: str, failure: Failure) -> Row:
+@dataclass(frozen=True, kw_only=True)
+class Fail(_Ending):
     """Back to QUEUED after a backoff while attempts remain, else FAILED; CANCELLED if asked to stop."""
-    row, replay = held(conn, tenant, job_no, token, "FAIL")
-    if replay:
-        return row
-    now: datetime = row["db_now"]
-    evidence = f"{failure.category.value}: {failure.message}\n{failure.detail}".strip()
-    error = {
-        "error_category": failure.category.value,
-        "error_stage": row["stage"],
-        "error_message": plain_message(failure.message),
-        "error_retryable": failure.retryable,
-        "error_detail": failure.detail or None,
-    }
-    if row["status"] == Status.CANCEL_REQUESTED.value:
-        changes = {**_ended(row, "FAIL", Status.CANCELLED), "finished_at": now}
-        return apply(
-            conn, row, changes, action=Action.FAIL, kind="CANCELLED", now=now, token_guard=True, detail=evidence
-        )
-    charged = row["attempt"] - row["attempt_base"]
-    if failure.retryable and charged < row["max_attempts"]:
-        delay = policy_of(row).backoff_after(charged)
-        changes = {
-            **_ended(row, "FAIL", Status.QUEUED), **error, **UNSTAGED,
-            "run_after": now + timedelta(seconds=delay),
-        }  # fmt: skip
-        return apply(
-            conn, row, changes, action=Action.FAIL, kind="RETRY_SCHEDULED", now=now, token_guard=True, detail=evidence
-        )
-    changes = {**_ended(row, "FAIL", Status.FAILED), **error, "finished_at": now}
-    return apply(conn, row, changes, action=Action.FAIL, kind="FAILED", now=now, token_guard=True, detail=evidence)
+
+    failure: Failure
+
+    def decide(self, row: Row | None, now: datetime) -> Change | None:
+        if held(row, self.token, "FAIL"):
+            return None
+        assert row is not None
+        failure = self.failure
+        evidence = f"{failure.category.value}: {failure.message}\n{failure.detail}".strip()
+
+        def change(kind: str, values: Mapping[str, object]) -> Change:
+            return Change(action=Action.FAIL, kind=kind, values=values, fenced=True, detail=evidence)
+
+        if row["status"] == Status.CANCEL_REQUESTED.value:
+            return change("CANCELLED", {**_ended(row, "FAIL", Status.CANCELLED), "finished_at": now})
+        error = {
+            "error_category": failure.category.value,
+            "error_stage": row["stage"],
+            "error_message": plain_message(failure.message),
+            "error_retryable": failure.retryable,
+            "error_detail": failure.detail or None,
+        }
+        charged = row["attempt"] - row["attempt_base"]
+        if failure.retryable and charged < row["max_attempts"]:
+            delay = policy_of(row).backoff_after(charged)
+            run_after = now + timedelta(seconds=delay)
+            return change("RETRY_SCHEDULED", {
+                **_ended(row, "FAIL", Status.QUEUED), **error, **UNSTAGED, "run_after": run_after
+            })  # fmt: skip
+        return change("FAILED", {**_ended(row, "FAIL", Status.FAILED), **error, "finished_at": now})
 
 
 def policy_of(row: Row) -> RetryPolicy:
@@ -339,39 +308,42 @@ def policy_of(row: Row) -> RetryPolicy:
     )
 
 
-def confirm_cancel(conn: Connection, tenant: str, job_no: str, token: str, note: str) -> Row:
-    row, replay = held(conn, tenant, job_no, token, "CONFIRM_CANCEL")
-    if replay:
-        return row
-    if row["status"] != Status.CANCEL_REQUESTED.value:
-        raise CancelNotRequested()
-    now: datetime = row["db_now"]
-    changes = {**_ended(row, "CONFIRM_CANCEL", Status.CANCELLED), "finished_at": now}
-    return apply(
-        conn, row, changes, action=Action.CONFIRM_CANCEL, kind="CANCELLED", now=now, token_guard=True,
-        detail=note or None,
-    )  # fmt: skip
+@dataclass(frozen=True, kw_only=True)
+class ConfirmCancel(_Ending):
+    note: str = ""
+
+    def decide(self, row: Row | None, now: datetime) -> Change | None:
+        if held(row, self.token, "CONFIRM_CANCEL"):
+            return None
+        assert row is not None
+        if row["status"] != Status.CANCEL_REQUESTED.value:
+            raise CancelNotRequested()
+        values = {**_ended(row, "CONFIRM_CANCEL", Status.CANCELLED), "finished_at": now}
+        return Change(
+            action=Action.CONFIRM_CANCEL, kind="CANCELLED", values=values, fenced=True, detail=self.note or None
+        )
 
 
-def release(conn: Connection, tenant: str, job_no: str, token: str, checkpoint: bytes | None, note: str) -> Row:
+@dataclass(frozen=True, kw_only=True)
+class Release(_Ending):
     """A graceful stop: back to QUEUED with the checkpoint, the attempt not charged."""
-    row, replay = held(conn, tenant, job_no, token, "RELEASE")
-    if replay:
-        return row
-    now: datetime = row["db_now"]
-    if row["status"] == Status.CANCEL_REQUESTED.value:
-        changes = {**_ended(row, "RELEASE", Status.CANCELLED), "finished_at": now}
-        return apply(
-            conn, row, changes, action=Action.RELEASE, kind="CANCELLED", now=now, token_guard=True,
-            detail=note or None,
-        )  # fmt: skip
-    changes = {
-        **_ended(row, "RELEASE", Status.QUEUED), **UNSTAGED,
-        "attempt_base": row["attempt_base"] + 1,
-        "run_after": now,
-    }  # fmt: skip
-    if checkpoint is not None:
-        changes["checkpoint"] = checkpoint
-    return apply(
-        conn, row, changes, action=Action.RELEASE, kind="RELEASED", now=now, token_guard=True, detail=note or None
-    )
+
+    checkpoint: bytes | None = None
+    note: str = ""
+
+    def decide(self, row: Row | None, now: datetime) -> Change | None:
+        if held(row, self.token, "RELEASE"):
+            return None
+        assert row is not None
+        note = self.note or None
+        if row["status"] == Status.CANCEL_REQUESTED.value:
+            values = {**_ended(row, "RELEASE", Status.CANCELLED), "finished_at": now}
+            return Change(action=Action.RELEASE, kind="CANCELLED", values=values, fenced=True, detail=note)
+        values = {
+            **_ended(row, "RELEASE", Status.QUEUED), **UNSTAGED,
+            "attempt_base": row["attempt_base"] + 1,
+            "run_after": now,
+        }  # fmt: skip
+        if self.checkpoint is not None:
+            values["checkpoint"] = self.checkpoint
+        return Change(action=Action.RELEASE, kind="RELEASED", values=values, fenced=True, detail=note)

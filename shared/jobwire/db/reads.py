@@ -1,4 +1,8 @@
-"""Reads: one job with its queue position, pages of jobs, a job's events, workers."""
+"""Reads: one job with its queue position, pages of jobs, a job's events, workers.
+
+Queries built per call (filters, pages) go through SQLAlchemy; state changes do not come
+here (jobwire.db.changes).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +11,48 @@ import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from jobwire.db.tables import job, job_event
+from jobwire.db.engine import db_now
+from jobwire.db.sql import ARTIFACT_COLUMNS, BLOBS
+from jobwire.db.tables import artifact, job, job_event
 from jobwire.db.tables import worker as worker_table
-from jobwire.db.writes import Row, load_job, select_jobs
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.states import LEASED, Status
+
+Row = dict[str, Any]
+_JOINED = job.outerjoin(artifact, artifact.c.job_id == job.c.id)
+_ROW_COLS = [column for column in job.c if column.name not in BLOBS] + [artifact.c[n] for n in ARTIFACT_COLUMNS]
+
+
+def select_jobs(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """Job rows (without blobs) with their artifact and the database clock as `db_now`."""
+    return sa.select(*_ROW_COLS, db_now().label("db_now")).select_from(_JOINED).where(*where)
+
+
+def load(conn: Connection, *where: sa.ColumnElement[bool]) -> Row | None:
+    found = conn.execute(select_jobs(*where)).mappings().first()
+    return dict(found) if found is not None else None
+
+
+_BY_JOB_NO = select_jobs(job.c.tenant == sa.bindparam("w_tenant"), job.c.job_no == sa.bindparam("w_job_no"))
+
+
+def load_job(conn: Connection, tenant: str, job_no: str) -> Row | None:
+    """One job by number within a tenant, as `load` reads it."""
+    found = conn.execute(_BY_JOB_NO, {"w_tenant": tenant, "w_job_no": job_no}).mappings().first()
+    return dict(found) if found is not None else None
+
+
+def clock(conn: Connection) -> datetime:
+    """The database clock, read in a statement of its own: for the cold paths (inspect, retention)."""
+    now = conn.execute(sa.select(db_now())).scalar_one()
+    assert isinstance(now, datetime)
+    return now
 
 
 def get(conn: Connection, tenant: str, job_no: str) -> tuple[Row, int | None] | None:

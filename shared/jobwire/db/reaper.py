@@ -1,6 +1,6 @@
 """The lease reaper: an expired lease makes a job stalled, then the job's policy decides.
 
-Two steps, each one short transaction per job, so a reaper never holds many locks:
+Two steps, each one short transaction for up to BATCH jobs (milliseconds of locks):
 
 1. `mark_stalled`: a lease past `lease_expires_at` becomes `stalled=true`, with a visible
    LEASE_EXPIRED event carrying the evidence. Expiry alone revokes nothing: the holder's
@@ -9,28 +9,30 @@ Two steps, each one short transaction per job, so a reaper never holds many lock
    (nobody is executing it); RETRY requeues while attempts remain, else FAILED with category
    WORKER_LOST; INSPECT leaves the job RUNNING and stalled for an operator.
 
-Only the database clock decides. Every write is guarded by id, version, status, token and
-epoch, and by the lease expiry (a heartbeat renews a lease without a new version); the row
-is read FOR UPDATE SKIP LOCKED on MySQL. So reapers in many processes never act twice on
-one lease: the loser matches no row, reruns, and finds nothing left to do.
+Only the database clock decides: each row is read with it. Every write is guarded by id,
+version, status, token and epoch, and by the lease expiry (a heartbeat renews a lease
+without a new version); rows are read FOR UPDATE SKIP LOCKED on MySQL. So reapers in many
+processes never act twice on one lease: a loser matches no row, reads it again, and finds
+nothing left to do.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from jobwire.db.changes import UNSTAGED, Change, JobOp, Row
 from jobwire.db.engine import Database, db_now
+from jobwire.db.sql import Lock
 from jobwire.db.tables import job
-from jobwire.db.writes import UNSTAGED, Row, apply, clock
 from jobwire.domain.errors import Conflict
 from jobwire.domain.job import ErrorCategory
 from jobwire.domain.retry import OnLeaseLost
@@ -46,7 +48,7 @@ WORKER_LOST_MESSAGE = "The worker running this job stopped responding."
 BATCH = 200  # jobs per step and run; the rest wait for the next run
 _LEASED = [s.value for s in LEASED]
 log = logging.getLogger(__name__)
-T = TypeVar("T")
+RunOps = Callable[[Sequence[JobOp[Any]]], list[Any]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,37 +64,36 @@ class Reaped:
         return any((self.stalled, self.requeued, self.failed, self.cancelled))
 
 
-def reap(db: Database, grace: timedelta, *, by: str, batch: int = BATCH) -> Reaped:
-    """One run: mark expired leases stalled, then apply the policies due; a transaction per job."""
-    marked = 0
-    for job_id in db.read(partial(expired, limit=batch)):
-        marked += bool(_each(db, partial(mark_stalled, job_id=job_id, by=by, skip_locked=db.is_mysql)))
-    actions: Counter[str] = Counter()
-    for job_id in db.read(partial(overdue, grace=grace, limit=batch)):
-        kind = _each(db, partial(apply_policy, job_id=job_id, grace=grace, by=by, skip_locked=db.is_mysql))
-        if isinstance(kind, str):
-            actions[kind] += 1
+def reap(db: Database, run: RunOps, grace: timedelta, *, by: str, batch: int = BATCH) -> Reaped:
+    """One run: mark expired leases stalled, then apply the policies due (`run` applies ops)."""
+    marks = _each(run, [MarkStalled(tenant=t, job_no=n, by=by) for t, n in db.read(partial(expired, limit=batch))])
+    # The calibrated clock lags the database's a little: a policy acts a little late, never early.
+    cutoff = db.clock.now() - grace
+    due = db.read(partial(overdue, cutoff=cutoff, limit=batch))
+    actions = Counter(_each(run, [ApplyPolicy(tenant=t, job_no=n, grace=grace, by=by) for t, n in due]))
     return Reaped(
-        stalled=marked,
+        stalled=marks.count(LEASE_EXPIRED),
         requeued=actions[LEASE_REVOKED_REQUEUED],
         failed=actions[LEASE_REVOKED_FAILED],
         cancelled=actions[LEASE_REVOKED_CANCELLED],
     )
 
 
-def _each(db: Database, step: Callable[[Connection], T]) -> T | None:
+def _each(run: RunOps, ops: Sequence[JobOp[Any]]) -> list[Any]:
+    if not ops:
+        return []
     try:
-        return db.write(step)
+        return run(ops)
     except Conflict:
         # Contended past the retries: whoever won has acted; the next run looks again.
-        log.info("reaper: a job was contended; it will be looked at again next run")
-        return None
+        log.info("reaper: jobs were contended; they will be looked at again next run")
+        return []
 
 
-def expired(conn: Connection, limit: int) -> list[int]:
-    """Ids of leases past expiry not yet marked stalled, oldest expiry first."""
+def expired(conn: Connection, limit: int) -> list[tuple[str, str]]:
+    """(tenant, job_no) of leases past expiry not yet marked stalled, oldest expiry first."""
     query = (
-        sa.select(job.c.id)
+        sa.select(job.c.tenant, job.c.job_no)
         .where(
             job.c.status.in_(_LEASED),
             job.c.lease_expires_at < db_now(),
@@ -102,15 +103,14 @@ def expired(conn: Connection, limit: int) -> list[int]:
         .order_by(job.c.lease_expires_at)
         .limit(limit)
     )
-    return list(conn.execute(query).scalars())
+    return [(r.tenant, r.job_no) for r in conn.execute(query)]
 
 
-def overdue(conn: Connection, grace: timedelta, limit: int) -> list[int]:
-    """Ids of stalled leases `grace` past expiry whose policy acts: RETRY, or a pending cancel."""
-    cutoff = clock(conn) - grace
+def overdue(conn: Connection, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
+    """(tenant, job_no) of stalled leases expired before `cutoff` whose policy acts: RETRY, or a pending cancel."""
     acts = sa.or_(job.c.status == Status.CANCEL_REQUESTED.value, job.c.on_lease_lost == OnLeaseLost.RETRY.value)
     query = (
-        sa.select(job.c.id)
+        sa.select(job.c.tenant, job.c.job_no)
         .where(
             job.c.status.in_(_LEASED),
             job.c.lease_expires_at <= cutoff,
@@ -121,57 +121,75 @@ def overdue(conn: Connection, grace: timedelta, limit: int) -> list[int]:
         .order_by(job.c.lease_expires_at)
         .limit(limit)
     )
-    return list(conn.execute(query).scalars())
+    return [(r.tenant, r.job_no) for r in conn.execute(query)]
 
 
-def _locked(conn: Connection, job_id: int, skip_locked: bool) -> Row | None:
-    """The leased row with the database clock; None when gone, not leased, or locked by another."""
-    query = sa.select(job, db_now().label("db_now")).where(
-        job.c.id == job_id, job.c.status.in_(_LEASED), job.c.worker_token.is_not(None)
-    )
-    if skip_locked:
-        # Another reaper (or the holder's own report) has it: leave it to them this round.
-        query = query.with_for_update(skip_locked=True)
-    found = conn.execute(query).mappings().first()
-    return dict(found) if found is not None else None
+def _leased(row: Row | None) -> bool:
+    return row is not None and row["status"] in _LEASED and row["worker_token"] is not None
 
 
-def mark_stalled(conn: Connection, job_id: int, *, by: str, skip_locked: bool) -> bool:
-    """Mark one expired lease stalled, with the evidence; False if there was nothing to do."""
-    row = _locked(conn, job_id, skip_locked)
-    if row is None or row["stalled"] or row["lease_expires_at"] is None:
-        return False
-    now: datetime = row["db_now"]
-    if row["lease_expires_at"] >= now:
-        return False
-    apply(
-        conn, row, {"stalled": True}, action=Action.LEASE_EXPIRED, kind=LEASE_EXPIRED, now=now, token_guard=True,
-        detail=evidence(row, by), guards=[job.c.lease_expires_at < now],
-    )  # fmt: skip
-    return True
+class _ReaperOp(JobOp[str | None]):
+    fresh = True  # decided by the database clock, on the row as it is now
+    lock = Lock.SKIP_LOCKED  # another reaper (or the holder's own call) has it: theirs this round
+
+    def outcome(self, row: Row | None, change: Change | None) -> str | None:
+        return change.kind if change is not None else None
 
 
-def apply_policy(conn: Connection, job_id: int, grace: timedelta, *, by: str, skip_locked: bool) -> str | None:
-    """Apply the job's lease-lost policy to one stalled lease; the event kind written, or None."""
-    row = _locked(conn, job_id, skip_locked)
-    if row is None or not row["stalled"] or row["lease_expires_at"] is None:
-        return None
-    now: datetime = row["db_now"]
-    cutoff = now - grace
-    if row["lease_expires_at"] > cutoff:
-        return None
-    kind, changes = _decide(row, now)
-    if kind is None:
-        return None
-    detail = f"{evidence(row, by)}; {kind}"
-    apply(
-        conn, row, changes, action=Action.LEASE_EXPIRED, kind=kind, now=now, token_guard=True, detail=detail,
-        guards=[job.c.stalled == sa.true(), job.c.lease_expires_at <= cutoff],
-    )  # fmt: skip
-    return kind
+@dataclass(frozen=True, kw_only=True)
+class MarkStalled(_ReaperOp):
+    """Mark one expired lease stalled, with the evidence; nothing if there is nothing to do."""
+
+    tenant: str
+    job_no: str
+    by: str
+    lock: str = Lock.SKIP_LOCKED
+
+    def decide(self, row: Row | None, now: datetime) -> Change | None:
+        if not _leased(row) or row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
+            return None
+        assert row is not None
+        clock = row["db_now"]
+        if row["lease_expires_at"] >= clock:
+            return None
+        expired = ("lease_expires_at < :g_expired_before", {"g_expired_before": clock})
+        return Change(
+            action=Action.LEASE_EXPIRED, kind=LEASE_EXPIRED, values={"stalled": True}, fenced=True,
+            detail=evidence(row, self.by), guards=(expired,),
+        )  # fmt: skip
 
 
-def _decide(row: Row, now: datetime) -> tuple[str | None, dict[str, object]]:
+@dataclass(frozen=True, kw_only=True)
+class ApplyPolicy(_ReaperOp):
+    """Apply the job's lease-lost policy to one stalled lease past its grace."""
+
+    tenant: str
+    job_no: str
+    grace: timedelta
+    by: str
+    lock: str = Lock.SKIP_LOCKED
+
+    def decide(self, row: Row | None, now: datetime) -> Change | None:
+        if not _leased(row) or not row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
+            return None
+        assert row is not None
+        cutoff = row["db_now"] - self.grace
+        if row["lease_expires_at"] > cutoff:
+            return None
+        kind, values = _policy(row, now)
+        if kind is None:
+            return None
+        guards = (
+            ("stalled = :g_still_stalled", {"g_still_stalled": True}),
+            ("lease_expires_at <= :g_cutoff", {"g_cutoff": cutoff}),
+        )
+        return Change(
+            action=Action.LEASE_EXPIRED, kind=kind, values=values, fenced=True,
+            detail=f"{evidence(row, self.by)}; {kind}", guards=guards,
+        )  # fmt: skip
+
+
+def _policy(row: Row, now: datetime) -> tuple[str | None, dict[str, object]]:
     # Revoking the lease: no token, no expiry, and a new epoch so the old token can never match.
     revoked = {"worker_token": None, "lease_expires_at": None, "stalled": False, "lease_epoch": row["lease_epoch"] + 1}
     if row["status"] == Status.CANCEL_REQUESTED.value:
@@ -203,7 +221,7 @@ def evidence(row: Row, by: str) -> str:
         f"last heartbeat {_iso(row['heartbeat_at'])}",
         f"stage {row['stage'] or '-'} {row['stage_index']}/{row['stage_count']}",
         f"units {units}",
-        f"checkpoint {'present' if row['checkpoint'] is not None else 'none'}",
+        f"checkpoint {'present' if row['has_checkpoint'] else 'none'}",
         f"attempt {row['attempt']} of {row['attempt_base'] + row['max_attempts']}",
         f"policy {row['on_lease_lost']}",
     ]

@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.engine import Database
+from jobwire.db.reads import clock
 from jobwire.db.tables import artifact, job, job_event
-from jobwire.db.writes import clock
 from jobwire.domain.states import Status
 
 log = logging.getLogger(__name__)

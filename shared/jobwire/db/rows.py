@@ -7,6 +7,7 @@ sees exactly what Get would have shown at that version.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from datetime import datetime
@@ -15,7 +16,7 @@ from typing import Any
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.job import Artifact, ErrorCategory, JobFailure, JobRecord
 from jobwire.domain.progress import Progress
-from jobwire.domain.stages import DEFAULT_PLAN
+from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
 
 VISIBLE_COLUMNS = (
@@ -29,9 +30,15 @@ ARTIFACT_COLUMNS = ("uri", "size_bytes", "sha256", "content_type", "summary")
 TIME_COLUMNS = frozenset({"created_at", "updated_at", "started_at", "finished_at", "run_after"})
 
 
+@functools.lru_cache(maxsize=1024)
+def plan_of(text: str | None) -> tuple[StageDef, ...]:
+    """A stored stage plan (JSON); the same few plans are parsed on every call, so once each."""
+    return stage_plans.from_json(json.loads(text)) if text else DEFAULT_PLAN
+
+
 def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None) -> JobRecord:
     status = Status(row["status"])
-    plan = stage_plans.from_json(json.loads(row["stages"])) if row["stages"] else DEFAULT_PLAN
+    plan = plan_of(row["stages"])
     return JobRecord(
         job_no=row["job_no"],
         tenant=row["tenant"],

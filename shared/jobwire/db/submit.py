@@ -1,20 +1,24 @@
-"""Submitting a job: idempotency, the row, the first event."""
+"""Submitting jobs: the rows, their first events, and idempotency keys that replay.
+
+Submits that arrive together are inserted together: each job and its SUBMITTED event
+(whose job id the database supplies, `LAST_INSERT_ID()`), all with the COMMIT, in one
+round trip. The insert comes first; an idempotency key is looked up only when the
+UNIQUE(tenant, key) index refuses one, so a fresh key costs nothing extra.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
-
+from jobwire.db.changes import Row, event_values
 from jobwire.db.engine import RetryTransaction
-from jobwire.db.tables import job
-from jobwire.db.writes import Row, clock, load, record_event
-from jobwire.domain.errors import IdempotencyKeyReused
+from jobwire.db.wire import Statement, Wire
+from jobwire.domain.errors import IdempotencyKeyReused, JobwireError
 from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.states import Status
 
@@ -44,25 +48,78 @@ class NewJob:
         return h.hexdigest()
 
 
-def submit(conn: Connection, new: NewJob, job_no: str) -> tuple[Row, bool]:
-    """Insert the job as `job_no`, or return the one an idempotency key already created."""
-    fingerprint = new.fingerprint()
-    if new.idempotency_key:
-        existing = _replay(conn, new, fingerprint)
-        if existing is not None:
-            return existing, False
-    now = clock(conn)
-    values = _values(new, job_no, fingerprint, now)
-    try:
-        job_id = conn.execute(sa.insert(job).values(**values)).inserted_primary_key[0]  # type: ignore[index]
-    except IntegrityError:
+Submitted = tuple[Row, bool] | JobwireError  # (the job's row, created) or the refusal
+
+
+def submit(
+    wire: Wire, items: Sequence[tuple[NewJob, str]], *, now: datetime, duplicate: type[Exception]
+) -> list[Submitted]:
+    """Insert each `(new job, job number)`, or answer with the job its idempotency key made.
+
+    `duplicate` is the driver's IntegrityError: the key index refusing an insert.
+    """
+    rows = [_new_row(new, job_no, now) for new, job_no in items]
+    first: dict[tuple[str, str], int] = {}  # a key used twice in one batch: the second replays the first
+    for i, (new, _) in enumerate(items):
         if new.idempotency_key:
-            raise RetryTransaction() from None  # a concurrent submit won: the rerun replays it
-        raise
-    # The new row is known without reading it back: what was inserted plus the defaults.
-    row = {**NEW_ROW_DEFAULTS, **values, "id": job_id, "db_now": now}
-    record_event(conn, row, kind="SUBMITTED", from_status=None, now=now)
-    return row, True
+            first.setdefault((new.tenant, new.idempotency_key), i)
+    inserting = [i for i, (new, _) in enumerate(items) if _key_owner(new, first, i)]
+    existing: dict[tuple[str, str], Row] = {}
+    try:
+        wire.commit(_inserts(wire, [rows[i] for i in inserting], now))
+    except duplicate:
+        # A key is taken by a committed job: find which, replay those, insert the rest.
+        wire.restart()
+        existing = _by_keys(wire, [new for new, _ in items if new.idempotency_key])
+        inserting = [i for i in inserting if _key(items[i][0]) not in existing]
+        try:
+            wire.commit(_inserts(wire, [rows[i] for i in inserting], now))
+        except duplicate:
+            raise RetryTransaction() from None  # another submit took a key meanwhile: all again
+    made = {i: rows[i] for i in inserting}
+    return [_answer(i, new, rows[i], made, existing, first) for i, (new, _) in enumerate(items)]
+
+
+def _key(new: NewJob) -> tuple[str, str]:
+    return new.tenant, new.idempotency_key or ""
+
+
+def _key_owner(new: NewJob, first: dict[tuple[str, str], int], i: int) -> bool:
+    return not new.idempotency_key or first[_key(new)] == i
+
+
+def _answer(
+    i: int, new: NewJob, row: Row, made: dict[int, Row], existing: dict[tuple[str, str], Row],
+    first: dict[tuple[str, str], int],
+) -> Submitted:  # fmt: skip
+    if i in made:
+        return row, True
+    found = existing.get(_key(new)) or made.get(first[_key(new)])
+    if found is None:
+        raise RetryTransaction()  # the key's job is gone again (retention): all again
+    if found["fingerprint"] != row["fingerprint"]:
+        return IdempotencyKeyReused()
+    return found, False
+
+
+def _inserts(wire: Wire, rows: Sequence[Row], now: datetime) -> list[Statement]:
+    out: list[Statement] = []
+    for row in rows:
+        values = {k: v for k, v in row.items() if k not in _NOT_INSERTED}
+        out.append((wire.sql.insert_job, values))
+        out.append((wire.sql.insert_first_event, event_values(row, "SUBMITTED", now, None)))
+    return out
+
+
+def _by_keys(wire: Wire, news: Sequence[NewJob]) -> dict[tuple[str, str], Row]:
+    found: dict[tuple[str, str], Row] = {}
+    tenants = {new.tenant for new in news}
+    for tenant in tenants:
+        keys = sorted({new.idempotency_key or "" for new in news if new.tenant == tenant})
+        params: dict[str, Any] = {"tenant": tenant, **{f"k{i}": k for i, k in enumerate(keys)}}
+        for row in wire.fetch(wire.sql.rows_by_key(len(keys)), params, wire.sql.row_shape):
+            found[tenant, row["idempotency_key"]] = row
+    return found
 
 
 # Columns a new job leaves to their defaults, and the artifact a queued job lacks.
@@ -73,22 +130,16 @@ NEW_ROW_DEFAULTS: dict[str, object] = {
     "heartbeat_at": None, "stalled": False, "ended_token": None, "ended_kind": None,
     "error_category": None, "error_stage": None, "error_message": None, "error_retryable": None,
     "error_detail": None, "started_at": None, "finished_at": None,
-    "uri": None, "size_bytes": None, "sha256": None, "content_type": None, "summary": None,
 }  # fmt: skip
+_NOT_INSERTED = frozenset({"id", "uri", "size_bytes", "sha256", "content_type", "summary"})
 
 
-def _replay(conn: Connection, new: NewJob, fingerprint: str) -> Row | None:
-    row = load(conn, job.c.tenant == new.tenant, job.c.idempotency_key == new.idempotency_key)
-    if row is None:
-        return None
-    if row["fingerprint"] != fingerprint:
-        raise IdempotencyKeyReused()
-    return row
-
-
-def _values(new: NewJob, job_no: str, fingerprint: str, now: datetime) -> dict[str, object]:
+def _new_row(new: NewJob, job_no: str, now: datetime) -> Row:
+    """The row a submit inserts, complete: the reply and the event need no read back."""
     policy = new.retry
     return {
+        **NEW_ROW_DEFAULTS,
+        "id": None,  # the database's; the event takes it from LAST_INSERT_ID()
         "tenant": new.tenant,
         "job_no": job_no,
         "job_type": new.job_type,
@@ -97,7 +148,7 @@ def _values(new: NewJob, job_no: str, fingerprint: str, now: datetime) -> dict[s
         "labels": json.dumps(new.labels, ensure_ascii=False, sort_keys=True),
         "locale": new.locale,
         "payload": new.payload,
-        "fingerprint": fingerprint,
+        "fingerprint": new.fingerprint(),
         "idempotency_key": new.idempotency_key or None,
         "priority": new.priority,
         "status": Status.QUEUED.value,
@@ -110,4 +161,5 @@ def _values(new: NewJob, job_no: str, fingerprint: str, now: datetime) -> dict[s
         "updated_at": now,
         "run_after": max(new.run_after, now) if new.run_after else now,
         "version": 1,
-    }
+        "uri": None, "size_bytes": None, "sha256": None, "content_type": None, "summary": None,
+    }  # fmt: skip

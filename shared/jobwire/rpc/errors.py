@@ -22,14 +22,17 @@ log = logging.getLogger(__name__)
 ERROR_DOMAIN = "jobwire"
 
 
-def to_status(error: JobwireError) -> grpc.Status:
-    code = grpc.StatusCode[error.code]
+def status_proto(error: JobwireError) -> status_pb2.Status:
+    """The google.rpc.Status of `error`: canonical code, message, ErrorInfo (and BadRequest)."""
     details = [_pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN))]
     if isinstance(error, InvalidArgument):
         violation = error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.description)
         details.append(_pack(error_details_pb2.BadRequest(field_violations=[violation])))
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message, details=details)
-    return rpc_status.to_status(status)
+    return status_pb2.Status(code=getattr(code_pb2, error.code), message=error.message, details=details)
+
+
+def to_status(error: JobwireError) -> grpc.Status:
+    return rpc_status.to_status(status_proto(error))
 
 
 def _pack(message: Any) -> any_pb2.Any:

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
 
 from jobwire.db.feed import FeedReader, FeedRow
+from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row, row_from_snapshot
-from jobwire.db.writes import Row
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc import convert

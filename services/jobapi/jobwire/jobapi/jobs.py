@@ -1,31 +1,53 @@
-"""Use cases behind JobService and AdminService: permission checks, store calls, wake-ups."""
+"""Use cases behind JobService and AdminService: permission checks, store calls, wake-ups.
+
+Submits and state changes go through the runtime's group commit: concurrent calls share
+one transaction. Reads run on the blocking pool.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from jobwire.db import reads
+from jobwire.db.changes import JobOp, Outcome
 from jobwire.db.inspect import FindingKind
-from jobwire.db.store import JobStore
+from jobwire.db.reads import Row
+from jobwire.db.store import Call, JobStore
 from jobwire.db.submit import NewJob
-from jobwire.db.writes import Row
+from jobwire.db.user_actions import Cancel, Requeue, Retry
+from jobwire.domain.errors import JobwireError
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc.auth import Principal
+from jobwire.rpc.batching import Batcher
 from jobwire.rpc.blocking import Blocking
 from jobwire.rpc.wakeup import Wakeup
 
+T = TypeVar("T")
+
 
 class Jobs:
-    def __init__(self, store: JobStore, blocking: Blocking, wakeup: Wakeup) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        blocking: Blocking,
+        commits: Batcher[Call, list[Outcome]],
+        submits: Batcher[NewJob, tuple[JobRecord, bool] | JobwireError],
+        wakeup: Wakeup,
+    ) -> None:
         self.store = store
         self.blocking = blocking
+        self.commits = commits
+        self.submits = submits
         self.wakeup = wakeup
 
     async def submit(self, who: Principal, new: NewJob) -> tuple[JobRecord, bool]:
         who.check_queue(new.queue)
-        job, created = await self.blocking(self.store.submit, new)
+        answer = await self.submits(new)
+        if isinstance(answer, JobwireError):
+            raise answer
+        job, created = answer
         if created:
             self.wakeup.notify(new.tenant, new.queue)
         return job, created
@@ -34,19 +56,25 @@ class Jobs:
         return await self.blocking(self.store.get, who.tenant, job_no)
 
     async def cancel(self, who: Principal, job_no: str) -> JobRecord:
-        return await self.blocking(self.store.cancel, who.tenant, job_no)
+        return await self._one(Cancel(tenant=who.tenant, job_no=job_no))
 
     async def retry(self, who: Principal, job_no: str) -> JobRecord:
-        job = await self.blocking(self.store.retry, who.tenant, job_no)
+        job = await self._one(Retry(tenant=who.tenant, job_no=job_no))
         if job.status is Status.QUEUED:
             self.wakeup.notify(who.tenant, job.queue)
         return job
+
+    async def _one(self, op: JobOp[T]) -> T:
+        outcome = (await self.commits(Call([op])))[0]
+        if isinstance(outcome, JobwireError):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
 
     async def list_jobs(self, where: reads.JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
         return await self.blocking(self.store.list_jobs, where, page_size, page_token)
 
     async def requeue(self, who: Principal, job_no: str, reason: str) -> JobRecord:
-        job = await self.blocking(self.store.requeue, who.tenant, job_no, reason)
+        job = await self._one(Requeue(tenant=who.tenant, job_no=job_no, reason=reason))
         self.wakeup.notify(who.tenant, job.queue)
         return job
 

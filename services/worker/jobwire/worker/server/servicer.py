@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import grpc
 
-from jobwire.db.leases import Claimant, Failure
-from jobwire.db.rows import record_from_row
-from jobwire.db.writes import Row
+from jobwire.db.leases import Claimant, Failure, Report
 from jobwire.domain import limits
-from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.errors import InvalidArgument, JobwireError
+from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
 from jobwire.domain.stages import validate_plan
-from jobwire.domain.states import Status
 from jobwire.rpc import auth, convert
 from jobwire.rpc.config import Settings
+from jobwire.rpc.errors import status_proto
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
 
@@ -21,6 +20,7 @@ MAX_WAIT_S = 60.0
 MAX_JOB_TYPES = 100
 MAX_QUEUES = 64
 MAX_HEARTBEAT_LEASES = 1000
+MAX_BATCH_REPORTS = 1000
 MAX_TOKEN_CHARS = 80
 
 
@@ -62,22 +62,55 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
     return claimant, request.max_jobs or 1, wait
 
 
-def _lease(row: Row) -> worker_pb2.Lease:
-    record = record_from_row(row)
-    checkpoint = row["checkpoint"]
-    lease_s = float(row["lease_seconds"])
+def _lease(lease: Lease) -> worker_pb2.Lease:
     return worker_pb2.Lease(
-        job_no=record.job_no,
-        worker_token=str(row["worker_token"]),
-        job_type=record.job_type,
-        payload=bytes(row["payload"]),
-        attempt=record.attempt,
-        checkpoint=bytes(checkpoint) if checkpoint is not None else b"",
-        has_checkpoint=checkpoint is not None,
-        stages=convert.stage_defs(record.stages),
-        lease_expires_at=convert.timestamp(row["lease_expires_at"]),
-        heartbeat_interval=convert.duration(lease_s / 3),
+        job_no=lease.job_no,
+        worker_token=lease.worker_token,
+        job_type=lease.job_type,
+        payload=lease.payload,
+        attempt=lease.attempt,
+        checkpoint=lease.checkpoint or b"",
+        has_checkpoint=lease.checkpoint is not None,
+        stages=convert.stage_defs(lease.stages),
+        lease_expires_at=convert.timestamp(lease.lease_expires_at),
+        heartbeat_interval=convert.duration(lease.lease_seconds / 3),
     )
+
+
+def decode_report(request: worker_pb2.ReportStageRequest, tenant: str) -> Report:
+    checkpoint = request.checkpoint if request.HasField("checkpoint") else None
+    if checkpoint is not None:
+        limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES)
+    return Report(
+        tenant=tenant,
+        job_no=limits.job_no(request.job_no),
+        token=_token(request.worker_token),
+        stage=limits.short_text("stage", request.stage, 32),
+        processed=request.processed_units,
+        total=request.total_units if request.HasField("total_units") else None,
+        checkpoint=checkpoint,
+        note=limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS),
+    )
+
+
+def _decoded(request: worker_pb2.ReportStageRequest, tenant: str) -> Report | JobwireError:
+    try:
+        return decode_report(request, tenant)
+    except JobwireError as refused:
+        return refused
+
+
+def report_response(status: LeaseStatus) -> worker_pb2.ReportStageResponse:
+    return worker_pb2.ReportStageResponse(
+        cancel_requested=status.state is LeaseState.CANCEL_REQUESTED,
+        lease_expires_at=convert.timestamp(status.lease_expires_at),
+    )
+
+
+def report_result(outcome: LeaseStatus | JobwireError) -> worker_pb2.ReportStageResult:
+    if isinstance(outcome, JobwireError):
+        return worker_pb2.ReportStageResult(error=status_proto(outcome))
+    return worker_pb2.ReportStageResult(response=report_response(outcome))
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
@@ -92,8 +125,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait = max(0.0, min(wait, remaining - 0.5))  # answer before the caller gives up
-        rows = await self.leasing.claim(who, max_jobs, wait)
-        return worker_pb2.ClaimResponse(leases=[_lease(r) for r in rows])
+        leases = await self.leasing.claim(who, max_jobs, wait)
+        return worker_pb2.ClaimResponse(leases=[_lease(lease) for lease in leases])
 
     async def Heartbeat(
         self, request: worker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
@@ -104,29 +137,28 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         states = await self.leasing.heartbeat(auth.current().tenant, _worker_id(request.worker_id), held)
         return worker_pb2.HeartbeatResponse(leases=[
             worker_pb2.LeaseState(
-                job_no=job_no, state=worker_pb2.LeaseState.State.Value(state),
-                lease_expires_at=convert.timestamp(expires),
-            ) for job_no, state, expires in states
+                job_no=s.job_no, state=worker_pb2.LeaseState.State.Value(s.state.value),
+                lease_expires_at=convert.timestamp(s.lease_expires_at),
+            ) for s in states
         ])  # fmt: skip
 
     async def ReportStage(
         self, request: worker_pb2.ReportStageRequest, context: grpc.aio.ServicerContext
     ) -> worker_pb2.ReportStageResponse:
-        checkpoint = request.checkpoint if request.HasField("checkpoint") else None
-        if checkpoint is not None:
-            limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES)
-        row = await self.leasing.report(
-            auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token),
-            stage=limits.short_text("stage", request.stage, 32),
-            processed=request.processed_units,
-            total=request.total_units if request.HasField("total_units") else None,
-            checkpoint=checkpoint,
-            note=limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS),
-        )  # fmt: skip
-        return worker_pb2.ReportStageResponse(
-            cancel_requested=row["status"] == Status.CANCEL_REQUESTED.value,
-            lease_expires_at=convert.timestamp(row["lease_expires_at"]),
-        )
+        status = await self.leasing.report(decode_report(request, auth.current().tenant))
+        return report_response(status)
+
+    async def BatchReportStage(
+        self, request: worker_pb2.BatchReportStageRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.BatchReportStageResponse:
+        if len(request.reports) > MAX_BATCH_REPORTS:
+            raise InvalidArgument("reports", f"at most {MAX_BATCH_REPORTS} per call")
+        tenant = auth.current().tenant
+        decoded = [_decoded(item, tenant) for item in request.reports]  # one bad report is refused alone
+        reports = [d for d in decoded if isinstance(d, Report)]
+        applied = iter(await self.leasing.reports(reports) if reports else [])
+        results = [d if isinstance(d, JobwireError) else next(applied) for d in decoded]
+        return worker_pb2.BatchReportStageResponse(results=[report_result(r) for r in results])
 
     async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         result = convert.artifact(request.result)

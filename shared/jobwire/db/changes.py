@@ -1,0 +1,348 @@
+"""The one shape every state change takes: decide on the row, guarded UPDATE, event.
+
+An operation (`JobOp`: a report, a Complete, a user's Cancel, a reaper's mark) looks at
+the job's row and decides a `Change`, or refuses. `apply_ops` runs any number of them in
+one transaction, so concurrent calls share their round trips and their COMMIT:
+
+1. Rows. A worker's lease is usually written by this process just before (its claim, its
+   last report), so the row it left in the `RowCache` is taken as a guess. Other rows are
+   read in one SELECT, locked (`FOR UPDATE`).
+2. Decisions, in call order per job, in memory; the transition table checks each one.
+3. One guarded UPDATE per job, from the row it read or guessed to where its calls took it:
+   the UPDATE matches only if id, version and status (and for worker calls the token and
+   epoch) are still as read. All UPDATEs go in one round trip.
+4. A job whose UPDATE matched nothing (the guess was stale: a user cancelled, another
+   replica reported), or whose guess led to a refusal, is read again, locked, and decided
+   again: the read that explains a refusal is only made when there is one.
+5. The events (with each version's user-visible snapshot), artifact rows and late-call
+   evidence, with the COMMIT, in one round trip.
+
+A guess can only cost a second read, never a wrong write: every write is guarded, and a
+refusal or a "nothing to do" decided on a guess is decided again on a locked row.
+A database error anywhere fails the transaction as a whole; `Database.transact` reruns
+it or fails every call in it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from jobwire.db.cache import RowCache
+from jobwire.db.engine import RetryTransaction
+from jobwire.db.rows import snapshot
+from jobwire.db.sql import ARTIFACT_COLUMNS, Lock
+from jobwire.db.wire import Many, Statement, Wire
+from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
+from jobwire.domain.job import Artifact
+from jobwire.domain.states import Action, Status, allowed
+
+Row = dict[str, Any]
+T = TypeVar("T")
+
+# A queued job shows no stage; the next attempt starts again at the first one.
+UNSTAGED: Mapping[str, Any] = {"stage": None, "stage_index": 0, "processed_units": 0, "total_units": None}
+LATE_CALL_REJECTED = "LATE_CALL_REJECTED"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Change:
+    """What one operation writes to one job.
+
+    Args:
+        action: Checked against the transition table (jobwire.domain.states).
+        kind: The event kind recorded with it.
+        values: Columns to set; `version` and `updated_at` follow by themselves.
+        fenced: A worker call: the UPDATE also names the holder's token and epoch.
+        renew: The lease runs again from the database clock (lease_expires_at, heartbeat_at).
+        versioned: False for a heartbeat's renewal: no version, no event, nothing anyone sees.
+        artifact: The result row a Complete adds.
+        guards: Extra conditions `(sql, params)` on columns that change without a version.
+    """
+
+    action: Action
+    kind: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+    detail: str | None = None
+    fenced: bool = False
+    renew: bool = False
+    versioned: bool = True
+    artifact: Artifact | None = None
+    guards: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+
+
+class LateCall(WorkerLeaseLost):
+    """A once-real lease of this job called after losing it: refused, and kept as evidence."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__()
+        self.detail = detail
+
+
+class JobOp(ABC, Generic[T]):
+    """One call's decision about one job, and its reply."""
+
+    tenant: str
+    job_no: str
+    token: str | None = None  # a worker's lease: a cached row is a guess only for its holder
+    fresh = False  # decide on a locked row read now, never on a guess (decisions by the database clock)
+    lock = Lock.UPDATE
+
+    @abstractmethod
+    def decide(self, row: Row | None, now: datetime) -> Change | None:
+        """The change to make, None for nothing; raise a JobwireError to refuse."""
+
+    @abstractmethod
+    def outcome(self, row: Row | None, change: Change | None) -> T:
+        """The reply, from the row after this operation (as it is when nothing changed)."""
+
+
+Outcome = Any  # an op's outcome(), or the JobwireError that refused it
+
+
+@dataclass(slots=True)
+class _Step:
+    op: int
+    change: Change | None = None
+    before: Row | None = None
+    after: Row | None = None
+    error: JobwireError | None = None
+
+
+@dataclass(slots=True)
+class _Job:
+    job_no: str
+    ops: list[int]
+    base: Row | None = None
+    guessed: bool = False
+    steps: list[_Step] = field(default_factory=list)
+
+    @property
+    def changes(self) -> list[Change]:
+        return [s.change for s in self.steps if s.change is not None]
+
+
+def apply_ops(
+    wire: Wire,
+    ops: Sequence[JobOp[Any]],
+    *,
+    now: datetime,
+    cache: RowCache,
+    rows: Mapping[str, Row] | None = None,
+    extra: Sequence[Statement] = (),
+) -> list[Outcome]:
+    """Run `ops` in this transaction and commit; one outcome per op, in order.
+
+    `rows` are rows the caller has just read and locked (a claim's candidates); `extra`
+    statements ride with the COMMIT (a worker's last-seen time).
+    """
+    jobs: dict[str, _Job] = {}
+    for i, op in enumerate(ops):
+        jobs.setdefault(op.job_no, _Job(op.job_no, [])).ops.append(i)
+    _bases(wire, ops, jobs.values(), cache, rows or {})
+    recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
+    written = [job for job in jobs.values() if job.changes and job not in recheck]
+    counts = wire.run([_update(wire, job) for job in written])
+    recheck += [job for job, matched in zip(written, counts, strict=True) if matched != 1]
+    if recheck:
+        _read(wire, ops, recheck, Lock.UPDATE)
+        for job in recheck:
+            _decide(job, ops, now)
+        again = [job for job in recheck if job.changes]
+        if any(matched != 1 for matched in wire.run([_update(wire, job) for job in again])):
+            raise RetryTransaction()  # a locked row changed under us: only SQLite's rowid reuse could
+    wire.commit(_records(wire, jobs.values(), now) + list(extra))
+    _remember(cache, jobs.values())
+    return _outcomes(ops, jobs.values())
+
+
+def _bases(
+    wire: Wire, ops: Sequence[JobOp[Any]], jobs: Iterable[_Job], cache: RowCache, rows: Mapping[str, Row]
+) -> None:
+    """Each job's starting row: given, guessed from the cache, or read."""
+    unread = []
+    for job in jobs:
+        if job.job_no in rows:
+            job.base = rows[job.job_no]
+            continue
+        first = ops[job.ops[0]]
+        tokens = {ops[i].token for i in job.ops}
+        guess = None if any(ops[i].fresh for i in job.ops) else cache.guess(job.job_no, first.tenant, tokens)
+        if guess is not None:
+            job.base, job.guessed = guess, True
+        else:
+            unread.append(job)
+    by_lock: dict[str, list[_Job]] = {}
+    for job in unread:
+        by_lock.setdefault(ops[job.ops[0]].lock, []).append(job)
+    for lock, group in by_lock.items():
+        _read(wire, ops, group, lock)
+
+
+def _read(wire: Wire, ops: Sequence[JobOp[Any]], jobs: Sequence[_Job], lock: str) -> None:
+    """Read (and lock) the rows of `jobs` in one statement; a job of another tenant is absent."""
+    params = {f"n{i}": job.job_no for i, job in enumerate(jobs)}
+    found = {r["job_no"]: r for r in wire.fetch(wire.sql.rows_by_job_no(len(jobs), lock), params, wire.sql.row_shape)}
+    for job in jobs:
+        row = found.get(job.job_no)
+        job.base = row if row is not None and row["tenant"] == ops[job.ops[0]].tenant else None
+        job.guessed = False
+
+
+def _decide(job: _Job, ops: Sequence[JobOp[Any]], now: datetime) -> bool:
+    """Decide the job's operations in order; False when a guess must be checked first."""
+    job.steps = []
+    row = job.base
+    if row is not None:
+        now = max(now, row["updated_at"])  # a job's times never go back across replicas' clocks
+    for i in job.ops:
+        step = _Step(i, before=row)
+        try:
+            step.change = ops[i].decide(row, now)
+            if step.change is not None:
+                assert row is not None, "a change needs a row"
+                row = _changed(row, step.change, now)
+        except JobwireError as refused:
+            step.error = refused
+        if job.guessed and step.change is None:
+            return False  # a refusal, or "nothing to do", is a verdict a guess cannot give
+        step.after = row
+        job.steps.append(step)
+    return True
+
+
+def _changed(row: Row, change: Change, now: datetime) -> Row:
+    before, after = Status(row["status"]), Status(change.values.get("status", row["status"]))
+    if not allowed(change.action, before, after):
+        # The transition table (jobwire.domain.states) is the authority for every write.
+        raise InvalidTransition(f"{change.action.value} cannot take a {before.value} job to {after.value}")
+    new = {**row, **change.values}
+    if change.versioned:
+        new["version"] = row["version"] + 1
+        new["updated_at"] = now
+    if change.renew:
+        # The database sets these from its own clock; this is the estimate the reply shows.
+        new["lease_expires_at"] = now + timedelta(seconds=new["lease_seconds"])
+        new["heartbeat_at"] = now
+    if change.artifact is not None:
+        new.update(artifact_values(change.artifact))
+    return new
+
+
+def _update(wire: Wire, job: _Job) -> Statement:
+    """The job's one guarded UPDATE, from its base row to its last step's row."""
+    base, changes = job.base, job.changes
+    assert base is not None
+    final = job.steps[-1].after
+    assert final is not None
+    names: set[str] = set()
+    extra: dict[str, Any] = {}
+    guards = ["id", "status"]
+    for change in changes:
+        names.update(change.values)
+        for condition, params in change.guards:
+            guards.append(condition)
+            extra.update(params)
+    if any(c.versioned for c in changes):
+        names.update(("version", "updated_at"))
+        guards.append("version")
+    else:
+        guards.append("stalled")  # a renewal does not bump the version: a reaper's mark must stop it
+    if any(c.fenced for c in changes):
+        guards += ["worker_token", "lease_epoch"]
+    # An ending in the same batch (lease_expires_at set to NULL) wins over a renewal before it.
+    renew = any(c.renew for c in changes) and "lease_expires_at" not in names
+    if renew:
+        seconds = float(final["lease_seconds"])
+        extra.update(r_lease_s=seconds, r_lease_us=round(seconds * 1_000_000))
+    columns = tuple(sorted(names))
+    params = {f"v_{c}": final[c] for c in columns}
+    params.update({f"g_{g}": base[g] for g in guards if " " not in g})
+    params.update(extra)
+    return wire.sql.update(columns, tuple(guards), renew), params
+
+
+def _records(wire: Wire, jobs: Iterable[_Job], now: datetime) -> list[Statement]:
+    """The event rows (visible changes and late-call evidence) and artifact rows, in order."""
+    events: list[dict[str, Any]] = []
+    artifacts: list[dict[str, Any]] = []
+    for job in jobs:
+        for step in job.steps:
+            change = step.change
+            if change is not None and change.versioned:
+                assert step.before is not None and step.after is not None
+                events.append(event_values(
+                    step.after, change.kind, step.after["updated_at"], step.before["status"], detail=change.detail
+                ))  # fmt: skip
+                if change.artifact is not None:
+                    artifacts.append(
+                        {"job_id": step.after["id"], "created_at": now, **artifact_values(change.artifact)}
+                    )
+            elif isinstance(step.error, LateCall) and step.before is not None:
+                events.append(event_values(
+                    step.before, LATE_CALL_REJECTED, now, step.before["status"], visible=False,
+                    detail=step.error.detail, worker_id="",
+                ))  # fmt: skip
+    out: list[Statement] = []
+    if events:
+        out.append(Many(wire.sql.insert_event, events))
+    if artifacts:
+        out.append(Many(wire.sql.insert_artifact, artifacts))
+    return out
+
+
+def _remember(cache: RowCache, jobs: Iterable[_Job]) -> None:
+    """Keep each job's row as this transaction left it: the next call of its holder starts there."""
+    for job in jobs:
+        row = job.steps[-1].after if job.steps else job.base
+        if row is None:
+            cache.drop(job.job_no)
+        else:
+            cache.put(row)
+
+
+def _outcomes(ops: Sequence[JobOp[Any]], jobs: Iterable[_Job]) -> list[Outcome]:
+    out: list[Outcome] = [None] * len(ops)
+    for job in jobs:
+        for step in job.steps:
+            op = ops[step.op]
+            out[step.op] = step.error if step.error is not None else op.outcome(step.after, step.change)
+    return out
+
+
+def artifact_values(result: Artifact) -> dict[str, Any]:
+    return {name: getattr(result, name) for name in ARTIFACT_COLUMNS}
+
+
+def event_values(
+    row: Mapping[str, Any],
+    kind: str,
+    at: datetime,
+    from_status: str | None,
+    *,
+    visible: bool = True,
+    detail: str | None = None,
+    worker_id: str | None = None,
+) -> dict[str, Any]:
+    """The job_event row recording `row` as it is after a change (its version and snapshot)."""
+    return {
+        "job_id": row["id"],
+        "tenant": row["tenant"],
+        "job_no": row["job_no"],
+        "version": row["version"],
+        "kind": kind,
+        "visible": visible,
+        "from_status": from_status,
+        "to_status": row["status"],
+        "stage": row["stage"],
+        "processed_units": row["processed_units"],
+        "total_units": row["total_units"],
+        "worker_id": row.get("worker_id") if worker_id is None else worker_id,
+        "attempt": row["attempt"],
+        "detail": detail,
+        "snapshot": snapshot(row) if visible else None,
+        "created_at": at,
+    }

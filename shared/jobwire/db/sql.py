@@ -1,0 +1,192 @@
+"""The statements of every state change, rendered once per dialect and cached by shape.
+
+Building a statement with SQLAlchemy on every call cost more CPU than the database spent
+running it (bench/throughput.py), so the write path sends text prepared here. Names come
+from the one schema (`jobwire.db.tables`); templates use `:name` placeholders and become
+`%(name)s` for PyMySQL. Dialect differences are few and all here: the clock expressions,
+the id of the last insert, and row locks (SQLite has none: its writers hold the database).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import DateTime
+
+from jobwire.db.tables import artifact, job, job_event
+
+# Row reads leave out the blobs (a payload of up to 1 MiB, the checkpoint, internal detail):
+# no decision after Submit needs them. Claim reads payload and checkpoint; evidence needs
+# only whether a checkpoint exists.
+BLOBS = frozenset({"payload", "checkpoint", "error_detail"})
+JOB_COLUMNS = tuple(c.name for c in job.c if c.name not in BLOBS)
+ARTIFACT_COLUMNS = ("uri", "size_bytes", "sha256", "content_type", "summary")
+EVENT_COLUMNS = tuple(c.name for c in job_event.c if c.name != "id")
+ARTIFACT_INSERT_COLUMNS = tuple(c.name for c in artifact.c if c.name != "id")
+_TIMES = frozenset(c.name for t in (job, artifact) for c in t.c if isinstance(c.type, DateTime)) | {"db_now"}
+_FLAGS = frozenset({"stalled", "error_retryable", "has_checkpoint"})
+_PLACEHOLDER = re.compile(r":(\w+)")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between MySQL/MariaDB and SQLite in the statements of this module."""
+
+    name: str
+    now: str  # the database clock, UTC, microseconds
+    lease_until: str  # now + a lease: `:r_lease_us` microseconds (MySQL), `:r_lease_s` seconds (SQLite)
+    last_id: str  # the id the previous INSERT generated
+    locks: bool  # SELECT ... FOR UPDATE [SKIP LOCKED]
+
+    def text(self, template: str) -> str:
+        """The template in this dialect's parameter style."""
+        return _PLACEHOLDER.sub(r"%(\1)s", template) if self.name == "mysql" else template
+
+
+MYSQL = Dialect(
+    name="mysql",
+    now="UTC_TIMESTAMP(6)",
+    lease_until="DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :r_lease_us MICROSECOND)",
+    last_id="LAST_INSERT_ID()",
+    locks=True,
+)
+SQLITE = Dialect(
+    name="sqlite",
+    # strftime's %f gives milliseconds; pad to the microsecond form the columns hold.
+    now="(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')",
+    lease_until="(strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :r_lease_s || ' seconds') || '000')",
+    last_id="last_insert_rowid()",
+    locks=False,
+)
+
+
+class Lock:
+    """How a row read locks: not at all, FOR UPDATE, or FOR UPDATE SKIP LOCKED."""
+
+    NONE = ""
+    UPDATE = " FOR UPDATE"
+    SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+
+
+class RowShape:
+    """Column names of a read and the conversions that make raw values the values SQLAlchemy gives."""
+
+    def __init__(self, names: Sequence[str], dialect: Dialect) -> None:
+        self.names = tuple(names)
+        self._convert: list[tuple[str, Callable[[Any], Any]]] = [(n, _flag) for n in self.names if n in _FLAGS]
+        if dialect.name == "sqlite":  # SQLite hands back text for DATETIME columns
+            self._convert += [(n, _sqlite_time) for n in self.names if n in _TIMES]
+
+    def rows(self, raw: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
+        out = []
+        for values in raw:
+            row = dict(zip(self.names, values, strict=True))
+            for name, convert in self._convert:
+                value = row[name]
+                if value is not None:
+                    row[name] = convert(value)
+            out.append(row)
+        return out
+
+
+def _flag(value: Any) -> bool:
+    return bool(value)
+
+
+def _sqlite_time(value: Any) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def sqlite_param(value: Any) -> Any:
+    """Times as the text SQLAlchemy stores on SQLite (always six fractional digits)."""
+    return value.isoformat(sep=" ", timespec="microseconds") if isinstance(value, datetime) else value
+
+
+class Statements:
+    """Every statement the write path sends, for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        d = dialect
+        row_cols = [f"job.{n}" for n in JOB_COLUMNS] + [f"artifact.{n}" for n in ARTIFACT_COLUMNS]
+        self._row_select = (
+            "SELECT " + ", ".join(row_cols) + f", job.checkpoint IS NOT NULL AS has_checkpoint, {d.now} AS db_now"
+            " FROM job LEFT OUTER JOIN artifact ON artifact.job_id = job.id"
+        )
+        self.row_shape = RowShape([*JOB_COLUMNS, *ARTIFACT_COLUMNS, "has_checkpoint", "db_now"], d)
+        self.claim_shape = RowShape([*JOB_COLUMNS, "payload", "checkpoint", "db_now"], d)
+        self.insert_job = d.text(_insert("job", [c.name for c in job.c if c.name != "id"]))
+        self.insert_event = d.text(_insert("job_event", EVENT_COLUMNS))
+        # The event of a job inserted by the statement just before: its id is not known yet.
+        self.insert_first_event = d.text(_insert("job_event", EVENT_COLUMNS).replace(":job_id", d.last_id))
+        self.insert_artifact = d.text(_insert("artifact", ARTIFACT_INSERT_COLUMNS))
+        self.touch_worker = d.text(
+            "UPDATE worker SET last_seen_at = :last_seen_at WHERE tenant = :tenant AND worker_id = :worker_id"
+        )
+        worker = _insert("worker", ("tenant", "worker_id", "queues", "job_types", "last_seen_at"))
+        fresh = ("queues", "job_types", "last_seen_at")
+        if d.name == "mysql":
+            worker += " ON DUPLICATE KEY UPDATE " + ", ".join(f"{c} = VALUES({c})" for c in fresh)
+        else:
+            worker += " ON CONFLICT (tenant, worker_id) DO UPDATE SET " + ", ".join(
+                f"{c} = excluded.{c}" for c in fresh
+            )
+        self.upsert_worker = d.text(worker)
+
+    @functools.cache  # noqa: B019 - two module-level instances, kept for the process
+    def rows_by_key(self, count: int) -> str:
+        """Job rows of one tenant by idempotency key (a Submit that replays)."""
+        names = ", ".join(f":k{i}" for i in range(count))
+        return self.dialect.text(self._row_select + f" WHERE job.tenant = :tenant AND job.idempotency_key IN ({names})")
+
+    @functools.cache  # noqa: B019 - two module-level instances, kept for the process
+    def rows_by_job_no(self, count: int, lock: str) -> str:
+        """Job rows (with artifact and the clock) for `count` job numbers, in id order.
+
+        Any tenant's: job numbers are unique, and the caller checks the tenant of each.
+        """
+        names = ", ".join(f":n{i}" for i in range(count))
+        where = f" WHERE job.job_no IN ({names}) ORDER BY job.id"
+        return self.dialect.text(self._row_select + where + (lock if self.dialect.locks else ""))
+
+    @functools.cache  # noqa: B019
+    def claim(self, job_types: int) -> str:
+        """Runnable jobs of one queue, best first, locked; the claim index serves WHERE and ORDER BY."""
+        names = ", ".join(f":t{i}" for i in range(job_types))
+        cols = ", ".join([*JOB_COLUMNS, "payload", "checkpoint"])
+        sql = (
+            f"SELECT {cols}, {self.dialect.now} AS db_now FROM job"
+            " WHERE tenant = :tenant AND queue = :queue AND status = 'QUEUED'"
+            f" AND run_after <= {self.dialect.now} AND job_type IN ({names})"
+            " ORDER BY priority DESC, id LIMIT :limit"
+        )
+        return self.dialect.text(sql + (Lock.SKIP_LOCKED if self.dialect.locks else ""))
+
+    @functools.cache  # noqa: B019
+    def update(self, columns: tuple[str, ...], guards: tuple[str, ...], renew: bool) -> str:
+        """UPDATE job SET `columns` (each from `:v_<name>`) WHERE every guard holds.
+
+        `guards` are column names compared with `:g_<name>`, or ready SQL conditions
+        (those containing a space). `renew` sets the lease from the database clock.
+        """
+        sets = [f"{c} = :v_{c}" for c in columns]
+        if renew:
+            sets += [f"lease_expires_at = {self.dialect.lease_until}", f"heartbeat_at = {self.dialect.now}"]
+        where = [g if " " in g else f"{g} = :g_{g}" for g in guards]
+        return self.dialect.text(f"UPDATE job SET {', '.join(sets)} WHERE {' AND '.join(where)}")
+
+
+def _insert(table: str, columns: Sequence[str]) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})"
+
+
+def statements_for(name: str) -> Statements:
+    return _BY_NAME[name]
+
+
+_BY_NAME = {"mysql": Statements(MYSQL), "sqlite": Statements(SQLITE)}

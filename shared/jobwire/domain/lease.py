@@ -1,0 +1,39 @@
+"""A lease as a worker holds it, and what the server says of it on each call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from jobwire.domain.stages import StageDef
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """A job handed to one worker: what to run, where to resume, and until when."""
+
+    job_no: str
+    worker_token: str
+    job_type: str
+    payload: bytes
+    attempt: int
+    checkpoint: bytes | None
+    stages: tuple[StageDef, ...]
+    lease_expires_at: datetime
+    lease_seconds: float
+
+
+class LeaseState(StrEnum):
+    OK = "OK"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"  # stop at the next safe point and confirm
+    LOST = "LOST"  # the lease is no longer this worker's: stop, tell nobody
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseStatus:
+    """The answer to a heartbeat or a report: is the lease still held, and until when."""
+
+    job_no: str
+    state: LeaseState
+    lease_expires_at: datetime | None = None

@@ -12,7 +12,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -21,7 +20,9 @@ from served import start_server
 from service_support import claim, rpc_error, stop_server, submit
 from watch_support import complete, next_job, read_to_end, watch
 
-from jobwire.rpc.metrics import BUCKETS, Metrics, MetricsInterceptor
+from jobwire.rpc.auth import Authenticator
+from jobwire.rpc.handlers import Wrapping
+from jobwire.rpc.metrics import BUCKETS, Metrics
 from jobwire.v1 import job_pb2
 
 SUBMIT, GET, WATCH = "jobwire.v1.JobService/Submit", "jobwire.v1.JobService/Get", "jobwire.v1.JobService/WatchStatus"
@@ -170,6 +171,9 @@ class _Context:
     def code(self) -> None:
         return None
 
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
     async def write(self, message: object) -> None:
         self.written.append(message)
 
@@ -181,11 +185,9 @@ async def test_writer_shaped_stream_is_timed_too() -> None:
         await context.write("one")
         assert metrics.streams_open["svc/Watch"] == 1
 
-    async def continuation(details: object) -> grpc.RpcMethodHandler:
-        return grpc.unary_stream_rpc_method_handler(watch_writer)
-
-    details = SimpleNamespace(method="/svc/Watch", invocation_metadata=())
-    handler = await MetricsInterceptor(metrics).intercept_service(continuation, details)
+    handler = Wrapping(Authenticator(None), metrics).handler(
+        "svc/Watch", grpc.unary_stream_rpc_method_handler(watch_writer)
+    )
     context = _Context()
     await handler.unary_stream(object(), context)
     assert context.written == ["one"]

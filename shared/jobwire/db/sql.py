@@ -10,6 +10,7 @@ the id of the last insert, and row locks (SQLite has none: its writers hold the 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,11 @@ ARTIFACT_INSERT_COLUMNS = tuple(c.name for c in artifact.c if c.name != "id")
 _TIMES = frozenset(c.name for t in (job, artifact) for c in t.c if isinstance(c.type, DateTime)) | {"db_now"}
 _FLAGS = frozenset({"stalled", "error_retryable", "has_checkpoint"})
 _PLACEHOLDER = re.compile(r":(\w+)")
+# Where a read's value comes from, when not the job column of that name.
+_SOURCES = {
+    **{n: f"artifact.{n}" for n in ARTIFACT_COLUMNS},
+    "has_checkpoint": "job.checkpoint IS NOT NULL",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class Dialect:
     lease_until: str  # now + a lease: `:r_lease_us` microseconds (MySQL), `:r_lease_s` seconds (SQLite)
     last_id: str  # the id the previous INSERT generated
     locks: bool  # SELECT ... FOR UPDATE [SKIP LOCKED]
+    json_object: str
 
     def text(self, template: str) -> str:
         """The template in this dialect's parameter style."""
@@ -54,6 +61,7 @@ MYSQL = Dialect(
     lease_until="DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :r_lease_us MICROSECOND)",
     last_id="LAST_INSERT_ID()",
     locks=True,
+    json_object="JSON_OBJECT",
 )
 SQLITE = Dialect(
     name="sqlite",
@@ -62,6 +70,7 @@ SQLITE = Dialect(
     lease_until="(strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :r_lease_s || ' seconds') || '000')",
     last_id="last_insert_rowid()",
     locks=False,
+    json_object="json_object",
 )
 
 
@@ -74,18 +83,34 @@ class Lock:
 
 
 class RowShape:
-    """Column names of a read and the conversions that make raw values the values SQLAlchemy gives."""
+    """How a read's raw values become a row: the values SQLAlchemy would give, by name.
 
-    def __init__(self, names: Sequence[str], dialect: Dialect) -> None:
+    The job's columns travel as one JSON object (`json_names`): a result column costs the
+    driver a field descriptor to parse on every read, and a job row has fifty of them.
+    Blobs and the clock follow as plain columns (`names`).
+    """
+
+    def __init__(self, json_names: Sequence[str], names: Sequence[str], dialect: Dialect) -> None:
+        self.json_names = tuple(json_names)
         self.names = tuple(names)
-        self._convert: list[tuple[str, Callable[[Any], Any]]] = [(n, _flag) for n in self.names if n in _FLAGS]
+        every = (*self.json_names, *self.names)
+        self._convert: list[tuple[str, Callable[[Any], Any]]] = [(n, _flag) for n in every if n in _FLAGS]
+        self._convert += [(n, _time) for n in self.json_names if n in _TIMES]
         if dialect.name == "sqlite":  # SQLite hands back text for DATETIME columns
-            self._convert += [(n, _sqlite_time) for n in self.names if n in _TIMES]
+            self._convert += [(n, _time) for n in self.names if n in _TIMES]
+
+    def select_list(self, dialect: Dialect) -> str:
+        def source(name: str) -> str:
+            return dialect.now if name == "db_now" else _SOURCES.get(name, f"job.{name}")
+
+        pairs = ", ".join(f"'{n}', {source(n)}" for n in self.json_names)
+        return ", ".join([f"{dialect.json_object}({pairs})", *(source(n) for n in self.names)])
 
     def rows(self, raw: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
         out = []
         for values in raw:
-            row = dict(zip(self.names, values, strict=True))
+            row: dict[str, Any] = json.loads(values[0])
+            row.update(zip(self.names, values[1:], strict=True))
             for name, convert in self._convert:
                 value = row[name]
                 if value is not None:
@@ -98,7 +123,7 @@ def _flag(value: Any) -> bool:
     return bool(value)
 
 
-def _sqlite_time(value: Any) -> datetime:
+def _time(value: Any) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
@@ -113,13 +138,11 @@ class Statements:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         d = dialect
-        row_cols = [f"job.{n}" for n in JOB_COLUMNS] + [f"artifact.{n}" for n in ARTIFACT_COLUMNS]
+        self.row_shape = RowShape([*JOB_COLUMNS, *ARTIFACT_COLUMNS, "has_checkpoint"], ["db_now"], d)
         self._row_select = (
-            "SELECT " + ", ".join(row_cols) + f", job.checkpoint IS NOT NULL AS has_checkpoint, {d.now} AS db_now"
-            " FROM job LEFT OUTER JOIN artifact ON artifact.job_id = job.id"
+            f"SELECT {self.row_shape.select_list(d)} FROM job LEFT OUTER JOIN artifact ON artifact.job_id = job.id"
         )
-        self.row_shape = RowShape([*JOB_COLUMNS, *ARTIFACT_COLUMNS, "has_checkpoint", "db_now"], d)
-        self.claim_shape = RowShape([*JOB_COLUMNS, "payload", "checkpoint", "db_now"], d)
+        self.claim_shape = RowShape(JOB_COLUMNS, ["payload", "checkpoint", "db_now"], d)
         self.insert_job = d.text(_insert("job", [c.name for c in job.c if c.name != "id"]))
         self.insert_event = d.text(_insert("job_event", EVENT_COLUMNS))
         # The event of a job inserted by the statement just before: its id is not known yet.
@@ -158,12 +181,11 @@ class Statements:
     def claim(self, job_types: int) -> str:
         """Runnable jobs of one queue, best first, locked; the claim index serves WHERE and ORDER BY."""
         names = ", ".join(f":t{i}" for i in range(job_types))
-        cols = ", ".join([*JOB_COLUMNS, "payload", "checkpoint"])
         sql = (
-            f"SELECT {cols}, {self.dialect.now} AS db_now FROM job"
-            " WHERE tenant = :tenant AND queue = :queue AND status = 'QUEUED'"
-            f" AND run_after <= {self.dialect.now} AND job_type IN ({names})"
-            " ORDER BY priority DESC, id LIMIT :limit"
+            f"SELECT {self.claim_shape.select_list(self.dialect)} FROM job"
+            " WHERE job.tenant = :tenant AND job.queue = :queue AND job.status = 'QUEUED'"
+            f" AND job.run_after <= {self.dialect.now} AND job.job_type IN ({names})"
+            " ORDER BY job.priority DESC, job.id LIMIT :limit"
         )
         return self.dialect.text(sql + (Lock.SKIP_LOCKED if self.dialect.locks else ""))
 

@@ -10,14 +10,11 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import hmac
-import inspect
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import grpc
 
 from jobwire.domain.errors import PermissionDenied, Unauthenticated
 
@@ -66,7 +63,9 @@ def load_tokens(path: Path) -> dict[str, Principal]:
     return tokens
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class Authenticator:
+    """Resolves the caller of each RPC from its bearer token (jobwire.rpc.handlers calls it)."""
+
     def __init__(self, tokens: Mapping[str, Principal] | None) -> None:
         self._tokens = tokens
 
@@ -87,35 +86,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             raise PermissionDenied(f"this token is not allowed to call {service}")
         return principal
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None:
-            return handler
-        method, metadata = details.method, details.invocation_metadata
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
 
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                _current.set(self.resolve(method, metadata))
-                return await inner(request, context)
-
-            return handler._replace(unary_unary=unary)
-        if handler.unary_stream is not None:
-            inner_stream = handler.unary_stream
-
-            async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                _current.set(self.resolve(method, metadata))
-                async for item in inner_stream(request, context):
-                    yield item
-
-            async def writer(request: Any, context: grpc.aio.ServicerContext) -> None:
-                # grpc's Health.Watch streams with context.write(), not yield: keep its shape.
-                _current.set(self.resolve(method, metadata))
-                await inner_stream(request, context)
-
-            return handler._replace(unary_stream=stream if inspect.isasyncgenfunction(inner_stream) else writer)
-        return handler
+def set_current(principal: Principal) -> None:
+    """Make `principal` the caller of the RPC being served (its task's context)."""
+    _current.set(principal)

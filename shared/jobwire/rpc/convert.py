@@ -17,13 +17,17 @@ from jobwire.domain.states import Status
 from jobwire.domain.view import render
 from jobwire.v1 import job_pb2, worker_pb2
 
+_EPOCH = datetime(1970, 1, 1)
+
 
 def timestamp(value: datetime | None) -> Timestamp | None:
+    """A naive UTC (or aware) datetime as a Timestamp; by arithmetic, since FromDatetime is slow."""
     if value is None:
         return None
-    ts = Timestamp()
-    ts.FromDatetime(value.replace(tzinfo=UTC) if value.tzinfo is None else value)
-    return ts
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    delta = value - _EPOCH
+    return Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
 def from_timestamp(ts: Timestamp, field: str = "timestamp") -> datetime:

@@ -1,14 +1,13 @@
 """The one place errors become gRPC statuses: JobwireError -> canonical code + ErrorInfo.
 
 Anything else that escapes a handler is a server bug: it is logged with its trace and
-answered INTERNAL with a plain message, never the trace itself.
+answered INTERNAL with a plain message, never the trace itself. jobwire.rpc.handlers
+applies this to every RPC.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -41,53 +40,10 @@ def _pack(message: Any) -> any_pb2.Any:
     return packed
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: Exception) -> None:
+def status_of(exc: Exception) -> grpc.Status:
+    """The status a caller gets for `exc`: its own for a JobwireError, else a logged INTERNAL."""
     if isinstance(exc, JobwireError):
-        await context.abort_with_status(to_status(exc))
+        return to_status(exc)
     log.exception("unexpected error in %s", type(exc).__name__, exc_info=exc)
-    await context.abort(grpc.StatusCode.INTERNAL, "internal error; the operator's logs have the details")
-
-
-def _wrap_unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return await behavior(request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - every error must leave as a status
-            await _abort(context, exc)
-
-    return handler
-
-
-def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        try:
-            async for item in behavior(request, context):
-                yield item
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - every error must leave as a status
-            await _abort(context, exc)
-
-    return handler
-
-
-class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        if handler.unary_unary is not None:
-            return handler._replace(unary_unary=_wrap_unary(handler.unary_unary))
-        if handler.unary_stream is not None:
-            # A server-streaming handler either yields (ours) or writes with
-            # context.write() (grpc's Health.Watch); the wrapper must keep its shape.
-            inner = handler.unary_stream
-            wrap = _wrap_stream if inspect.isasyncgenfunction(inner) else _wrap_unary
-            return handler._replace(unary_stream=wrap(inner))
-        return handler
+    status = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; the operator's logs have the details")
+    return rpc_status.to_status(status)

@@ -1,11 +1,11 @@
-"""Prometheus metrics: RPC counts and latency from a server interceptor, served at GET /metrics.
+"""Prometheus metrics: RPC counts and latency of every handler (jobwire.rpc.handlers), at GET /metrics.
 
 The exposition is Prometheus text format 0.0.4, written with the standard library: a few
 counters and one histogram do not need a client library. Everything here runs on the
 server's event loop, so the numbers need no locks; a scrape only formats them.
 
-The interceptor is the outermost one, so it sees the status the caller sees, including
-those the error interceptor makes of a JobwireError. A stream is counted when it ends.
+The handler wrapper records the status the caller sees, after the error mapping. A stream
+is counted when it ends.
 """
 
 from __future__ import annotations
@@ -13,18 +13,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import inspect
 import logging
 import math
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from types import TracebackType
-from typing import Any
-
-import grpc
 
 log = logging.getLogger(__name__)
 
@@ -124,84 +118,6 @@ def _number(value: float) -> str:
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     return repr(float(value))
-
-
-# -- the interceptor ----------------------------------------------------------------------------
-
-
-class _Observed:
-    """Times one call and records it with the status it ended with."""
-
-    def __init__(self, metrics: Metrics, method: str, context: grpc.aio.ServicerContext, *, stream: bool) -> None:
-        self._metrics, self._method, self._context, self._stream = metrics, method, context, stream
-        self._start = 0.0
-
-    def __enter__(self) -> None:
-        self._start = time.monotonic()
-        if self._stream:
-            self._metrics.streams_open[self._method] += 1
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        if self._stream:
-            self._metrics.streams_open[self._method] -= 1
-        self._metrics.observe(self._method, _final_code(self._context, error), time.monotonic() - self._start)
-
-
-def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) -> str:
-    # GeneratorExit: the stream was closed while it waited to send, i.e. the caller left.
-    if isinstance(error, asyncio.CancelledError | GeneratorExit):
-        return "CANCELLED"
-    if error is not None and not isinstance(error, grpc.aio.AbortError):
-        return "UNKNOWN"  # what grpc answers for an exception that escapes every handler
-    code = context.code()
-    if isinstance(code, grpc.StatusCode):
-        return str(code.name)
-    if isinstance(code, int):  # some grpc versions keep the raw integer
-        return next((c.name for c in grpc.StatusCode if c.value[0] == code), "UNKNOWN")
-    return "OK"
-
-
-class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None:
-            return handler  # an unknown method: grpc answers UNIMPLEMENTED; no label per typo
-        method = details.method.lstrip("/")
-        if handler.unary_unary is not None:
-            return handler._replace(unary_unary=self._unary(method, handler.unary_unary))
-        if handler.unary_stream is not None:
-            return handler._replace(unary_stream=self._stream(method, handler.unary_stream))
-        return handler
-
-    def _unary(self, method: str, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            with _Observed(self._metrics, method, context, stream=False):
-                return await behavior(request, context)
-
-        return unary
-
-    def _stream(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        if not inspect.isasyncgenfunction(behavior):
-            # A handler that writes with context.write() and returns (grpc's own Health.Watch).
-            async def writer(request: Any, context: grpc.aio.ServicerContext) -> None:
-                with _Observed(self._metrics, method, context, stream=True):
-                    await behavior(request, context)
-
-            return writer
-
-        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            with _Observed(self._metrics, method, context, stream=True):
-                async for item in behavior(request, context):
-                    yield item
-
-        return stream
 
 
 # -- GET /metrics -------------------------------------------------------------------------------

@@ -16,10 +16,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from jobwire.rpc.auth import AuthInterceptor, load_tokens
+from jobwire.rpc.auth import Authenticator, load_tokens
 from jobwire.rpc.config import Settings
-from jobwire.rpc.errors import ErrorInterceptor
-from jobwire.rpc.metrics import Metrics, MetricsEndpoint, MetricsInterceptor
+from jobwire.rpc.handlers import AddToServer, Wrapping, register
+from jobwire.rpc.metrics import Metrics, MetricsEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,10 @@ class ServerHost:
         tokens = load_tokens(settings.auth_file) if settings.auth_file else None
         self.settings = settings
         self.metrics = Metrics()
-        # Metrics outermost: it records the status the caller gets, after the error mapping.
-        interceptors = [MetricsInterceptor(self.metrics), ErrorInterceptor(), AuthInterceptor(tokens)]
-        self.server = grpc.aio.server(interceptors=interceptors, options=list(SERVER_OPTIONS))
+        self._wrapping = Wrapping(Authenticator(tokens), self.metrics)
+        self.server = grpc.aio.server(options=list(SERVER_OPTIONS))
         self.health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.add_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health)
         self._ping = ping
         self._services: list[str] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -80,8 +79,14 @@ class ServerHost:
         self._metrics_endpoint = MetricsEndpoint(self.metrics)
         self.metrics_port: int | None = None
 
-    def add_service(self, full_name: str) -> None:
-        self._services.append(full_name)
+    def add_servicer(self, add: AddToServer, servicer: object, full_name: str | None = None) -> None:
+        """Serve `servicer` (`add` is its generated add_*Servicer_to_server), auth, errors and metrics included.
+
+        `full_name` names a jobwire service for health and reflection.
+        """
+        register(self.server, self._wrapping, add, servicer)
+        if full_name is not None:
+            self._services.append(full_name)
 
     def add_task(self, task: asyncio.Task[None]) -> None:
         """A background task (reaper, change feed) cancelled when the server stops."""

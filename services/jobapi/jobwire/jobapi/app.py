@@ -16,10 +16,16 @@ from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 def add_jobapi(rt: Runtime) -> None:
     jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.submits, rt.wakeup)
-    job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, add_watching(rt)), rt.host.server)
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(jobs), rt.host.server)
-    rt.host.add_service(job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name)
-    rt.host.add_service(admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name)
+    rt.host.add_servicer(
+        job_pb2_grpc.add_JobServiceServicer_to_server,
+        JobServicer(jobs, add_watching(rt)),
+        job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+    )
+    rt.host.add_servicer(
+        admin_pb2_grpc.add_AdminServiceServicer_to_server,
+        AdminServicer(jobs),
+        admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    )
 
 
 def add_watching(rt: Runtime) -> Watches:

@@ -17,5 +17,5 @@ def add_worker_service(rt: Runtime) -> None:
     watcher = RunnableWatcher(FeedReader(rt.store.db), rt.wakeup, rt.settings.feed_poll_seconds)
     rt.host.add_task(asyncio.create_task(watcher.run(), name="jobwire-runnable-watcher"))
     servicer = WorkerServicer(Leasing(rt.store, rt.blocking, rt.commits, rt.wakeup), rt.settings)
-    worker_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, rt.host.server)
-    rt.host.add_service(worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name)
+    name = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
+    rt.host.add_servicer(worker_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, name)

@@ -1,0 +1,128 @@
+"""What every RPC goes through, attached once per method when its service is registered.
+
+Who is calling (auth), what an error becomes (canonical status), and what is counted
+(metrics) used to be three server interceptors; grpc.aio runs an interceptor chain for
+every call, which cost more than the work itself. Here the same three are one wrapper
+around each method handler, built when the service is added (`register`), so a call pays
+one function call for them.
+
+Order matters and is fixed: the caller is resolved first (a refusal is answered like any
+error), errors are mapped next, and the metrics record the status the caller gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import grpc
+
+from jobwire.rpc.auth import Authenticator, set_current
+from jobwire.rpc.errors import status_of
+from jobwire.rpc.metrics import Metrics
+
+AddToServer = Callable[[Any, Any], None]
+
+
+class Wrapping:
+    """Wraps method handlers with auth, error mapping and metrics."""
+
+    def __init__(self, auth: Authenticator, metrics: Metrics) -> None:
+        self._auth = auth
+        self._metrics = metrics
+
+    def handler(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        if handler.unary_unary is not None:
+            return handler._replace(unary_unary=self._unary(method, handler.unary_unary, stream=False))
+        if handler.unary_stream is not None:
+            inner = handler.unary_stream
+            if inspect.isasyncgenfunction(inner):
+                return handler._replace(unary_stream=self._stream(method, inner))
+            # A stream that writes with context.write() and returns (grpc's Health.Watch).
+            return handler._replace(unary_stream=self._unary(method, inner, stream=True))
+        return handler  # client streams (server reflection): no role, nothing of ours to map
+
+    def _unary(self, method: str, behavior: Callable[..., Any], *, stream: bool) -> Callable[..., Any]:
+        resolve, metrics = self._auth.resolve, self._metrics
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            start, code = time.monotonic(), "OK"
+            if stream:
+                metrics.streams_open[method] += 1
+            try:
+                set_current(resolve(method, context.invocation_metadata()))
+                return await behavior(request, context)
+            except grpc.aio.AbortError:
+                code = _code_of(context)
+                raise
+            except asyncio.CancelledError:
+                code = "CANCELLED"
+                raise
+            except Exception as exc:  # noqa: BLE001 - every error must leave as a status
+                status = status_of(exc)
+                code = status.code.name
+                await context.abort_with_status(status)
+            finally:
+                if stream:
+                    metrics.streams_open[method] -= 1
+                metrics.observe(method, code, time.monotonic() - start)
+
+        return unary
+
+    def _stream(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+        resolve, metrics = self._auth.resolve, self._metrics
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            start, code = time.monotonic(), "OK"
+            metrics.streams_open[method] += 1
+            try:
+                set_current(resolve(method, context.invocation_metadata()))
+                async for item in behavior(request, context):
+                    yield item
+            except grpc.aio.AbortError:
+                code = _code_of(context)
+                raise
+            except (asyncio.CancelledError, GeneratorExit):
+                code = "CANCELLED"  # GeneratorExit: closed while waiting to send, the caller left
+                raise
+            except Exception as exc:  # noqa: BLE001 - every error must leave as a status
+                status = status_of(exc)
+                code = status.code.name
+                await context.abort_with_status(status)
+            finally:
+                metrics.streams_open[method] -= 1
+                metrics.observe(method, code, time.monotonic() - start)
+
+        return stream
+
+
+def _code_of(context: grpc.aio.ServicerContext) -> str:
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return str(code.name)
+    if isinstance(code, int):  # some grpc versions keep the raw integer
+        return next((c.name for c in grpc.StatusCode if c.value[0] == code), "UNKNOWN")
+    return "UNKNOWN"
+
+
+class _Registrar:
+    """What a generated `add_*Servicer_to_server` is handed: it wraps the handlers on the way in."""
+
+    def __init__(self, server: grpc.aio.Server, wrapping: Wrapping) -> None:
+        self._server, self._wrapping = server, wrapping
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        """Ignored: the generated code registers the same handlers by name just after."""
+
+    def add_registered_method_handlers(self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]) -> None:
+        wrapped = {name: self._wrapping.handler(f"{service}/{name}", h) for name, h in handlers.items()}
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
+        self._server.add_registered_method_handlers(service, wrapped)
+
+
+def register(server: grpc.aio.Server, wrapping: Wrapping, add: AddToServer, servicer: object) -> None:
+    """`add(servicer, server)` with every method handler wrapped."""
+    add(servicer, _Registrar(server, wrapping))

@@ -301,7 +301,7 @@ def main() -> None:
     finally:
         counters.close()
         drop_database(database)
-        counter_file.unlink(missing_ok=True)
+        sqlcount.clear(counter_file)
 
 
 if __name__ == "__main__":

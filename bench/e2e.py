@@ -124,7 +124,7 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
-        self.counter_file.unlink(missing_ok=True)
+        sqlcount.clear(self.counter_file)
         if drop:
             drop_database(self.database)
 
@@ -291,7 +291,10 @@ class _Clients:
         self.loop = asyncio.get_running_loop()
         self.in_flight = asyncio.Semaphore(self.backlog)
         slots = [min(self.batch, self.clients - i) for i in range(0, self.clients, self.batch)]
-        channels = [grpc.aio.insecure_channel(target) for _ in range(self.clients + len(slots))]
+        # A connection each, as separate machines would have: grpc otherwise shares one
+        # subchannel among a process's channels, and every call would reach one server process.
+        own = [("grpc.use_local_subchannel_pool", 1)]
+        channels = [grpc.aio.insecure_channel(target, options=own) for _ in range(self.clients + len(slots))]
         try:
             for ch in channels:
                 await asyncio.wait_for(ch.channel_ready(), 10)
@@ -328,7 +331,10 @@ def run_e2e(
 ) -> E2eResult:
     """One measurement against a running server."""
     runner = _Clients(server.port, clients, batch, wait_s, cap_submits=cap + 10 * clients)
-    meter = CpuMeter({"server": server.pid, "bench": os.getpid(), "mysqld": find_pid(("mariadbd", "mysqld"))})
+    meter = CpuMeter(
+        {"server": server.pid, "bench": os.getpid(), "mysqld": find_pid(("mariadbd", "mysqld"))},
+        trees=frozenset({"server"}),
+    )
     server.new_log_lines()
     failure: list[BaseException] = []
 

@@ -122,6 +122,21 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (a jobwire family: the parent and its serving children)."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as f:
+                    todo += [int(child) for child in f.read().split()]
+        except OSError:
+            continue
+    return out
+
+
 def find_pid(names: Sequence[str]) -> int | None:
     """The pid of the first running process whose command name is in `names` (read only)."""
     for entry in os.listdir("/proc"):
@@ -138,9 +153,10 @@ def find_pid(names: Sequence[str]) -> int | None:
 
 @dataclass
 class CpuMeter:
-    """CPU seconds of named processes between two samples."""
+    """CPU seconds of named processes between two samples; `trees` count their descendants too."""
 
     pids: dict[str, int | None]
+    trees: frozenset[str] = frozenset()
     start: dict[str, float] = field(default_factory=dict)
 
     def sample(self) -> dict[str, float]:
@@ -149,7 +165,7 @@ class CpuMeter:
             if pid is None:
                 continue
             try:
-                out[name] = _cpu_seconds(pid)
+                out[name] = sum(_cpu_seconds(p) for p in (descendants(pid) if name in self.trees else [pid]))
             except OSError:
                 continue
         return out

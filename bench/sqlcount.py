@@ -6,12 +6,14 @@ every COM_QUERY (SELECT, INSERT, UPDATE, COMMIT, ROLLBACK, BEGIN, SET ...: what 
 counts) and, apart, COM_PING (pool pre-ping round trips, which Questions does not count).
 
 `install(path)` patches `pymysql.connections.Connection._execute_command` in this
-process (one increment per command); `read(path)` reads the counts from any process.
+process (one increment per command), counting into `path.<pid>`; `read(path)` sums the
+counts of every process that installed it (a jobwire family's children each count their own).
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 import threading
 from pathlib import Path
@@ -27,13 +29,24 @@ _KINDS = {"COMMIT": 2, "ROLLBACK": 3, "BEGIN": 4}
 
 
 def read(path: Path) -> dict[str, int]:
-    data = path.read_bytes()[:_SIZE]
-    return dict(zip(FIELDS, struct.unpack(_FORMAT, data), strict=True))
+    total = dict.fromkeys(FIELDS, 0)
+    for each in path.parent.glob(f"{path.name}.*"):
+        data = each.read_bytes()[:_SIZE]
+        if len(data) == _SIZE:
+            for name, value in zip(FIELDS, struct.unpack(_FORMAT, data), strict=True):
+                total[name] += value
+    return total
+
+
+def clear(path: Path) -> None:
+    for each in path.parent.glob(f"{path.name}.*"):
+        each.unlink(missing_ok=True)
 
 
 def install(path: Path) -> None:
-    path.write_bytes(b"\0" * _SIZE)
-    f = open(path, "r+b")  # noqa: SIM115 - lives as long as the process
+    mine = path.with_name(f"{path.name}.{os.getpid()}")
+    mine.write_bytes(b"\0" * _SIZE)
+    f = open(mine, "r+b")  # noqa: SIM115 - lives as long as the process
     mem = mmap.mmap(f.fileno(), _SIZE)
     counts = [0] * len(FIELDS)
     lock = threading.Lock()

@@ -89,6 +89,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--server-env", action="append", default=[], metavar="NAME=VALUE", help="extra environment for the server"
     )
+    p.add_argument(
+        "--processes", type=int, help="jobwire serving processes (JOBWIRE_PROCESSES; default: the server's, the cores)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the databases and server logs")
     args = p.parse_args(argv)
     args.client_counts = [int(c) for c in args.clients.split(",") if c.strip()]
@@ -130,6 +133,8 @@ def measure(args: argparse.Namespace, results: Results, workdir: Path) -> None:
     baseline_raw.create_database(raw_db)
     log(f"starting the jobwire server on database {jw_db}")
     env = dict(kv.split("=", 1) for kv in args.server_env)
+    if args.processes:
+        env["JOBWIRE_PROCESSES"] = str(args.processes)
     if args.server_preload:
         env["JWBENCH_PRELOAD"] = str(args.server_preload.resolve())
     try:
@@ -263,6 +268,7 @@ def report(args: argparse.Namespace, results: Results, machine: list[str], elaps
         "",
         *[f"- {m}" for m in machine],
         f"- command: `{' '.join([Path(sys.executable).name, *sys.argv])}` ({fmt(elapsed)} s)",
+        f"- jobwire server: `python -m jobwire serve`, {args.processes or os.cpu_count()} serving process(es)",
         f"- jobwire clients: N submitters + N job slots in Claim loops of {args.batch} slots (max_jobs = free"
         f" slots, long poll {fmt(args.claim_wait, 1)} s); raw clients: N threads, one lifecycle after another",
         "",

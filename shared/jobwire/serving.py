@@ -11,13 +11,10 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from jobwire import reaping
-from jobwire.db.changes import Outcome
-from jobwire.db.store import Call, JobStore, open_store
-from jobwire.db.submit import NewJob
-from jobwire.domain.errors import JobwireError
-from jobwire.domain.job import JobRecord
+from jobwire import family, reaping
+from jobwire.db.store import JobStore, Work, open_store
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.blocking import Blocking
 from jobwire.rpc.config import Settings
@@ -25,10 +22,10 @@ from jobwire.rpc.serve import configure_logging, serve_until_signalled
 from jobwire.rpc.server import ServerHost
 from jobwire.rpc.wakeup import Wakeup
 
-# Transactions in flight at once for state changes: two, so one batch is built while the
-# other waits on the database; more calls wait for the next batch instead (group commit).
+# Write transactions in flight at once: two, so one batch is built while the other waits
+# on the database; more calls wait for the next batch instead (group commit).
 COMMIT_LANES = 2
-MAX_BATCH = 256  # operations per transaction: bounds its locks and its statement size
+MAX_BATCH = 256  # calls per transaction: bounds its locks and its statement size
 
 
 @dataclass
@@ -36,30 +33,33 @@ class Runtime:
     settings: Settings
     store: JobStore
     blocking: Blocking
-    commits: Batcher[Call, list[Outcome]]  # every state change of an existing job
-    submits: Batcher[NewJob, tuple[JobRecord, bool] | JobwireError]
+    commits: Batcher[Work, Any]  # every write: submits, claims and changes share transactions
     wakeup: Wakeup
     host: ServerHost
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.host.stop(grace)
         self.commits.shutdown()
-        self.submits.shutdown()
         self.blocking.shutdown()
         self.store.db.dispose()
 
 
 def open_runtime(settings: Settings) -> Runtime:
-    store = open_store(settings.database_url, pool_size=settings.db_pool_size, job_prefix=settings.job_prefix)
+    store = open_store(
+        settings.database_url, pool_size=settings.db_pool_size, job_prefix=settings.job_prefix, migrate=settings.migrate
+    )
     rt = Runtime(
         settings=settings,
         store=store,
         blocking=Blocking(settings.db_pool_size),
         commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH, name="jobwire-commit"),
-        submits=Batcher(store.submit_many, lanes=COMMIT_LANES, max_items=MAX_BATCH, name="jobwire-submit"),
         wakeup=Wakeup(),
         host=ServerHost(settings, ping=store.db.ping),
     )
+    relay = family.sibling_relay(lambda tenant, queue: rt.wakeup.notify(tenant, queue, relay=False))
+    if relay is not None:
+        rt.wakeup.relay = relay
+        rt.host.add_stop_hook(relay.close)
     reaping.start(rt)  # the lease reaper and retention, stopped with the host
     return rt
 
@@ -73,11 +73,15 @@ def server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", help="JOBWIRE_DATABASE_URL, default sqlite:///var/jobwire.db")
     parser.add_argument("--auth-file", type=Path, help="JOBWIRE_AUTH_FILE: TOML bearer tokens")
     parser.add_argument("--metrics-listen", help="JOBWIRE_METRICS_LISTEN: host:port for /metrics")
+    parser.add_argument(
+        "--processes", type=int, help="JOBWIRE_PROCESSES: serving processes on the one port (default: the cores)"
+    )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from the environment and the flags; a bad one ends the process with its reason."""
-    flags = {name: getattr(args, name, None) for name in ("listen", "database_url", "auth_file", "metrics_listen")}
+    names = ("listen", "database_url", "auth_file", "metrics_listen", "processes")
+    flags = {name: getattr(args, name, None) for name in names}
     try:
         return Settings.from_env(**{k: v for k, v in flags.items() if v})
     except ValueError as exc:
@@ -89,13 +93,27 @@ async def serve(settings: Settings, *services: AddService) -> None:
     rt = open_runtime(settings)  # inside the loop: grpc.aio servers bind to the running loop
     for add in services:
         add(rt)
-    await serve_until_signalled(rt, on_ready=lambda port: print(f"jobwire serving on port {port}", flush=True))
+    await serve_until_signalled(
+        rt,
+        on_ready=lambda port: print(f"{family.READY}{port}", flush=True),
+        parent=family.parent_pid(),
+    )
 
 
 def run_server(prog: str, *services: AddService, argv: Sequence[str] | None = None) -> None:
     """The whole of a server's `main`: flags, settings, logging, serve."""
     parser = argparse.ArgumentParser(prog=prog, description=f"jobwire: {prog}")
     server_flags(parser)
-    settings = settings_from(parser.parse_args(argv))
+    serve_processes(settings_from(parser.parse_args(argv)), *services)
+
+
+def serve_processes(settings: Settings, *services: AddService) -> None:
+    """Serve in this process, or as the parent of `settings.processes` (jobwire.family)."""
     configure_logging()
-    asyncio.run(serve(settings, *services))
+    child = family.child_settings(settings)
+    if child is not None:
+        asyncio.run(serve(child, *services))
+    elif settings.processes > 1:
+        raise SystemExit(family.run(settings))
+    else:
+        asyncio.run(serve(settings, *services))

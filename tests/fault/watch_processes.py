@@ -45,7 +45,9 @@ class ServerProcess:
 def start_server(database_url: str, listen: str = "127.0.0.1:0") -> ServerProcess:
     env = {**os.environ, "JOBWIRE_DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jobwire", "serve", "--listen", listen],
+        # One process: these tests crash and restart "the server"; a family's children
+        # would outlive a SIGKILLed parent for their drain (tests/e2e/test_family.py).
+        [sys.executable, "-m", "jobwire", "serve", "--listen", listen, "--processes", "1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()

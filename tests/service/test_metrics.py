@@ -150,7 +150,7 @@ async def test_other_paths_and_methods_are_refused_and_the_server_serves_on(mete
 async def test_no_endpoint_unless_configured(served) -> None:  # type: ignore[no-untyped-def]
     assert served.runtime.host.metrics_port is None
     await submit(served)
-    assert served.runtime.host.metrics.calls[SUBMIT, "OK"] == 1  # still counted, just not served
+    assert served.runtime.host.metrics.count(SUBMIT, "OK") == 1  # still counted, just not served
 
 
 async def test_endpoint_closes_with_the_server(database_url: str) -> None:
@@ -183,7 +183,7 @@ async def test_writer_shaped_stream_is_timed_too() -> None:
 
     async def watch_writer(request: object, context: Any) -> None:
         await context.write("one")
-        assert metrics.streams_open["svc/Watch"] == 1
+        assert metrics.open_streams("svc/Watch") == 1
 
     handler = Wrapping(Authenticator(None), metrics).handler(
         "svc/Watch", grpc.unary_stream_rpc_method_handler(watch_writer)
@@ -191,6 +191,6 @@ async def test_writer_shaped_stream_is_timed_too() -> None:
     context = _Context()
     await handler.unary_stream(object(), context)
     assert context.written == ["one"]
-    assert metrics.streams_open["svc/Watch"] == 0
-    assert metrics.calls["svc/Watch", "OK"] == 1
-    assert 'jobwire_rpc_seconds_count{method="svc/Watch"} 1\n' in metrics.render()
+    assert metrics.open_streams("svc/Watch") == 0
+    assert metrics.count("svc/Watch", "OK") == 1
+    assert 'jobwire_rpc_seconds_count{method="svc/Watch"} 1.0\n' in metrics.render()

@@ -10,11 +10,10 @@ from datetime import datetime
 import pytest
 
 from jobwire.db.leases import Claimant, Release
-from jobwire.db.store import Call
+from jobwire.db.store import Call, Claim, Work
 from jobwire.domain.lease import Lease
 from jobwire.domain.stages import DEFAULT_PLAN
 from jobwire.rpc.batching import Batcher
-from jobwire.rpc.blocking import Blocking
 from jobwire.rpc.wakeup import Wakeup
 from jobwire.worker.server.leasing import Leasing
 
@@ -32,28 +31,31 @@ class SlowStore:
         self.proceed = threading.Event()
         self.applied: list[object] = []
 
-    def claim(self, who: Claimant, max_jobs: int, record_seen: bool) -> list[Lease]:
-        self.entered.set()
-        self.proceed.wait(5)
-        return [LEASE]
-
-    def apply(self, calls: Sequence[Call]) -> list[list[object]]:
-        self.applied += [op for call in calls for op in call.ops]
-        return [[None for _ in call.ops] for call in calls]
+    def apply(self, work: Sequence[Work]) -> list[object]:
+        out: list[object] = []
+        for item in work:
+            if isinstance(item, Claim):
+                self.entered.set()
+                self.proceed.wait(5)
+                out.append([LEASE])
+            else:
+                assert isinstance(item, Call)
+                self.applied += item.ops
+                out.append([None for _ in item.ops])
+        return out
 
 
 WHO = Claimant(tenant="t", worker_id="w1", queues=["default"], plans={"frames": DEFAULT_PLAN}, lease_seconds=30)
 
 
-def _leasing(store: SlowStore) -> tuple[Leasing, Blocking, Batcher[Call, list[object]]]:
-    blocking = Blocking(2)
-    commits: Batcher[Call, list[object]] = Batcher(store.apply, lanes=1, max_items=10, name="test-commit")
-    return Leasing(store, blocking, commits, Wakeup()), blocking, commits  # type: ignore[arg-type]
+def _leasing(store: SlowStore) -> tuple[Leasing, Batcher[Work, object]]:
+    commits: Batcher[Work, object] = Batcher(store.apply, lanes=2, max_items=10, name="test-commit")
+    return Leasing(store, commits, Wakeup()), commits  # type: ignore[arg-type]
 
 
 async def test_a_cancelled_claim_releases_what_it_leased() -> None:
     store = SlowStore()
-    leasing, blocking, commits = _leasing(store)
+    leasing, commits = _leasing(store)
     call = asyncio.create_task(leasing.claim(WHO, 1, 0))
     await asyncio.to_thread(store.entered.wait, 5)
     call.cancel()
@@ -67,15 +69,13 @@ async def test_a_cancelled_claim_releases_what_it_leased() -> None:
     assert store.applied == [
         Release(tenant="t", job_no=LEASE.job_no, token="1.secret", note="claim not delivered: the caller left")
     ]
-    blocking.shutdown()
     commits.shutdown()
 
 
 async def test_a_delivered_claim_releases_nothing() -> None:
     store = SlowStore()
     store.proceed.set()
-    leasing, blocking, commits = _leasing(store)
+    leasing, commits = _leasing(store)
     leases = await leasing.claim(WHO, 1, 0)
     assert [lease.job_no for lease in leases] == [LEASE.job_no] and store.applied == []
-    blocking.shutdown()
     commits.shutdown()

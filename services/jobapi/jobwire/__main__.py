@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
 from jobwire.jobapi.app import add_jobapi
 from jobwire.rpc.serve import configure_logging
-from jobwire.serving import serve, server_flags, settings_from
+from jobwire.serving import serve_processes, server_flags, settings_from
 from jobwire.worker.server.app import add_worker_service
 
 
@@ -21,13 +20,13 @@ def main(argv: list[str] | None = None) -> None:
     migrate.add_argument("--database-url", help="JOBWIRE_DATABASE_URL, default sqlite:///var/jobwire.db")
     args = parser.parse_args(argv)
     settings = settings_from(args)
-    configure_logging()
     if args.command == "migrate":
+        configure_logging()
         db = Database(settings.database_url)
         upgrade(db)
         print(f"schema is current in {db.url.render_as_string(hide_password=True)}")
         return
-    asyncio.run(serve(settings, add_jobapi, add_worker_service))
+    serve_processes(settings, add_jobapi, add_worker_service)
 
 
 if __name__ == "__main__":

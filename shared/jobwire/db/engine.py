@@ -231,6 +231,7 @@ def _mysql_engine(url: str, pool_size: int, echo: bool) -> Engine:
         pool_pre_ping=False,
         pool_reset_on_return=None,
         pool_recycle=3600,
+        pool_use_lifo=True,
         isolation_level="READ COMMITTED",  # gap locks under REPEATABLE READ deadlock claims
         # FOUND_ROWS: rowcount counts matched rows (SQLAlchemy's default, restated since
         # client_flag replaces it). MULTI_STATEMENTS: a Wire sends a change in one round trip.

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from jobwire.db.cache import RowCache
-from jobwire.db.changes import UNSTAGED, Change, JobOp, LateCall, Row, apply_ops
+from jobwire.db.changes import UNSTAGED, Change, JobOp, LateCall, Row
 from jobwire.db.rows import plan_of, record_from_row
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain import stages as stage_plans
@@ -54,27 +53,29 @@ def token_epoch(token: str) -> int | None:
 # -- claim ------------------------------------------------------------------------------
 
 
-def claim(wire: Wire, who: Claimant, max_jobs: int, *, now: datetime, cache: RowCache, seen: bool) -> list[Lease]:
-    """Lease up to `max_jobs` runnable jobs, best priority first, oldest first."""
+def candidates(wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str]) -> list[Row]:
+    """Up to `max_jobs` runnable jobs for `who`, best priority first, oldest first, locked.
+
+    `taken`: job numbers another claim of this transaction has (locked by us, so SKIP
+    LOCKED does not skip them): read past them.
+    """
     # One index-ordered scan per queue: `queue IN (...) ORDER BY priority DESC, id` cannot
     # use the claim index for more than one queue, and MySQL would then sort (and, with FOR
     # UPDATE, lock) every queued row. The best of each queue's candidates win; the others'
     # locks end with this short transaction.
     types = sorted(who.plans)
-    params: dict[str, Any] = {"tenant": who.tenant, "limit": max_jobs}
+    params: dict[str, Any] = {"tenant": who.tenant, "limit": max_jobs + len(taken)}
     params.update({f"t{i}": name for i, name in enumerate(types)})
-    candidates: list[Row] = []
+    found: list[Row] = []
     for queue in who.queues:
-        candidates += wire.fetch(wire.sql.claim(len(types)), {**params, "queue": queue}, wire.sql.claim_shape)
-    rows = sorted(candidates, key=lambda r: (-r["priority"], r["id"]))[:max_jobs]
-    extra = [_seen(wire, who, now)] if seen else []
-    if not rows:
-        if extra:
-            wire.commit(extra)
-        return []
-    ops = [_Claim(tenant=who.tenant, job_no=row["job_no"], who=who) for row in rows]
-    leases: list[Lease] = apply_ops(wire, ops, now=now, cache=cache, rows={r["job_no"]: r for r in rows}, extra=extra)
-    return leases
+        found += wire.fetch(wire.sql.claim(len(types)), {**params, "queue": queue}, wire.sql.claim_shape)
+    free = [r for r in found if r["job_no"] not in taken]
+    return sorted(free, key=lambda r: (-r["priority"], r["id"]))[:max_jobs]
+
+
+def claim_ops(who: Claimant, rows: Sequence[Row]) -> list[JobOp[Lease]]:
+    """The operations that lease `rows` (read and locked by `candidates`) to `who`."""
+    return [_Claim(tenant=who.tenant, job_no=row["job_no"], who=who) for row in rows]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +125,7 @@ def _plan_text(plan: Sequence[StageDef]) -> str:
     return json.dumps(stage_plans.to_json(plan), ensure_ascii=False)
 
 
-def _seen(wire: Wire, who: Claimant, now: datetime) -> Statement:
+def seen(wire: Wire, who: Claimant, now: datetime) -> Statement:
     """Remember the worker for ListWorkers."""
     values = {
         "tenant": who.tenant,

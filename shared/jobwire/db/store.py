@@ -1,9 +1,10 @@
 """JobStore: every read and conditional write of jobwire, each in one short transaction.
 
 Use cases call these methods; nothing else touches SQL. Methods are synchronous (the
-servers run them on threads). State changes are `JobOp`s (jobwire.db.changes): `apply`
-runs any number of them, from any number of callers, in one transaction, which is how
-the servers commit concurrent calls together. The other methods are one call each.
+servers run them on threads). Every write is a call (`Submit`, `Claim`, or `Call`: state
+changes as `JobOp`s, see jobwire.db.changes); `apply` runs any number of calls from any
+number of callers in one transaction, which is how the servers commit concurrent calls
+together. The other methods are one call each, or reads.
 """
 
 from __future__ import annotations
@@ -35,10 +36,29 @@ Extra = Callable[[Wire, datetime], Statement]  # a statement that rides with the
 
 @dataclass(frozen=True)
 class Call:
-    """One caller's part of a shared transaction: its operations and any extra statement."""
+    """Changes to existing jobs: each op's outcome or refusal, in order."""
 
     ops: Sequence[JobOp[Any]]
     extra: Sequence[Extra] = field(default=())
+
+
+@dataclass(frozen=True)
+class Submit:
+    """New jobs: each one's (job, created) or refusal."""
+
+    news: Sequence[submit.NewJob]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Leases for a worker: the leases granted (possibly none)."""
+
+    who: leases.Claimant
+    max_jobs: int
+    seen: bool = True  # remember the worker for ListWorkers
+
+
+Work = Call | Submit | Claim
 
 
 class JobStore:
@@ -47,22 +67,51 @@ class JobStore:
         self.job_numbers = JobNumbers(db, job_prefix)
         self.cache = RowCache()
 
-    # -- every state change ---------------------------------------------------------------
-    def apply(self, calls: Sequence[Call]) -> list[list[Outcome]]:
-        """Run every call's operations in one transaction; per call, each op's outcome or refusal."""
-        ops = [op for call in calls for op in call.ops]
+    # -- every write --------------------------------------------------------------------
+    def apply(self, work: Sequence[Work]) -> list[Any]:
+        """Run every call in one transaction: new jobs first, then claims, then changes.
 
-        def tx(wire: Wire) -> list[Outcome]:
-            now = self.db.clock.now()
-            extra = [make(wire, now) for call in calls for make in call.extra]
-            return apply_ops(wire, ops, now=now, cache=self.cache, extra=extra)
+        Per call: a Call's list of outcomes, a Submit's list of answers, a Claim's leases.
+        """
+        # Numbers are reserved outside the transaction (see job_numbers): a rerun keeps them.
+        numbered = {i: [(new, self.job_numbers.next()) for new in w.news] for i, w in enumerate(work)
+                    if isinstance(w, Submit)}  # fmt: skip
+        return self.db.transact(lambda wire: self._apply(wire, work, numbered))
 
-        flat = self.db.transact(tx)
-        out, start = [], 0
-        for call in calls:
-            out.append(flat[start : start + len(call.ops)])
-            start += len(call.ops)
-        return out
+    def _apply(
+        self, wire: Wire, work: Sequence[Work], numbered: dict[int, list[tuple[submit.NewJob, str]]]
+    ) -> list[Any]:
+        now = self.db.clock.now()
+        results: list[Any] = [None] * len(work)
+        submits = list(numbered.items())
+        claims = [(i, w) for i, w in enumerate(work) if isinstance(w, Claim)]
+        calls = [(i, w) for i, w in enumerate(work) if isinstance(w, Call)]
+        if submits:
+            answers = submit.submit(
+                wire, [job for _, jobs in submits for job in jobs], now=now,
+                duplicate=self.db.dbapi.IntegrityError, commit=not (claims or calls),
+            )  # fmt: skip
+            sizes = [len(jobs) for _, jobs in submits]
+            for (i, _), part in zip(submits, _split(answers, sizes), strict=True):
+                results[i] = [a if isinstance(a, JobwireError) else (record_from_row(a[0]), a[1]) for a in part]
+            if not (claims or calls):
+                return results
+        rows: dict[str, Row] = {}
+        parts: list[tuple[int, Sequence[JobOp[Any]]]] = []  # each call's ops, in order
+        extra: list[Statement] = []
+        for i, claim in claims:
+            found = leases.candidates(wire, claim.who, claim.max_jobs, rows)
+            rows.update((r["job_no"], r) for r in found)
+            parts.append((i, leases.claim_ops(claim.who, found)))
+            if claim.seen:
+                extra.append(leases.seen(wire, claim.who, now))
+        parts += [(i, call.ops) for i, call in calls]
+        extra += [make(wire, now) for _, call in calls for make in call.extra]
+        ops = [op for _, part in parts for op in part]
+        outcomes = apply_ops(wire, ops, now=now, cache=self.cache, rows=rows, extra=extra)
+        for (i, _), part in zip(parts, _split(outcomes, [len(p) for _, p in parts]), strict=True):
+            results[i] = list(part)
+        return results
 
     def apply_one(self, op: JobOp[T]) -> T:
         """One operation in a transaction of its own; its refusal raised."""
@@ -72,18 +121,11 @@ class JobStore:
         return result  # type: ignore[no-any-return]
 
     # -- backends ---------------------------------------------------------------------------
-    def submit_many(self, news: Sequence[submit.NewJob]) -> list[tuple[JobRecord, bool] | JobwireError]:
-        """Insert jobs in one transaction; each one's (job, created) or its refusal."""
-        numbered = [(new, self.job_numbers.next()) for new in news]  # reserved outside: see job_numbers
-        duplicate = self.db.dbapi.IntegrityError
-        answers = self.db.transact(lambda w: submit.submit(w, numbered, now=self.db.clock.now(), duplicate=duplicate))
-        return [a if isinstance(a, JobwireError) else (record_from_row(a[0]), a[1]) for a in answers]
-
     def submit(self, new: submit.NewJob) -> tuple[JobRecord, bool]:
-        answer = self.submit_many([new])[0]
+        answer = self.apply([Submit([new])])[0][0]
         if isinstance(answer, JobwireError):
             raise answer
-        return answer
+        return answer  # type: ignore[no-any-return]
 
     def get(self, tenant: str, job_no: str) -> JobRecord:
         found = self.db.read(lambda c: reads.get(c, tenant, job_no))
@@ -104,9 +146,7 @@ class JobStore:
 
     # -- workers ----------------------------------------------------------------------------
     def claim(self, who: leases.Claimant, max_jobs: int, record_seen: bool = True) -> list[Lease]:
-        return self.db.transact(
-            lambda w: leases.claim(w, who, max_jobs, now=self.db.clock.now(), cache=self.cache, seen=record_seen)
-        )
+        return self.apply([Claim(who, max_jobs, record_seen)])[0]  # type: ignore[no-any-return]
 
     def heartbeat(
         self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]], *, touch: bool = True
@@ -190,3 +230,11 @@ def open_store(url: str, *, pool_size: int = 8, job_prefix: str = "PT", migrate:
     if migrate:
         upgrade(db)
     return JobStore(db, job_prefix=job_prefix)
+
+
+def _split(items: Sequence[Any], sizes: Sequence[int]) -> list[Sequence[Any]]:
+    out, start = [], 0
+    for size in sizes:
+        out.append(items[start : start + size])
+        start += size
+    return out

@@ -52,12 +52,15 @@ Submitted = tuple[Row, bool] | JobwireError  # (the job's row, created) or the r
 
 
 def submit(
-    wire: Wire, items: Sequence[tuple[NewJob, str]], *, now: datetime, duplicate: type[Exception]
+    wire: Wire, items: Sequence[tuple[NewJob, str]], *, now: datetime, duplicate: type[Exception], commit: bool
 ) -> list[Submitted]:
     """Insert each `(new job, job number)`, or answer with the job its idempotency key made.
 
-    `duplicate` is the driver's IntegrityError: the key index refusing an insert.
+    `duplicate` is the driver's IntegrityError: the key index refusing an insert. With
+    `commit` the inserts ride with the COMMIT; else the transaction goes on (a batch's
+    claims and other changes follow).
     """
+    send = wire.commit if commit else wire.run
     rows = [_new_row(new, job_no, now) for new, job_no in items]
     first: dict[tuple[str, str], int] = {}  # a key used twice in one batch: the second replays the first
     for i, (new, _) in enumerate(items):
@@ -66,14 +69,14 @@ def submit(
     inserting = [i for i, (new, _) in enumerate(items) if _key_owner(new, first, i)]
     existing: dict[tuple[str, str], Row] = {}
     try:
-        wire.commit(_inserts(wire, [rows[i] for i in inserting], now))
+        send(_inserts(wire, [rows[i] for i in inserting], now))
     except duplicate:
         # A key is taken by a committed job: find which, replay those, insert the rest.
         wire.restart()
         existing = _by_keys(wire, [new for new, _ in items if new.idempotency_key])
         inserting = [i for i in inserting if _key(items[i][0]) not in existing]
         try:
-            wire.commit(_inserts(wire, [rows[i] for i in inserting], now))
+            send(_inserts(wire, [rows[i] for i in inserting], now))
         except duplicate:
             raise RetryTransaction() from None  # another submit took a key meanwhile: all again
     made = {i: rows[i] for i in inserting}

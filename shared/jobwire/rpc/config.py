@@ -13,6 +13,7 @@ from jobwire.domain.limits import MAX_LEASE_S, MIN_LEASE_S
 DEFAULT_DATABASE_URL = "sqlite:///var/jobwire.db"
 # Job numbers must read back through jobwire.domain.limits.JOB_NO: PT-20261129-001.
 JOB_PREFIX = re.compile(r"[A-Z][A-Z0-9]{0,15}")
+MAX_PROCESSES = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,10 @@ class Settings:
     retention_cancelled_days: float = 30.0
     retention_failed_days: float = 90.0
     artifact_deleter: str = ""
+    # serving processes on one port (JOBWIRE_PROCESSES; the entry points default to the cores)
+    processes: int = 1
+    share_port: bool = False  # a child of a family: join the port its parent holds (jobwire.family)
+    migrate: bool = True  # create or upgrade the schema at start (a family's parent does it for all)
 
     def __post_init__(self) -> None:
         # A bad setting stops the server at start, naming the variable, rather than failing
@@ -53,6 +58,8 @@ class Settings:
             problems.append("JOBWIRE_REAPER_INTERVAL_SECONDS and JOBWIRE_STALL_GRACE_SECONDS must not be negative")
         if self.max_streams < 1 or self.db_pool_size < 1:
             problems.append("JOBWIRE_MAX_STREAMS and JOBWIRE_DB_POOL_SIZE must be at least 1")
+        if not 1 <= self.processes <= MAX_PROCESSES:
+            problems.append(f"JOBWIRE_PROCESSES must be between 1 and {MAX_PROCESSES}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -88,5 +95,6 @@ class Settings:
             retention_cancelled_days=number("JOBWIRE_RETENTION_CANCELLED_DAYS", 30.0),
             retention_failed_days=number("JOBWIRE_RETENTION_FAILED_DAYS", 90.0),
             artifact_deleter=env.get("JOBWIRE_ARTIFACT_DELETER", ""),
+            processes=int(env.get("JOBWIRE_PROCESSES") or os.cpu_count() or 1),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]

@@ -51,7 +51,7 @@ class Wrapping:
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             start, code = time.monotonic(), "OK"
             if stream:
-                metrics.streams_open[method] += 1
+                metrics.stream_opened(method)
             try:
                 set_current(resolve(method, context.invocation_metadata()))
                 return await behavior(request, context)
@@ -67,7 +67,7 @@ class Wrapping:
                 await context.abort_with_status(status)
             finally:
                 if stream:
-                    metrics.streams_open[method] -= 1
+                    metrics.stream_closed(method)
                 metrics.observe(method, code, time.monotonic() - start)
 
         return unary
@@ -77,7 +77,7 @@ class Wrapping:
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             start, code = time.monotonic(), "OK"
-            metrics.streams_open[method] += 1
+            metrics.stream_opened(method)
             try:
                 set_current(resolve(method, context.invocation_metadata()))
                 async for item in behavior(request, context):
@@ -93,7 +93,7 @@ class Wrapping:
                 code = status.code.name
                 await context.abort_with_status(status)
             finally:
-                metrics.streams_open[method] -= 1
+                metrics.stream_closed(method)
                 metrics.observe(method, code, time.monotonic() - start)
 
         return stream

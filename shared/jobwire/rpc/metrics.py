@@ -1,8 +1,8 @@
 """Prometheus metrics: RPC counts and latency of every handler (jobwire.rpc.handlers), at GET /metrics.
 
-The exposition is Prometheus text format 0.0.4, written with the standard library: a few
-counters and one histogram do not need a client library. Everything here runs on the
-server's event loop, so the numbers need no locks; a scrape only formats them.
+Values are kept by prometheus-client (text format 0.0.4); the endpoint is a small HTTP/1.1
+server on the event loop, so a scrape never needs a thread and a slow client holds up
+nothing.
 
 The handler wrapper records the status the caller sees, after the error mapping. A stream
 is counted when it ends.
@@ -11,16 +11,16 @@ is counted when it ends.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
-import math
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, multiprocess
+from prometheus_client.exposition import generate_latest
 
 log = logging.getLogger(__name__)
+disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series: noise for counters that start with the process
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -28,96 +28,86 @@ CONNECTION_TIMEOUT_S = 5.0  # to send a request and read the answer
 MAX_HEADER_LINES = 100
 
 
-@dataclass(frozen=True, kw_only=True)
-class Gauge:
-    """A gauge a service provides: `read` is called on the event loop at each scrape, so it must be cheap."""
-
-    name: str
-    help: str
-    read: Callable[[], float]
-
-
-@dataclass(slots=True)
-class _Histogram:
-    buckets: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))  # cumulative, as exposed
-    total: float = 0.0
-    count: int = 0
-
-    def observe(self, seconds: float) -> None:
-        for i in range(bisect.bisect_left(BUCKETS, seconds), len(BUCKETS)):
-            self.buckets[i] += 1
-        self.total += seconds
-        self.count += 1
-
-
 class Metrics:
-    """The numbers of one server process, and their text exposition."""
+    """The numbers of one server process.
+
+    Each server has a registry of its own (tests run several servers in one process). In
+    a family of processes (jobwire.family) prometheus-client writes every value to its
+    multiprocess directory instead, and the parent serves the sum of all children.
+    """
 
     def __init__(self) -> None:
-        self.calls: Counter[tuple[str, str]] = Counter()  # (method, code) -> calls ended
-        self.latency: dict[str, _Histogram] = {}
-        self.streams_open: Counter[str] = Counter()
-        self.serving = False  # what grpc.health.v1 reports for this server
-        self.database_up = False  # the last database ping succeeded
-        self._gauges: dict[str, Gauge] = {}
-
-    def add_gauge(self, name: str, help: str, read: Callable[[], float]) -> None:
-        """Expose `read()` as gauge `name` (e.g. a service's open watch streams)."""
-        self._gauges[name] = Gauge(name=name, help=help, read=read)
+        self.registry = CollectorRegistry()
+        self._calls = Counter(
+            "jobwire_rpc", "RPCs ended, by method and status code.", ["method", "code"], registry=self.registry
+        )
+        self._latency = Histogram(
+            "jobwire_rpc_seconds", "RPC duration in seconds (streams: until they end).", ["method"],
+            buckets=BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self._streams = Gauge(
+            "jobwire_streams_open", "Server streams in progress, by method.", ["method"],
+            multiprocess_mode="livesum", registry=self.registry,
+        )  # fmt: skip
+        self._up = Gauge(
+            "jobwire_up", "1 while this server (every process of it) reports SERVING on grpc.health.v1.",
+            multiprocess_mode="livemin", registry=self.registry,
+        )  # fmt: skip
+        self._database_up = Gauge(
+            "jobwire_database_up", "1 when the last database ping succeeded (in every process).",
+            multiprocess_mode="livemin", registry=self.registry,
+        )  # fmt: skip
+        # .labels() takes a lock and builds a key on every call: keep the children.
+        self._by_call: dict[tuple[str, str], Any] = {}
+        self._by_method: dict[str, tuple[Any, Any]] = {}
 
     def observe(self, method: str, code: str, seconds: float) -> None:
-        self.calls[method, code] += 1
-        self.latency.setdefault(method, _Histogram()).observe(seconds)
+        counter = self._by_call.get((method, code))
+        if counter is None:
+            counter = self._by_call[method, code] = self._calls.labels(method, code)
+        counter.inc()
+        self._method(method)[0].observe(seconds)
+
+    def stream_opened(self, method: str) -> None:
+        self._method(method)[1].inc()
+
+    def stream_closed(self, method: str) -> None:
+        self._method(method)[1].dec()
+
+    def _method(self, method: str) -> tuple[Any, Any]:
+        found = self._by_method.get(method)
+        if found is None:
+            found = self._by_method[method] = (self._latency.labels(method), self._streams.labels(method))
+        return found
+
+    def set_health(self, *, serving: bool, database_up: bool) -> None:
+        self._up.set(int(serving))
+        self._database_up.set(int(database_up))
+
+    def count(self, method: str, code: str) -> float:
+        """Calls of `method` that ended with `code` (this process)."""
+        return float(self.registry.get_sample_value("jobwire_rpc_total", {"method": method, "code": code}) or 0.0)
+
+    def open_streams(self, method: str) -> float:
+        return float(self.registry.get_sample_value("jobwire_streams_open", {"method": method}) or 0.0)
 
     def render(self) -> str:
-        lines = _family("jobwire_rpc_total", "counter", "RPCs ended, by method and status code.")
-        lines += [_sample("jobwire_rpc_total", v, method=m, code=c) for (m, c), v in sorted(self.calls.items())]
-        lines += _family("jobwire_rpc_seconds", "histogram", "RPC duration in seconds (streams: until they end).")
-        for method, hist in sorted(self.latency.items()):
-            for bound, n in zip(BUCKETS, hist.buckets, strict=True):
-                lines.append(_sample("jobwire_rpc_seconds_bucket", n, method=method, le=_number(bound)))
-            lines.append(_sample("jobwire_rpc_seconds_bucket", hist.count, method=method, le="+Inf"))
-            lines.append(_sample("jobwire_rpc_seconds_sum", hist.total, method=method))
-            lines.append(_sample("jobwire_rpc_seconds_count", hist.count, method=method))
-        lines += _family("jobwire_streams_open", "gauge", "Server streams in progress, by method.")
-        lines += [_sample("jobwire_streams_open", n, method=m) for m, n in sorted(self.streams_open.items())]
-        lines += _family("jobwire_up", "gauge", "1 while this server reports SERVING on grpc.health.v1.")
-        lines.append(_sample("jobwire_up", int(self.serving)))
-        lines += _family("jobwire_database_up", "gauge", "1 when the last database ping succeeded.")
-        lines.append(_sample("jobwire_database_up", int(self.database_up)))
-        for gauge in self._gauges.values():
-            try:
-                value = gauge.read()
-            except Exception:  # one broken gauge must not fail the whole scrape
-                log.exception("metrics gauge %s failed", gauge.name)
-                continue
-            lines += [*_family(gauge.name, "gauge", gauge.help), _sample(gauge.name, value)]
-        return "\n".join(lines) + "\n"
+        return generate_latest(self.registry).decode()
 
 
-def _family(name: str, kind: str, help: str) -> list[str]:
-    return [f"# HELP {name} {help}", f"# TYPE {name} {kind}"]
+class FamilyMetrics:
+    """The sum of every process of a family, from prometheus-client's multiprocess directory."""
+
+    def __init__(self, directory: str) -> None:
+        self._registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(self._registry, path=directory)  # type: ignore[no-untyped-call]
+
+    def render(self) -> str:
+        return generate_latest(self._registry).decode()
 
 
-def _sample(name: str, value: float, **labels: str) -> str:
-    if not labels:
-        return f"{name} {_number(value)}"
-    pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    return f"{name}{{{pairs}}} {_number(value)}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+class Rendering(Protocol):
+    def render(self) -> str: ...
 
 
 # -- GET /metrics -------------------------------------------------------------------------------
@@ -126,7 +116,7 @@ def _number(value: float) -> str:
 class MetricsEndpoint:
     """A minimal HTTP/1.1 server on the event loop: GET /metrics, 404 elsewhere, one request per connection."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Rendering) -> None:
         self._metrics = metrics
         self._server: asyncio.Server | None = None
 

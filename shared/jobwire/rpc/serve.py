@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 from typing import Protocol
@@ -11,6 +12,7 @@ from typing import Protocol
 from jobwire.rpc.server import ServerHost
 
 STOP_GRACE_S = 10.0
+ORPHAN_CHECK_S = 1.0
 
 
 class Hosted(Protocol):
@@ -23,7 +25,10 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-async def serve_until_signalled(hosted: Hosted, *, on_ready: Callable[[int], None] | None = None) -> None:
+async def serve_until_signalled(
+    hosted: Hosted, *, on_ready: Callable[[int], None] | None = None, parent: int | None = None
+) -> None:
+    """Serve until SIGTERM or SIGINT (or, in a family, until the parent `parent` is gone)."""
     port = await hosted.host.start()
     if on_ready is not None:
         on_ready(port)
@@ -31,6 +36,17 @@ async def serve_until_signalled(hosted: Hosted, *, on_ready: Callable[[int], Non
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    orphaned = asyncio.ensure_future(_orphaned(parent, stop)) if parent is not None else None
     await stop.wait()
+    if orphaned is not None:
+        orphaned.cancel()
     logging.getLogger(__name__).info("stopping: finishing calls in flight")
     await hosted.stop(STOP_GRACE_S)
+
+
+async def _orphaned(parent: int, stop: asyncio.Event) -> None:
+    """Stop when the family's parent is gone (killed outright), rather than serve on alone."""
+    while os.getppid() == parent:
+        await asyncio.sleep(ORPHAN_CHECK_S)
+    logging.getLogger(__name__).warning("the parent process %d is gone: stopping", parent)
+    stop.set()

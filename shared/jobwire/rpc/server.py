@@ -68,7 +68,10 @@ class ServerHost:
         self.settings = settings
         self.metrics = Metrics()
         self._wrapping = Wrapping(Authenticator(tokens), self.metrics)
-        self.server = grpc.aio.server(options=list(SERVER_OPTIONS))
+        # grpc binds with SO_REUSEPORT unless told not to, and a second server on a taken
+        # port would then start silently. Only a family's children share a port (jobwire.family).
+        reuse = ("grpc.so_reuseport", 1 if settings.share_port else 0)
+        self.server = grpc.aio.server(options=[*SERVER_OPTIONS, reuse])
         self.health = health.aio.HealthServicer()
         self.add_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health)
         self._ping = ping
@@ -109,21 +112,29 @@ class ServerHost:
         return self.port
 
     def _bind(self, settings: Settings) -> int:
-        if settings.tls_cert and settings.tls_key:
-            ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
-            creds = grpc.ssl_server_credentials(
-                [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
-                root_certificates=ca,
-                require_client_auth=ca is not None,
-            )
-            return int(self.server.add_secure_port(settings.listen, creds))
-        return int(self.server.add_insecure_port(settings.listen))
+        try:
+            if settings.tls_cert and settings.tls_key:
+                ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+                creds = grpc.ssl_server_credentials(
+                    [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
+                    root_certificates=ca,
+                    require_client_auth=ca is not None,
+                )
+                return int(self.server.add_secure_port(settings.listen, creds))
+            return int(self.server.add_insecure_port(settings.listen))
+        except RuntimeError:
+            # Bound without SO_REUSEPORT (see SERVER_OPTIONS): someone holds the port.
+            port = settings.listen.rpartition(":")[2]
+            raise SystemExit(
+                f"jobwire: cannot listen on {settings.listen}: port {port} is in use by another program"
+                " or another jobwire server"
+            ) from None
 
     async def _watch_health(self) -> None:
         serving: bool | None = None
         while True:
             ok = await asyncio.to_thread(self._ping)
-            self.metrics.database_up = self.metrics.serving = ok
+            self.metrics.set_health(serving=ok, database_up=ok)
             if ok != serving:
                 serving = ok
                 state = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -142,7 +153,7 @@ class ServerHost:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self.metrics.serving = False  # after the health watcher is gone, so it cannot set it back
+        self.metrics.set_health(serving=False, database_up=False)  # after the health watcher is gone
         await self.server.stop(grace)
         await self._metrics_endpoint.stop()
 

@@ -1,21 +1,25 @@
 """In-process wake-ups for long-polling claims: a submit wakes the claimers of its queue.
 
-Claimers in other processes learn of new work by polling (worker.server's claim loop);
-inside one process (the embedded server, or a jobapi and worker sharing a process) a
-submit wakes the waiting claim at once instead of after a poll interval.
+Inside one process (the embedded server, or a jobapi and worker sharing a process) a
+submit wakes the waiting claim at once instead of after a poll interval. A relay passes
+the news on to the sibling processes of a family (jobwire.family) just as fast; other
+replicas learn of it from the change feed (worker.server's runnable-work watcher).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+Relay = Callable[[str, str], None]
 
 
 class Wakeup:
     def __init__(self) -> None:
         self._waiters: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
         self._arrived = asyncio.Event()
+        self.relay: Relay | None = None  # tells sibling processes too
 
     @property
     def waiting(self) -> bool:
@@ -26,9 +30,12 @@ class Wakeup:
         self._arrived.clear()
         await self._arrived.wait()
 
-    def notify(self, tenant: str, queue: str) -> None:
+    def notify(self, tenant: str, queue: str, *, relay: bool = True) -> None:
+        """Wake this process's claims of `queue` (and, with `relay`, its siblings')."""
         for event in self._waiters.get((tenant, queue), ()):
             event.set()
+        if relay and self.relay is not None:
+            self.relay(tenant, queue)
 
     async def wait(self, tenant: str, queues: Iterable[str], timeout: float) -> bool:
         """True when woken before `timeout` seconds."""

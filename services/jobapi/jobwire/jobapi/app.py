@@ -15,7 +15,7 @@ from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 
 def add_jobapi(rt: Runtime) -> None:
-    jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.submits, rt.wakeup)
+    jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.wakeup)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
         JobServicer(jobs, add_watching(rt)),

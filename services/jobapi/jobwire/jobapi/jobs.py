@@ -10,10 +10,10 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from jobwire.db import reads
-from jobwire.db.changes import JobOp, Outcome
+from jobwire.db.changes import JobOp
 from jobwire.db.inspect import FindingKind
 from jobwire.db.reads import Row
-from jobwire.db.store import Call, JobStore
+from jobwire.db.store import Call, JobStore, Submit, Work
 from jobwire.db.submit import NewJob
 from jobwire.db.user_actions import Cancel, Requeue, Retry
 from jobwire.domain.errors import JobwireError
@@ -32,19 +32,17 @@ class Jobs:
         self,
         store: JobStore,
         blocking: Blocking,
-        commits: Batcher[Call, list[Outcome]],
-        submits: Batcher[NewJob, tuple[JobRecord, bool] | JobwireError],
+        commits: Batcher[Work, Any],
         wakeup: Wakeup,
     ) -> None:
         self.store = store
         self.blocking = blocking
         self.commits = commits
-        self.submits = submits
         self.wakeup = wakeup
 
     async def submit(self, who: Principal, new: NewJob) -> tuple[JobRecord, bool]:
         who.check_queue(new.queue)
-        answer = await self.submits(new)
+        (answer,) = await self.commits(Submit([new]))
         if isinstance(answer, JobwireError):
             raise answer
         job, created = answer

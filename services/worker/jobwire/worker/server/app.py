@@ -16,6 +16,6 @@ def add_worker_service(rt: Runtime) -> None:
     """WorkerService and its runnable-work watcher (call inside the running loop)."""
     watcher = RunnableWatcher(FeedReader(rt.store.db), rt.wakeup, rt.settings.feed_poll_seconds)
     rt.host.add_task(asyncio.create_task(watcher.run(), name="jobwire-runnable-watcher"))
-    servicer = WorkerServicer(Leasing(rt.store, rt.blocking, rt.commits, rt.wakeup), rt.settings)
+    servicer = WorkerServicer(Leasing(rt.store, rt.commits, rt.wakeup), rt.settings)
     name = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
     rt.host.add_servicer(worker_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, name)

@@ -12,15 +12,14 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from jobwire.db.changes import JobOp, Outcome
+from jobwire.db.changes import JobOp
 from jobwire.db.leases import Claimant, Complete, ConfirmCancel, Fail, Failure, Release, Report
-from jobwire.db.store import Call, JobStore, heartbeat_call, lease_states
+from jobwire.db.store import Call, Claim, JobStore, Work, heartbeat_call, lease_states
 from jobwire.domain.errors import JobwireError
 from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.lease import Lease, LeaseStatus
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
-from jobwire.rpc.blocking import Blocking
 from jobwire.rpc.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -35,11 +34,8 @@ SEEN_EVERY_S = 5.0
 
 
 class Leasing:
-    def __init__(
-        self, store: JobStore, blocking: Blocking, commits: Batcher[Call, list[Outcome]], wakeup: Wakeup
-    ) -> None:
+    def __init__(self, store: JobStore, commits: Batcher[Work, Any], wakeup: Wakeup) -> None:
         self.store = store
-        self.blocking = blocking
         self.commits = commits
         self.wakeup = wakeup
         self._seen: dict[tuple[str, str], float] = {}
@@ -56,9 +52,7 @@ class Leasing:
             await self.wakeup.wait(who.tenant, who.queues, min(remaining, POLL_INTERVAL_S))
 
     async def _claim_once(self, who: Claimant, max_jobs: int) -> list[Lease]:
-        attempt = asyncio.ensure_future(
-            self.blocking(self.store.claim, who, max_jobs, self._note_seen(who.tenant, who.worker_id))
-        )
+        attempt = asyncio.ensure_future(self.commits(Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id))))
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -97,7 +91,8 @@ class Leasing:
 
     async def reports(self, reports: Sequence[Report]) -> list[LeaseStatus | JobwireError]:
         """Several reports (one worker's batch) in one call: each its status or its refusal."""
-        return await self.commits(Call(reports))
+        outcomes: list[LeaseStatus | JobwireError] = await self.commits(Call(reports))
+        return outcomes
 
     async def report(self, report: Report) -> LeaseStatus:
         return await self._one(report)

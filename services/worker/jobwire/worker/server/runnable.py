@@ -61,4 +61,5 @@ class RunnableWatcher:
     def _notify(self, row: FeedRow) -> None:
         job = json.loads(row.snapshot)
         if job.get("status") == "QUEUED":
-            self._wakeup.notify(row.tenant, str(job.get("queue")))
+            # Every process reads the feed itself: no need to relay what it read.
+            self._wakeup.notify(row.tenant, str(job.get("queue")), relay=False)

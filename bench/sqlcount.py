@@ -5,8 +5,8 @@ land in it too. Counting at the driver instead gives the statements one process 
 every COM_QUERY (SELECT, INSERT, UPDATE, COMMIT, ROLLBACK, BEGIN, SET ...: what Questions
 counts) and, apart, COM_PING (pool pre-ping round trips, which Questions does not count).
 
-`install(path)` patches `pymysql.connections.Connection._execute_command` in this
-process (one increment per command), counting into `path.<pid>`; `read(path)` sums the
+`install(path)` patches `_execute_command` of PyMySQL's and asyncmy's connections in
+this process (one increment per command), counting into `path.<pid>`; `read(path)` sums the
 counts of every process that installed it (a jobwire family's children each count their own).
 """
 
@@ -43,28 +43,54 @@ def clear(path: Path) -> None:
         each.unlink(missing_ok=True)
 
 
+def _bumps(command: int, sql: Any) -> tuple[int, ...]:
+    """Which counters one command bumps: a query (and its kind, at its head or, for a
+    multi-statement that ends a transaction, its COMMIT at the end), or a ping."""
+    if command == COMMAND.COM_QUERY:
+        # Only the ends are looked at: decoding a whole multi-statement costs the server it counts.
+        head, tail = (
+            (bytes(sql[:8]).decode(errors="replace"), bytes(sql[-8:]).decode(errors="replace"))
+            if isinstance(sql, bytes | bytearray)
+            else (str(sql)[:8], str(sql)[-8:])
+        )
+        if head.upper() in _KINDS:
+            return (0, _KINDS[head.upper()])
+        return (0, _KINDS["COMMIT"]) if tail.rstrip().upper().endswith("COMMIT") else (0,)
+    return (1,) if command == COMMAND.COM_PING else ()
+
+
 def install(path: Path) -> None:
+    """Count what PyMySQL (reads) and asyncmy (the write path) send, in this process."""
     mine = path.with_name(f"{path.name}.{os.getpid()}")
     mine.write_bytes(b"\0" * _SIZE)
     f = open(mine, "r+b")  # noqa: SIM115 - lives as long as the process
     mem = mmap.mmap(f.fileno(), _SIZE)
     counts = [0] * len(FIELDS)
     lock = threading.Lock()
+
+    def bump(command: int, sql: Any) -> None:
+        indexes = _bumps(command, sql)
+        if indexes:
+            with lock:
+                for index in indexes:
+                    counts[index] += 1
+                struct.pack_into(_FORMAT, mem, 0, *counts)
+
     original = pymysql.connections.Connection._execute_command
 
     def counted(self: Any, command: int, sql: Any) -> Any:
-        if command == COMMAND.COM_QUERY:
-            head = (sql[:8].decode(errors="replace") if isinstance(sql, bytes) else str(sql)[:8]).upper()
-            bump = (0, _KINDS[head]) if head in _KINDS else (0,)
-        elif command == COMMAND.COM_PING:
-            bump = (1,)
-        else:
-            bump = ()
-        if bump:
-            with lock:
-                for index in bump:
-                    counts[index] += 1
-                struct.pack_into(_FORMAT, mem, 0, *counts)
+        bump(command, sql)
         return original(self, command, sql)
 
     pymysql.connections.Connection._execute_command = counted  # type: ignore[method-assign]
+    try:
+        import asyncmy.connection
+    except ImportError:
+        return
+    original_async = asyncmy.connection.Connection._execute_command
+
+    async def counted_async(self: Any, command: int, sql: Any) -> Any:
+        bump(command, sql)
+        return await original_async(self, command, sql)
+
+    asyncmy.connection.Connection._execute_command = counted_async

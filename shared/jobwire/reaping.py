@@ -17,8 +17,11 @@ import os
 import random
 import secrets
 import socket
+from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+from sqlalchemy.engine import Connection
 
 from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
 from jobwire.db.store import JobStore
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from jobwire.serving import Runtime
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def reaper_id() -> str:
@@ -70,10 +74,13 @@ class Housekeeping:
             await self.tick()
             await asyncio.sleep(self.interval * random.uniform(0.8, 1.2))
 
+    async def _read(self, query: Callable[[Connection], T]) -> T:
+        return await self.blocking(self.store.db.read, query)
+
     async def tick(self) -> None:
         """One round: reap, then purge. Errors are logged; the next round tries again."""
         try:
-            reaped = await self.blocking(self.store.reap_leases, self.grace, by=self.by)
+            reaped = await self.store.reap_leases(self.grace, by=self.by, read=self._read)
             purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
         except StoreUnavailable:
             if self._reachable:

@@ -39,9 +39,9 @@ class Runtime:
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.host.stop(grace)
-        self.commits.shutdown()
+        await self.commits.shutdown()
         self.blocking.shutdown()
-        self.store.db.dispose()
+        await self.store.db.close()
 
 
 def open_runtime(settings: Settings) -> Runtime:
@@ -52,7 +52,7 @@ def open_runtime(settings: Settings) -> Runtime:
         settings=settings,
         store=store,
         blocking=Blocking(settings.db_pool_size),
-        commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH, name="jobwire-commit"),
+        commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH),
         wakeup=Wakeup(),
         host=ServerHost(settings, ping=store.db.ping),
     )

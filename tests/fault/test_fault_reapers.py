@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -103,19 +102,15 @@ async def test_the_guarded_update_alone_lets_one_of_many_reapers_act(servers, da
     store = s.runtime.store
     await asyncio.sleep(1.1)
 
-    def contend(make: Callable[[str, str], JobOp[Any]]) -> list[object]:
+    async def contend(make: Callable[[str, str], JobOp[Any]]) -> list[object]:
         """Eight contenders per job, each in a transaction of its own, reading without a lock."""
-        with ThreadPoolExecutor(8) as pool:
-            return list(pool.map(lambda i: store.apply([Call([make(i[1], f"r{i[0]}")])])[0][0],
-                                 [(n, job_no) for n in range(8) for job_no in nos]))  # fmt: skip
+        calls = [store.apply([Call([make(job_no, f"r{n}")])]) for n in range(8) for job_no in nos]
+        return [done[0][0] for done in await asyncio.gather(*calls)]
 
-    marked = await asyncio.to_thread(
-        contend, lambda job_no, by: MarkStalled(tenant="default", job_no=job_no, by=by, lock=Lock.NONE)
-    )
+    marked = await contend(lambda job_no, by: MarkStalled(tenant="default", job_no=job_no, by=by, lock=Lock.NONE))
     assert marked.count(LEASE_EXPIRED) == len(nos) and marked.count(None) == 7 * len(nos)
-    acted = await asyncio.to_thread(
-        contend,
-        lambda job_no, by: ApplyPolicy(tenant="default", job_no=job_no, grace=timedelta(0), by=by, lock=Lock.NONE),
+    acted = await contend(
+        lambda job_no, by: ApplyPolicy(tenant="default", job_no=job_no, grace=timedelta(0), by=by, lock=Lock.NONE)
     )
     assert acted.count(LEASE_REVOKED_REQUEUED) == len(nos) and acted.count(None) == 7 * len(nos)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
 
 import grpc
 import pytest
@@ -21,7 +20,6 @@ from jobwire.db.changes import apply_ops
 from jobwire.db.engine import Database
 from jobwire.db.feed import FeedReader
 from jobwire.db.user_actions import Cancel
-from jobwire.db.wire import MySQLWire, Statement
 from jobwire.jobapi.app import add_jobapi
 from jobwire.rpc.config import Settings
 from jobwire.serving import open_runtime
@@ -96,13 +94,6 @@ def test_a_row_in_flight_when_the_feed_starts_is_delivered(db: Database) -> None
     reader.close()
 
 
-class Uncommitted(MySQLWire):
-    """A wire whose COMMIT waits for the test: its statements run, its transaction stays open."""
-
-    def commit(self, batch: Sequence[Statement] = ()) -> None:
-        self.run(batch)
-
-
 async def test_a_watcher_gets_a_change_that_committed_late(mysql_url: str) -> None:
     rt = open_runtime(Settings(database_url=mysql_url, listen="127.0.0.1:0", feed_poll_seconds=0.02))
     add_jobapi(rt)
@@ -118,17 +109,17 @@ async def test_a_watcher_gets_a_change_that_committed_late(mysql_url: str) -> No
         assert (await watch_y.read()).job.status == job_pb2.Job.QUEUED
 
         db = rt.store.db
-        a = db.engine.raw_connection()
+        a = await db.writes.acquire()
         try:
-            # A: X's cancel, its event with the lower id, left uncommitted
-            apply_ops(Uncommitted(a.dbapi_connection, db.statements), [Cancel(tenant="default", job_no=x.job_no)],
-                      now=db.clock.now(), cache=RowCache())  # fmt: skip
+            # A: X's cancel, its event with the lower id, left uncommitted (its COMMIT waits below)
+            a.commit = a.run  # type: ignore[method-assign,assignment]
+            await apply_ops(a, [Cancel(tenant="default", job_no=x.job_no)], now=db.clock.now(), cache=RowCache())
             await jobs.Cancel(job_pb2.CancelRequest(job_no=y.job_no))  # B: higher id, committed
             assert (await asyncio.wait_for(watch_y.read(), 10)).job.status == job_pb2.Job.CANCELLED
             await asyncio.sleep(0.2)  # several more polls pass A's id by
-            a.commit()
+            await a.connection.commit()
         finally:
-            a.close()
+            db.writes.release(a, broken=False)
         late = await asyncio.wait_for(watch_x.read(), 10)
         assert (late.job.status, late.job.version) == (job_pb2.Job.CANCELLED, 2)
         ids = rt.store.db.read(lambda c: c.execute(sa.text(

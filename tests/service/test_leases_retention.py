@@ -20,7 +20,7 @@ from service_support import artifact, claim, submit
 
 from jobwire.db.reads import clock
 from jobwire.db.retention import ExpiredArtifact, Retention
-from jobwire.db.store import JobStore
+from jobwire.db.store import JobStore, Submit
 from jobwire.db.submit import NewJob
 from jobwire.db.tables import artifact as artifact_table
 from jobwire.db.tables import job, job_event
@@ -39,12 +39,11 @@ def record_deletion(expired: ExpiredArtifact) -> None:
     deleted_by_setting.append(expired)
 
 
-def finished_jobs(store: JobStore, status: str, age_days: float, n: int, *, uri: str | None = None) -> list[str]:
+async def finished_jobs(store: JobStore, status: str, age_days: float, n: int, *, uri: str | None = None) -> list[str]:
     """`n` jobs that ended in `status` `age_days` ago (READY ones with an artifact row)."""
-    nos = [
-        store.submit(NewJob(tenant="default", job_type="old", queue="default", payload=b"x"))[0].job_no
-        for _ in range(n)
-    ]
+    new = NewJob(tenant="default", job_type="old", queue="default", payload=b"x")
+    (answers,) = await store.apply([Submit([new] * n)])
+    nos = [job.job_no for job, _ in answers]
     with store.db.engine.begin() as conn:
         ended = clock(conn) - timedelta(days=age_days)
         conn.execute(sa.update(job).where(job.c.job_no.in_(nos)).values(status=status, finished_at=ended))
@@ -85,12 +84,12 @@ class Deleter:
 async def test_retention_purges_only_what_is_due_in_batches_while_claims_continue(serve) -> None:  # type: ignore[no-untyped-def]
     s = await serve(reaper_interval_seconds=0)  # the purge is run by hand here
     store: JobStore = s.runtime.store
-    ready_due = finished_jobs(store, "READY", 31, 119)
-    stuck = finished_jobs(store, "READY", 31, 1, uri=STUCK_URI)
-    ready_young = finished_jobs(store, "READY", 29, 10)
-    cancelled_due = finished_jobs(store, "CANCELLED", 31, 20)
-    failed_young = finished_jobs(store, "FAILED", 31, 10)  # FAILED is kept 90 days
-    failed_due = finished_jobs(store, "FAILED", 91, 15)
+    ready_due = await finished_jobs(store, "READY", 31, 119)
+    stuck = await finished_jobs(store, "READY", 31, 1, uri=STUCK_URI)
+    ready_young = await finished_jobs(store, "READY", 29, 10)
+    cancelled_due = await finished_jobs(store, "CANCELLED", 31, 20)
+    failed_young = await finished_jobs(store, "FAILED", 31, 10)  # FAILED is kept 90 days
+    failed_due = await finished_jobs(store, "FAILED", 91, 15)
     live = await submit(s)  # a queued job is never purged, however old
 
     deleter = Deleter()

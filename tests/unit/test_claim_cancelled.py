@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -24,19 +23,19 @@ LEASE = Lease(
 
 
 class SlowStore:
-    """A fake store whose claim blocks until released, then leases one job; it records what is applied."""
+    """A fake store whose claim waits until released, then leases one job; it records what is applied."""
 
     def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.proceed = threading.Event()
+        self.entered = asyncio.Event()
+        self.proceed = asyncio.Event()
         self.applied: list[object] = []
 
-    def apply(self, work: Sequence[Work]) -> list[object]:
+    async def apply(self, work: Sequence[Work]) -> list[object]:
         out: list[object] = []
         for item in work:
             if isinstance(item, Claim):
                 self.entered.set()
-                self.proceed.wait(5)
+                await asyncio.wait_for(self.proceed.wait(), 5)
                 out.append([LEASE])
             else:
                 assert isinstance(item, Call)
@@ -49,7 +48,7 @@ WHO = Claimant(tenant="t", worker_id="w1", queues=["default"], plans={"frames": 
 
 
 def _leasing(store: SlowStore) -> tuple[Leasing, Batcher[Work, object]]:
-    commits: Batcher[Work, object] = Batcher(store.apply, lanes=2, max_items=10, name="test-commit")
+    commits: Batcher[Work, object] = Batcher(store.apply, lanes=2, max_items=10)
     return Leasing(store, commits, Wakeup()), commits  # type: ignore[arg-type]
 
 
@@ -57,7 +56,7 @@ async def test_a_cancelled_claim_releases_what_it_leased() -> None:
     store = SlowStore()
     leasing, commits = _leasing(store)
     call = asyncio.create_task(leasing.claim(WHO, 1, 0))
-    await asyncio.to_thread(store.entered.wait, 5)
+    await asyncio.wait_for(store.entered.wait(), 5)
     call.cancel()
     store.proceed.set()
     with pytest.raises(asyncio.CancelledError):
@@ -69,7 +68,7 @@ async def test_a_cancelled_claim_releases_what_it_leased() -> None:
     assert store.applied == [
         Release(tenant="t", job_no=LEASE.job_no, token="1.secret", note="claim not delivered: the caller left")
     ]
-    commits.shutdown()
+    await commits.shutdown()
 
 
 async def test_a_delivered_claim_releases_nothing() -> None:
@@ -78,4 +77,4 @@ async def test_a_delivered_claim_releases_nothing() -> None:
     leasing, commits = _leasing(store)
     leases = await leasing.claim(WHO, 1, 0)
     assert [lease.job_no for lease in leases] == [LEASE.job_no] and store.applied == []
-    commits.shutdown()
+    await commits.shutdown()

@@ -32,10 +32,10 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from jobwire.db.cache import RowCache
-from jobwire.db.engine import RetryTransaction
 from jobwire.db.rows import snapshot
 from jobwire.db.sql import ARTIFACT_COLUMNS, Lock
 from jobwire.db.wire import Many, Statement, Wire
+from jobwire.db.writer import RetryTransaction
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.job import Artifact
 from jobwire.domain.states import Action, Status, allowed
@@ -125,7 +125,7 @@ class _Job:
         return [s.change for s in self.steps if s.change is not None]
 
 
-def apply_ops(
+async def apply_ops(
     wire: Wire,
     ops: Sequence[JobOp[Any]],
     *,
@@ -142,24 +142,24 @@ def apply_ops(
     jobs: dict[str, _Job] = {}
     for i, op in enumerate(ops):
         jobs.setdefault(op.job_no, _Job(op.job_no, [])).ops.append(i)
-    _bases(wire, ops, jobs.values(), cache, rows or {})
+    await _bases(wire, ops, jobs.values(), cache, rows or {})
     recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
     written = [job for job in jobs.values() if job.changes and job not in recheck]
-    counts = wire.run([_update(wire, job) for job in written])
+    counts = await wire.run([_update(wire, job) for job in written])
     recheck += [job for job, matched in zip(written, counts, strict=True) if matched != 1]
     if recheck:
-        _read(wire, ops, recheck, Lock.UPDATE)
+        await _read(wire, ops, recheck, Lock.UPDATE)
         for job in recheck:
             _decide(job, ops, now)
         again = [job for job in recheck if job.changes]
-        if any(matched != 1 for matched in wire.run([_update(wire, job) for job in again])):
+        if any(matched != 1 for matched in await wire.run([_update(wire, job) for job in again])):
             raise RetryTransaction()  # a locked row changed under us: only SQLite's rowid reuse could
-    wire.commit(_records(wire, jobs.values(), now) + list(extra))
+    await wire.commit(_records(wire, jobs.values(), now) + list(extra))
     _remember(cache, jobs.values())
     return _outcomes(ops, jobs.values())
 
 
-def _bases(
+async def _bases(
     wire: Wire, ops: Sequence[JobOp[Any]], jobs: Iterable[_Job], cache: RowCache, rows: Mapping[str, Row]
 ) -> None:
     """Each job's starting row: given, guessed from the cache, or read."""
@@ -179,13 +179,14 @@ def _bases(
     for job in unread:
         by_lock.setdefault(ops[job.ops[0]].lock, []).append(job)
     for lock, group in by_lock.items():
-        _read(wire, ops, group, lock)
+        await _read(wire, ops, group, lock)
 
 
-def _read(wire: Wire, ops: Sequence[JobOp[Any]], jobs: Sequence[_Job], lock: str) -> None:
+async def _read(wire: Wire, ops: Sequence[JobOp[Any]], jobs: Sequence[_Job], lock: str) -> None:
     """Read (and lock) the rows of `jobs` in one statement; a job of another tenant is absent."""
     params = {f"n{i}": job.job_no for i, job in enumerate(jobs)}
-    found = {r["job_no"]: r for r in wire.fetch(wire.sql.rows_by_job_no(len(jobs), lock), params, wire.sql.row_shape)}
+    rows = await wire.fetch(wire.sql.rows_by_job_no(len(jobs), lock), params, wire.sql.row_shape)
+    found = {r["job_no"]: r for r in rows}
     for job in jobs:
         row = found.get(job.job_no)
         job.base = row if row is not None and row["tenant"] == ops[job.ops[0]].tenant else None

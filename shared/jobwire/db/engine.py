@@ -2,10 +2,10 @@
 
 Two kinds of transaction, one retry discipline:
 
-* `transact(fn)` hands `fn` a `Wire` on a pooled DBAPI connection: every state change
-  goes this way, as prepared text in as few round trips as the dialect allows;
-* `read(fn)` / `write(fn)` hand `fn` a SQLAlchemy connection: queries built per call
-  (filters, pages, the feed) and the housekeeping writes that are no state change.
+* `await transact(fn)` hands `fn` a `Wire` on the event loop (jobwire.db.writer): every
+  state change goes this way, as prepared text in as few round trips as the dialect allows;
+* `read(fn)` / `write(fn)` hand `fn` a SQLAlchemy connection, on a thread: queries built
+  per call (filters, pages, the feed) and the housekeeping writes that are no state change.
 
 Deadlocks (1213), lock-wait timeouts (1205), lost connections and optimistic-concurrency
 conflicts retry the whole transaction, so no caller ever sees half a change.
@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from pymysql.constants import CLIENT
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
@@ -30,19 +30,23 @@ from sqlalchemy.sql.expression import FunctionElement
 
 from jobwire.db.clock import DbClock, LocalClock
 from jobwire.db.sql import Statements, statements_for
-from jobwire.db.wire import MySQLWire, SQLiteWire, Wire
+from jobwire.db.wire import Wire
+from jobwire.db.writer import (
+    DISCONNECT_MYSQL,
+    MAX_TRIES,
+    RETRYABLE_MYSQL,
+    Connections,
+    MySQLConnections,
+    RetryTransaction,
+    SQLiteConnections,
+    transact,
+)
 from jobwire.domain.errors import Conflict, InvalidArgument, StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
-DISCONNECT_MYSQL = {2003, 2006, 2013, 2055, 1927, 4031}
-MAX_TRIES = 6
-
-
-class RetryTransaction(Exception):
-    """Raised inside a transaction when an optimistic guard lost: run it again."""
+__all__ = ["Database", "RetryTransaction", "db_now"]
 
 
 class db_now(FunctionElement[datetime]):  # noqa: N801 - reads like the SQL function it is
@@ -73,77 +77,20 @@ class Database:
         self.engine = _mysql_engine(url, pool_size, echo) if self.is_mysql else _sqlite_engine(url, echo)
         self.statements: Statements = statements_for("mysql" if self.is_mysql else "sqlite")
         self.clock: DbClock | LocalClock = DbClock(self._read_clock) if self.is_mysql else LocalClock()
+        self.writes: Connections = (
+            MySQLConnections(self.url, self.statements, pool_size)
+            if self.is_mysql
+            else SQLiteConnections(Path(self.url.database) if self.url.database else None, self.statements)
+        )
 
-    def transact(self, fn: Callable[[Wire], T]) -> T:
-        """Run `fn` in one transaction on a `Wire`, retrying it whole when that is safe.
-
-        `fn` commits through the wire (so its last statements can ride with the COMMIT);
-        a transaction it leaves open is rolled back.
-        """
-        for attempt in range(1, MAX_TRIES + 1):
-            try:
-                raw = self.engine.raw_connection()
-            except self.dbapi.Error as exc:  # no connection to be had
-                if _raw_code(exc) not in DISCONNECT_MYSQL or attempt == MAX_TRIES:
-                    raise self._translate_raw(exc) from exc
-                time.sleep(min(0.2, 0.005 * 2**attempt) * random.uniform(0.5, 1.0))
-                continue
-            wire: Wire | None = None
-            try:
-                wire = (MySQLWire if self.is_mysql else SQLiteWire)(raw.dbapi_connection, self.statements)
-                result = fn(wire)
-                wire.rollback_open()
-                return result
-            except RetryTransaction:
-                self._abandon(raw, wire, None)
-                if attempt == MAX_TRIES:
-                    raise Conflict() from None
-            except self.dbapi.Error as exc:
-                self._abandon(raw, wire, exc)
-                if not self._raw_retryable(exc, raw) or attempt == MAX_TRIES:
-                    raise self._translate_raw(exc) from exc
-                log.info("retrying transaction after %s", _raw_code(exc))
-            except BaseException:
-                self._abandon(raw, wire, None)
-                raise
-            finally:
-                raw.close()  # back to the pool (or gone, if invalidated)
-            time.sleep(min(0.2, 0.005 * 2**attempt) * random.uniform(0.5, 1.0))
-        raise AssertionError("unreachable")
+    async def transact(self, fn: Callable[[Wire], Awaitable[T]]) -> T:
+        """Run `fn` in one write transaction on the event loop (jobwire.db.writer)."""
+        return await transact(self.writes, fn)
 
     @property
-    def dbapi(self) -> Any:
-        return self.engine.dialect.loaded_dbapi
-
-    def _abandon(self, raw: Any, wire: Wire | None, exc: Any) -> None:
-        """End a failed transaction: roll back, or drop a connection that is broken."""
-        if exc is not None and self.engine.dialect.is_disconnect(exc, raw.dbapi_connection, None):
-            raw.invalidate()
-            return
-        try:
-            if wire is not None:
-                wire.rollback()
-        except self.dbapi.Error:
-            raw.invalidate()
-
-    def _raw_retryable(self, exc: Any, raw: Any) -> bool:
-        if self.engine.dialect.is_disconnect(exc, raw.dbapi_connection, None):
-            return True
-        code = _raw_code(exc)
-        if self.is_mysql:
-            return code in RETRYABLE_MYSQL or code in DISCONNECT_MYSQL
-        return isinstance(exc, self.dbapi.OperationalError) and "locked" in str(exc)
-
-    def _translate_raw(self, exc: BaseException) -> Exception:
-        """A canonical error for what escaped the retries, as `_translate` does for SQLAlchemy's."""
-        dbapi = self.dbapi
-        if _raw_code(exc) in RETRYABLE_MYSQL or isinstance(exc, dbapi.IntegrityError):
-            return Conflict()
-        if isinstance(exc, dbapi.OperationalError | dbapi.InterfaceError):
-            return StoreUnavailable()
-        if isinstance(exc, dbapi.DataError):
-            return InvalidArgument("request", "a value is too large to store")
-        return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+    def integrity_error(self) -> type[Exception]:
+        """What the write driver raises when a unique index refuses a row."""
+        return self.writes.integrity_error
 
     def _read_clock(self) -> datetime:
         now = self.read(lambda conn: conn.execute(sa.select(db_now())).scalar_one())
@@ -170,6 +117,11 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+    async def close(self) -> None:
+        """Close the write connections (on the loop that used them), then the engine."""
+        await self.writes.close()
+        self.dispose()
 
     def _run(self, fn: Callable[[Connection], T], *, immediate: bool) -> T:
         for attempt in range(1, MAX_TRIES + 1):
@@ -211,11 +163,7 @@ class Database:
 
 
 def _code(exc: DBAPIError) -> int | None:
-    return _raw_code(exc.orig)
-
-
-def _raw_code(exc: BaseException | None) -> int | None:
-    args = getattr(exc, "args", ())
+    args = getattr(exc.orig, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
 
 
@@ -233,13 +181,7 @@ def _mysql_engine(url: str, pool_size: int, echo: bool) -> Engine:
         pool_recycle=3600,
         pool_use_lifo=True,
         isolation_level="READ COMMITTED",  # gap locks under REPEATABLE READ deadlock claims
-        # FOUND_ROWS: rowcount counts matched rows (SQLAlchemy's default, restated since
-        # client_flag replaces it). MULTI_STATEMENTS: a Wire sends a change in one round trip.
-        connect_args={
-            "charset": "utf8mb4",
-            "connect_timeout": 5,
-            "client_flag": CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
-        },
+        connect_args={"charset": "utf8mb4", "connect_timeout": 5},
     )
 
     @event.listens_for(engine, "connect")

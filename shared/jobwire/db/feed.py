@@ -67,7 +67,7 @@ GAP_CHUNK = 500  # ids per IN list: keeps the statement small and the plan a PK 
 
 _FEED_COLUMNS = (
     job_event.c.id, job_event.c.job_id, job_event.c.tenant, job_event.c.job_no,
-    job_event.c.version, job_event.c.kind, job_event.c.visible, job_event.c.snapshot,
+    job_event.c.version, job_event.c.kind, job_event.c.visible, job_event.c.to_status, job_event.c.snapshot,
 )  # fmt: skip
 
 
@@ -81,6 +81,7 @@ class FeedRow:
     job_no: str
     version: int
     kind: str
+    to_status: str  # the status after it: who needs only that reads no snapshot
     snapshot: str
 
 
@@ -224,8 +225,9 @@ class FeedReader:
 
 def _feed_row(r: Any) -> FeedRow:
     return FeedRow(
-        id=r.id, job_id=r.job_id, tenant=r.tenant, job_no=r.job_no, version=r.version, kind=r.kind, snapshot=r.snapshot
-    )
+        id=r.id, job_id=r.job_id, tenant=r.tenant, job_no=r.job_no, version=r.version, kind=r.kind,
+        to_status=r.to_status, snapshot=r.snapshot,
+    )  # fmt: skip
 
 
 # -- what a watch reads when it starts --------------------------------------------------

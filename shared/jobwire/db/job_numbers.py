@@ -11,58 +11,53 @@ Numbers are unique and increase per process, not dense across replicas.
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 from datetime import UTC, datetime
 
-import sqlalchemy as sa
-from sqlalchemy.dialects import mysql as mysql_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.engine import Connection
-
 from jobwire.db.engine import Database
-from jobwire.db.tables import job_day_counter
+from jobwire.db.wire import Wire
 
 MAX_BLOCK = 64
 FAST_S = 1.0  # a block used up faster than this doubles the next one
 
 
-def reserve(conn: Connection, day: str, count: int) -> int:
+async def reserve(wire: Wire, day: str, count: int) -> int:
     """Reserve `count` numbers of `day`; the last one reserved."""
-    values = {"day": day, "last_seq": count}
-    bump = {"last_seq": job_day_counter.c.last_seq + count}
-    if conn.dialect.name == "sqlite":
-        conn.execute(sqlite_dialect.insert(job_day_counter).values(values).on_conflict_do_update(["day"], set_=bump))
-    else:
-        conn.execute(mysql_dialect.insert(job_day_counter).values(values).on_duplicate_key_update(bump))
-    query = sa.select(job_day_counter.c.last_seq).where(job_day_counter.c.day == day)
-    return int(conn.execute(query).scalar_one())
+    await wire.run([(wire.sql.reserve_numbers, {"day": day, "last_seq": count})])
+    (row,) = await wire.fetch(wire.sql.last_number, {"day": day}, wire.sql.number_shape)
+    await wire.commit()
+    return int(row["last_seq"])
 
 
 class JobNumbers:
     def __init__(self, db: Database, prefix: str) -> None:
         self._db = db
         self._prefix = prefix
-        self._lock = threading.Lock()
+        self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._day = ""
         self._next = 1
         self._last = 0
         self._block = 1
         self._reserved_at = 0.0
 
-    def next(self) -> str:
+    async def next(self) -> str:
         day = datetime.now(UTC).strftime("%Y%m%d")
-        with self._lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or loop is not self._loop:
+            self._lock, self._loop = asyncio.Lock(), loop
+        async with self._lock:
             if day != self._day or self._next > self._last:
-                self._reserve(day)
+                await self._reserve(day)
             number = self._next
             self._next += 1
         return f"{self._prefix}-{day}-{number:03d}"
 
-    def _reserve(self, day: str) -> None:
+    async def _reserve(self, day: str) -> None:
         now = time.monotonic()
         fast = day == self._day and now - self._reserved_at < FAST_S
         self._block = min(self._block * 2, MAX_BLOCK) if fast else 1
         count = self._block
-        last = self._db.write(lambda conn: reserve(conn, day, count))
+        last = await self._db.transact(lambda wire: reserve(wire, day, count))
         self._day, self._next, self._last, self._reserved_at = day, last - count + 1, last, now

@@ -53,7 +53,7 @@ def token_epoch(token: str) -> int | None:
 # -- claim ------------------------------------------------------------------------------
 
 
-def candidates(wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str]) -> list[Row]:
+async def candidates(wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str]) -> list[Row]:
     """Up to `max_jobs` runnable jobs for `who`, best priority first, oldest first, locked.
 
     `taken`: job numbers another claim of this transaction has (locked by us, so SKIP
@@ -68,7 +68,7 @@ def candidates(wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str])
     params.update({f"t{i}": name for i, name in enumerate(types)})
     found: list[Row] = []
     for queue in who.queues:
-        found += wire.fetch(wire.sql.claim(len(types)), {**params, "queue": queue}, wire.sql.claim_shape)
+        found += await wire.fetch(wire.sql.claim(len(types)), {**params, "queue": queue}, wire.sql.claim_shape)
     free = [r for r in found if r["job_no"] not in taken]
     return sorted(free, key=lambda r: (-r["priority"], r["id"]))[:max_jobs]
 

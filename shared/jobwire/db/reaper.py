@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -48,7 +48,8 @@ WORKER_LOST_MESSAGE = "The worker running this job stopped responding."
 BATCH = 200  # jobs per step and run; the rest wait for the next run
 _LEASED = [s.value for s in LEASED]
 log = logging.getLogger(__name__)
-RunOps = Callable[[Sequence[JobOp[Any]]], list[Any]]
+RunOps = Callable[[Sequence[JobOp[Any]]], Awaitable[list[Any]]]
+Read = Callable[[Callable[[Connection], Any]], Awaitable[Any]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,13 +65,17 @@ class Reaped:
         return any((self.stalled, self.requeued, self.failed, self.cancelled))
 
 
-def reap(db: Database, run: RunOps, grace: timedelta, *, by: str, batch: int = BATCH) -> Reaped:
-    """One run: mark expired leases stalled, then apply the policies due (`run` applies ops)."""
-    marks = _each(run, [MarkStalled(tenant=t, job_no=n, by=by) for t, n in db.read(partial(expired, limit=batch))])
+async def reap(db: Database, read: Read, run: RunOps, grace: timedelta, *, by: str, batch: int = BATCH) -> Reaped:
+    """One run: mark expired leases stalled, then apply the policies due.
+
+    `read` runs a query (on a thread), `run` applies operations (on the loop).
+    """
+    found = await read(partial(expired, limit=batch))
+    marks = await _each(run, [MarkStalled(tenant=t, job_no=n, by=by) for t, n in found])
     # The calibrated clock lags the database's a little: a policy acts a little late, never early.
     cutoff = db.clock.now() - grace
-    due = db.read(partial(overdue, cutoff=cutoff, limit=batch))
-    actions = Counter(_each(run, [ApplyPolicy(tenant=t, job_no=n, grace=grace, by=by) for t, n in due]))
+    due = await read(partial(overdue, cutoff=cutoff, limit=batch))
+    actions = Counter(await _each(run, [ApplyPolicy(tenant=t, job_no=n, grace=grace, by=by) for t, n in due]))
     return Reaped(
         stalled=marks.count(LEASE_EXPIRED),
         requeued=actions[LEASE_REVOKED_REQUEUED],
@@ -79,11 +84,11 @@ def reap(db: Database, run: RunOps, grace: timedelta, *, by: str, batch: int = B
     )
 
 
-def _each(run: RunOps, ops: Sequence[JobOp[Any]]) -> list[Any]:
+async def _each(run: RunOps, ops: Sequence[JobOp[Any]]) -> list[Any]:
     if not ops:
         return []
     try:
-        return run(ops)
+        return await run(ops)
     except Conflict:
         # Contended past the retries: whoever won has acted; the next run looks again.
         log.info("reaper: jobs were contended; they will be looked at again next run")

@@ -104,13 +104,15 @@ class RowShape:
             return dialect.now if name == "db_now" else _SOURCES.get(name, f"job.{name}")
 
         pairs = ", ".join(f"'{n}', {source(n)}" for n in self.json_names)
-        return ", ".join([f"{dialect.json_object}({pairs})", *(source(n) for n in self.names)])
+        columns = [source(n) for n in self.names]
+        return ", ".join([f"{dialect.json_object}({pairs})", *columns] if pairs else columns)
 
     def rows(self, raw: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
         out = []
+        skip = 1 if self.json_names else 0
         for values in raw:
-            row: dict[str, Any] = json.loads(values[0])
-            row.update(zip(self.names, values[1:], strict=True))
+            row: dict[str, Any] = json.loads(values[0]) if skip else {}
+            row.update(zip(self.names, values[skip:], strict=True))
             for name, convert in self._convert:
                 value = row[name]
                 if value is not None:
@@ -160,6 +162,14 @@ class Statements:
                 f"{c} = excluded.{c}" for c in fresh
             )
         self.upsert_worker = d.text(worker)
+        counter = _insert("job_day_counter", ("day", "last_seq"))
+        if d.name == "mysql":
+            counter += " ON DUPLICATE KEY UPDATE last_seq = last_seq + VALUES(last_seq)"
+        else:
+            counter += " ON CONFLICT (day) DO UPDATE SET last_seq = last_seq + excluded.last_seq"
+        self.reserve_numbers = d.text(counter)
+        self.last_number = d.text("SELECT last_seq FROM job_day_counter WHERE day = :day")
+        self.number_shape = RowShape([], ["last_seq"], d)
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def rows_by_key(self, count: int) -> str:

@@ -24,11 +24,10 @@ from jobwire.db.job_numbers import JobNumbers
 from jobwire.db.migrate import upgrade
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
-from jobwire.db.user_actions import Cancel, Requeue, Retry
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.errors import JobNotFound, JobwireError
-from jobwire.domain.job import Artifact, JobRecord
-from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
+from jobwire.domain.job import JobRecord
+from jobwire.domain.lease import LeaseState, LeaseStatus
 
 T = TypeVar("T")
 Extra = Callable[[Wire, datetime], Statement]  # a statement that rides with the COMMIT
@@ -68,17 +67,17 @@ class JobStore:
         self.cache = RowCache()
 
     # -- every write --------------------------------------------------------------------
-    def apply(self, work: Sequence[Work]) -> list[Any]:
+    async def apply(self, work: Sequence[Work]) -> list[Any]:
         """Run every call in one transaction: new jobs first, then claims, then changes.
 
         Per call: a Call's list of outcomes, a Submit's list of answers, a Claim's leases.
         """
         # Numbers are reserved outside the transaction (see job_numbers): a rerun keeps them.
-        numbered = {i: [(new, self.job_numbers.next()) for new in w.news] for i, w in enumerate(work)
+        numbered = {i: [(new, await self.job_numbers.next()) for new in w.news] for i, w in enumerate(work)
                     if isinstance(w, Submit)}  # fmt: skip
-        return self.db.transact(lambda wire: self._apply(wire, work, numbered))
+        return await self.db.transact(lambda wire: self._apply(wire, work, numbered))
 
-    def _apply(
+    async def _apply(
         self, wire: Wire, work: Sequence[Work], numbered: dict[int, list[tuple[submit.NewJob, str]]]
     ) -> list[Any]:
         now = self.db.clock.now()
@@ -87,9 +86,9 @@ class JobStore:
         claims = [(i, w) for i, w in enumerate(work) if isinstance(w, Claim)]
         calls = [(i, w) for i, w in enumerate(work) if isinstance(w, Call)]
         if submits:
-            answers = submit.submit(
+            answers = await submit.submit(
                 wire, [job for _, jobs in submits for job in jobs], now=now,
-                duplicate=self.db.dbapi.IntegrityError, commit=not (claims or calls),
+                duplicate=self.db.integrity_error, commit=not (claims or calls),
             )  # fmt: skip
             sizes = [len(jobs) for _, jobs in submits]
             for (i, _), part in zip(submits, _split(answers, sizes), strict=True):
@@ -100,7 +99,7 @@ class JobStore:
         parts: list[tuple[int, Sequence[JobOp[Any]]]] = []  # each call's ops, in order
         extra: list[Statement] = []
         for i, claim in claims:
-            found = leases.candidates(wire, claim.who, claim.max_jobs, rows)
+            found = await leases.candidates(wire, claim.who, claim.max_jobs, rows)
             rows.update((r["job_no"], r) for r in found)
             parts.append((i, leases.claim_ops(claim.who, found)))
             if claim.seen:
@@ -108,25 +107,12 @@ class JobStore:
         parts += [(i, call.ops) for i, call in calls]
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
-        outcomes = apply_ops(wire, ops, now=now, cache=self.cache, rows=rows, extra=extra)
+        outcomes = await apply_ops(wire, ops, now=now, cache=self.cache, rows=rows, extra=extra)
         for (i, _), part in zip(parts, _split(outcomes, [len(p) for _, p in parts]), strict=True):
             results[i] = list(part)
         return results
 
-    def apply_one(self, op: JobOp[T]) -> T:
-        """One operation in a transaction of its own; its refusal raised."""
-        result = self.apply([Call([op])])[0][0]
-        if isinstance(result, JobwireError):
-            raise result
-        return result  # type: ignore[no-any-return]
-
-    # -- backends ---------------------------------------------------------------------------
-    def submit(self, new: submit.NewJob) -> tuple[JobRecord, bool]:
-        answer = self.apply([Submit([new])])[0][0]
-        if isinstance(answer, JobwireError):
-            raise answer
-        return answer  # type: ignore[no-any-return]
-
+    # -- reads ----------------------------------------------------------------------------
     def get(self, tenant: str, job_no: str) -> JobRecord:
         found = self.db.read(lambda c: reads.get(c, tenant, job_no))
         if found is None:
@@ -134,46 +120,9 @@ class JobStore:
         row, position = found
         return record_from_row(row, queue_position=position)
 
-    def cancel(self, tenant: str, job_no: str) -> JobRecord:
-        return self.apply_one(Cancel(tenant=tenant, job_no=job_no))
-
-    def retry(self, tenant: str, job_no: str) -> JobRecord:
-        return self.apply_one(Retry(tenant=tenant, job_no=job_no))
-
     def list_jobs(self, where: reads.JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
         rows, token = self.db.read(lambda c: reads.list_jobs(c, where, page_size, page_token))
         return [record_from_row(r) for r in rows], token
-
-    # -- workers ----------------------------------------------------------------------------
-    def claim(self, who: leases.Claimant, max_jobs: int, record_seen: bool = True) -> list[Lease]:
-        return self.apply([Claim(who, max_jobs, record_seen)])[0]  # type: ignore[no-any-return]
-
-    def heartbeat(
-        self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]], *, touch: bool = True
-    ) -> list[LeaseStatus]:
-        """Renew each lease still held: OK, CANCEL_REQUESTED or LOST each."""
-        return lease_states(held, self.apply([heartbeat_call(tenant, worker_id, held, touch=touch)])[0])
-
-    def report(self, tenant: str, job_no: str, token: str, **fields: Any) -> LeaseStatus:
-        return self.apply_one(leases.Report(tenant=tenant, job_no=job_no, token=token, **fields))
-
-    def complete(self, tenant: str, job_no: str, token: str, result: Artifact) -> JobRecord:
-        return self.apply_one(leases.Complete(tenant=tenant, job_no=job_no, token=token, result=result))
-
-    def fail(self, tenant: str, job_no: str, token: str, failure: leases.Failure) -> JobRecord:
-        return self.apply_one(leases.Fail(tenant=tenant, job_no=job_no, token=token, failure=failure))
-
-    def confirm_cancel(self, tenant: str, job_no: str, token: str, note: str) -> JobRecord:
-        return self.apply_one(leases.ConfirmCancel(tenant=tenant, job_no=job_no, token=token, note=note))
-
-    def release(self, tenant: str, job_no: str, token: str, checkpoint: bytes | None, note: str) -> JobRecord:
-        return self.apply_one(
-            leases.Release(tenant=tenant, job_no=job_no, token=token, checkpoint=checkpoint, note=note)
-        )
-
-    # -- operators --------------------------------------------------------------------------
-    def requeue(self, tenant: str, job_no: str, reason: str) -> JobRecord:
-        return self.apply_one(Requeue(tenant=tenant, job_no=job_no, reason=reason))
 
     def list_events(self, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[Row], str]:
         found = self.db.read(lambda c: reads.list_events(c, tenant, job_no, page_size, page_token))
@@ -192,9 +141,16 @@ class JobStore:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue))
 
     # -- housekeeping (every server process runs it; see jobwire.reaping) -------------------
-    def reap_leases(self, grace: timedelta, *, by: str) -> reaper.Reaped:
-        """Mark expired leases stalled; past `grace`, apply each job's lease-lost policy."""
-        return reaper.reap(self.db, lambda ops: self.apply([Call(ops)])[0], grace, by=by)
+    async def reap_leases(self, grace: timedelta, *, by: str, read: reaper.Read) -> reaper.Reaped:
+        """Mark expired leases stalled; past `grace`, apply each job's lease-lost policy.
+
+        `read` runs the reaper's queries (on a thread: they are SQLAlchemy's).
+        """
+
+        async def run(ops: Sequence[JobOp[Any]]) -> list[Any]:
+            return list((await self.apply([Call(ops)]))[0])
+
+        return await reaper.reap(self.db, read, run, grace, by=by)
 
     def purge_expired(
         self,

@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from jobwire.db.changes import Row, event_values
-from jobwire.db.engine import RetryTransaction
 from jobwire.db.wire import Statement, Wire
+from jobwire.db.writer import RetryTransaction
 from jobwire.domain.errors import IdempotencyKeyReused, JobwireError
 from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.states import Status
@@ -51,7 +51,7 @@ class NewJob:
 Submitted = tuple[Row, bool] | JobwireError  # (the job's row, created) or the refusal
 
 
-def submit(
+async def submit(
     wire: Wire, items: Sequence[tuple[NewJob, str]], *, now: datetime, duplicate: type[Exception], commit: bool
 ) -> list[Submitted]:
     """Insert each `(new job, job number)`, or answer with the job its idempotency key made.
@@ -69,14 +69,14 @@ def submit(
     inserting = [i for i, (new, _) in enumerate(items) if _key_owner(new, first, i)]
     existing: dict[tuple[str, str], Row] = {}
     try:
-        send(_inserts(wire, [rows[i] for i in inserting], now))
+        await send(_inserts(wire, [rows[i] for i in inserting], now))
     except duplicate:
         # A key is taken by a committed job: find which, replay those, insert the rest.
-        wire.restart()
-        existing = _by_keys(wire, [new for new, _ in items if new.idempotency_key])
+        await wire.restart()
+        existing = await _by_keys(wire, [new for new, _ in items if new.idempotency_key])
         inserting = [i for i in inserting if _key(items[i][0]) not in existing]
         try:
-            send(_inserts(wire, [rows[i] for i in inserting], now))
+            await send(_inserts(wire, [rows[i] for i in inserting], now))
         except duplicate:
             raise RetryTransaction() from None  # another submit took a key meanwhile: all again
     made = {i: rows[i] for i in inserting}
@@ -114,13 +114,13 @@ def _inserts(wire: Wire, rows: Sequence[Row], now: datetime) -> list[Statement]:
     return out
 
 
-def _by_keys(wire: Wire, news: Sequence[NewJob]) -> dict[tuple[str, str], Row]:
+async def _by_keys(wire: Wire, news: Sequence[NewJob]) -> dict[tuple[str, str], Row]:
     found: dict[tuple[str, str], Row] = {}
     tenants = {new.tenant for new in news}
     for tenant in tenants:
         keys = sorted({new.idempotency_key or "" for new in news if new.tenant == tenant})
         params: dict[str, Any] = {"tenant": tenant, **{f"k{i}": k for i, k in enumerate(keys)}}
-        for row in wire.fetch(wire.sql.rows_by_key(len(keys)), params, wire.sql.row_shape):
+        for row in await wire.fetch(wire.sql.rows_by_key(len(keys)), params, wire.sql.row_shape):
             found[tenant, row["idempotency_key"]] = row
     return found
 

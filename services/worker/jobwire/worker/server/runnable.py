@@ -59,7 +59,7 @@ class RunnableWatcher:
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
 
     def _notify(self, row: FeedRow) -> None:
-        job = json.loads(row.snapshot)
-        if job.get("status") == "QUEUED":
+        if row.to_status == "QUEUED":  # the snapshot (for the queue) only for the few that are
+            job = json.loads(row.snapshot)
             # Every process reads the feed itself: no need to relay what it read.
             self._wakeup.notify(row.tenant, str(job.get("queue")), relay=False)

@@ -36,8 +36,11 @@ def rich_status(error: grpc.RpcError) -> status_pb2.Status | None:
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     """The jobwire-domain ErrorInfo of `error`, if it has one."""
     status = rich_status(error)
-    if status is None:
-        return None
+    return status_info(status) if status is not None else None
+
+
+def status_info(status: status_pb2.Status) -> error_details_pb2.ErrorInfo | None:
+    """The jobwire-domain ErrorInfo of a google.rpc.Status (a batch call's per-item error)."""
     for detail in status.details:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()

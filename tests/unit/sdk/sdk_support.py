@@ -25,6 +25,14 @@ def rpc_error(code: grpc.StatusCode, reason: str | None = None, details: str = "
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, details)
 
 
+def _status_of(error: grpc.aio.AioRpcError) -> status_pb2.Status:
+    """The google.rpc.Status an error carries (a batch call's per-item error)."""
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            return status_pb2.Status.FromString(value)
+    return status_pb2.Status(code=getattr(code_pb2, error.code().name), message=error.details() or "")
+
+
 def lease_lost() -> grpc.aio.AioRpcError:
     return rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST", "lease lost")
 
@@ -120,14 +128,28 @@ class FakeWorkerService:
         ]
         return worker_pb2.HeartbeatResponse(leases=states)
 
-    async def ReportStage(
-        self, request: worker_pb2.ReportStageRequest, *, timeout: float | None = None
-    ) -> worker_pb2.ReportStageResponse:
-        self._record("ReportStage", request)
+    async def BatchReportStage(
+        self, request: worker_pb2.BatchReportStageRequest, *, timeout: float | None = None
+    ) -> worker_pb2.BatchReportStageResponse:
+        """Each report is recorded as "ReportStage"; an error queued for "ReportStage" that a
+        retry could cure (UNAVAILABLE) fails the whole call, any other answers its report."""
+        self._record("BatchReportStage", request)
         await asyncio.sleep(self.report_latency)
-        if self.lease_states.get(request.job_no) == worker_pb2.LeaseState.LOST:
-            raise lease_lost()
-        return worker_pb2.ReportStageResponse(cancel_requested=request.job_no in self.cancel_in_reports)
+        results = []
+        for report in request.reports:
+            try:
+                self._record("ReportStage", report)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    raise
+                results.append(worker_pb2.ReportStageResult(error=_status_of(exc)))
+                continue
+            if self.lease_states.get(report.job_no) == worker_pb2.LeaseState.LOST:
+                results.append(worker_pb2.ReportStageResult(error=_status_of(lease_lost())))
+                continue
+            response = worker_pb2.ReportStageResponse(cancel_requested=report.job_no in self.cancel_in_reports)
+            results.append(worker_pb2.ReportStageResult(response=response))
+        return worker_pb2.BatchReportStageResponse(results=results)
 
     async def _end(self, method: str, request: Any) -> job_pb2.Job:
         if self.on_end is not None:

@@ -1,14 +1,17 @@
-"""Honest, cheap progress: coalesce a job's reports into at most one ReportStage per interval.
+"""Honest, cheap progress: each job's reports coalesced, every job of a worker sent in one call.
 
-Rules (DESIGN §8, issue 4):
-* while the stage is unchanged, at most one ReportStage per `interval` (250 ms), measured
-  from the start of one send to the start of the next;
-* a stage change is sent at once, and every stage entered is reported, however short;
-* within a stage the newest snapshot is what gets sent, so the last report is the latest value;
+Rules (DESIGN §8, issues 4 and 8):
+* one BatchReportStage per worker per `interval` (250 ms) carries the news of all its jobs,
+  so a fleet's calls grow with its workers, not with its jobs;
+* within a stage a job's newest snapshot is what gets sent: at most one report per job and
+  interval, and the last report is the latest value;
+* every stage entered is reported, in order, however short;
 * a checkpoint rides on the next report and is never dropped, only superseded by a newer one;
-* UNAVAILABLE and friends are retried with backoff; WORKER_LEASE_LOST stops the job.
+* a batch that fails in transit (UNAVAILABLE and friends) is sent again with backoff;
+  WORKER_LEASE_LOST in a result stops that job; another refusal drops that report.
 
-One sender task per job keeps that job's reports strictly ordered.
+`JobReporter` keeps one job's state; `ReportSender` (one per worker) collects what every
+reporter has due and sends it. Users see a change within one interval.
 """
 
 from __future__ import annotations
@@ -21,48 +24,45 @@ from collections import deque
 from collections.abc import Callable
 
 import grpc
+from google.rpc import code_pb2, status_pb2
 
+from jobwire.client.status import status_info
 from jobwire.v1 import worker_pb2
 from jobwire.worker.sdk._context import Snapshot, StopReason
-from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, Backoff, WorkerStub, describe, is_lease_lost, is_transient
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, Backoff, WorkerStub, describe, is_transient
 
 log = logging.getLogger("jobwire.worker")
 REPORT_INTERVAL_S = 0.25
+MAX_REPORTS_PER_CALL = 1000  # the server's limit per BatchReportStage
 
 
 class JobReporter:
-    """Sends one job's progress snapshots to WorkerService.ReportStage. Lives on the event loop."""
+    """One job's progress: what the server has heard, and what it should hear next. Lives on the loop."""
 
     def __init__(
         self,
-        stub: WorkerStub,
+        sender: ReportSender,
         *,
         job_no: str,
         token: str,
         first_stage: str,
         on_stop: Callable[[StopReason], None],
-        interval: float = REPORT_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._stub = stub
-        self._job_no, self._token = job_no, token
+        self._sender = sender
+        self.job_no, self._token = job_no, token
         self._on_stop = on_stop
-        self._interval, self._clock = interval, clock
         # Claim already put the job in its first stage, so that is what the server holds.
         self._sent_stage = first_stage
         self._sent_checkpoint_seq = 0
         self._checkpoint: tuple[int, bytes] | None = None  # the newest seen, sent or not
-        self._last_sent_at = float("-inf")
         self._backlog: deque[Snapshot] = deque()  # entries into stages not yet reported
         self._latest: Snapshot | None = None
         self._dirty = False  # `_latest` has not been sent
+        self._in_flight: list[tuple[Snapshot, int]] = []  # sent, not answered: (snapshot, checkpoint seq)
         self._closed = False
-        self._wake = asyncio.Event()
-        self._urgent = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._backoff = Backoff(initial=interval)
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"report {job_no}")
+        sender.add(self)
 
     def update(self, snapshot: Snapshot) -> None:
         """Take a new snapshot; call on the loop (the sink hops threads for us)."""
@@ -76,85 +76,33 @@ class JobReporter:
         if snapshot.checkpoint is not None and snapshot.checkpoint_seq > (self._checkpoint or (0, b""))[0]:
             self._checkpoint = (snapshot.checkpoint_seq, snapshot.checkpoint)
         self._idle.clear()
-        self._wake.set()
-        if snapshot.stage != self._sent_stage:
-            self._urgent.set()
+        self._sender.wake()
 
-    async def flush(self, timeout: float) -> bool:
-        """Wait until the latest snapshot was sent (True) or `timeout` passed (False)."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+    @property
+    def pending(self) -> bool:
+        return not self._closed and not self._in_flight and bool(self._backlog or self._dirty)
 
-    async def close(self) -> None:
-        """Stop sending; anything unsent is dropped (flush first to keep it)."""
-        self._closed = True
-        self._idle.set()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def _run(self) -> None:
-        try:
-            while not self._closed:
-                if not self._backlog and not self._dirty:
-                    self._idle.set()
-                    await self._wake.wait()
-                    self._wake.clear()
-                    continue
-                if not self._backlog:
-                    await self._wait_window()
-                await self._send(self._next())
-        finally:
-            self._idle.set()  # a closed reporter never holds up a flush
-
-    def _next(self) -> Snapshot:
-        if self._backlog:
-            return self._backlog.popleft()
-        assert self._latest is not None
-        self._dirty = False
-        return self._latest
-
-    async def _wait_window(self) -> None:
-        """Hold a same-stage report until the interval since the last send has passed."""
-        while True:
+    def take(self) -> list[worker_pb2.ReportStageRequest]:
+        """What to send now (stage entries first, then the latest), marked in flight."""
+        if not self.pending:
+            return []
+        snapshots = list(self._backlog)
+        self._backlog.clear()
+        if self._dirty:
             assert self._latest is not None
-            if self._latest.stage != self._sent_stage:
-                return
-            delay = self._last_sent_at + self._interval - self._clock()
-            if delay <= 0:
-                return
-            # Updates that raced the previous send set the flag for a stage that has been
-            # sent since: only a stage change from now on may cut the wait short.
-            self._urgent.clear()
-            try:
-                await asyncio.wait_for(self._urgent.wait(), delay)
-            except TimeoutError:
-                return
-
-    async def _send(self, snapshot: Snapshot) -> None:
-        request, checkpoint_seq = self._request(snapshot)
-        self._last_sent_at = self._clock()
-        try:
-            reply = await self._stub.ReportStage(request, timeout=CALL_TIMEOUT_S)
-        except grpc.RpcError as exc:
-            await self._failed(snapshot, exc)
-            return
-        self._backoff.reset()
-        self._sent_stage = snapshot.stage
-        self._sent_checkpoint_seq = max(self._sent_checkpoint_seq, checkpoint_seq)
-        if reply.cancel_requested:
-            self._on_stop(StopReason.CANCEL)
+            snapshots.append(self._latest)
+            self._dirty = False
+        requests = []
+        for snapshot in snapshots:
+            request, seq = self._request(snapshot)
+            requests.append(request)
+            self._in_flight.append((snapshot, seq))
+        return requests
 
     def _request(self, snapshot: Snapshot) -> tuple[worker_pb2.ReportStageRequest, int]:
         """The request for `snapshot`, carrying the newest checkpoint not yet acknowledged."""
         request = worker_pb2.ReportStageRequest(
-            job_no=self._job_no,
-            worker_token=self._token,
-            stage=snapshot.stage,
-            processed_units=snapshot.processed,
+            job_no=self.job_no, worker_token=self._token, stage=snapshot.stage, processed_units=snapshot.processed
         )
         if snapshot.total is not None:
             request.total_units = snapshot.total
@@ -163,25 +111,147 @@ class JobReporter:
             return request, self._checkpoint[0]
         return request, 0
 
-    async def _failed(self, snapshot: Snapshot, exc: grpc.RpcError) -> None:
-        if is_lease_lost(exc):
-            log.warning("job %s: lease lost while reporting; stopping it", self._job_no)
-            self._closed = True
-            self._on_stop(StopReason.LOST)
-            return
-        if not is_transient(exc):
-            # A refused report (bad stage, regression) will be refused again: drop it.
-            log.error("job %s: report refused (%s); dropped", self._job_no, describe(exc))
-            return
-        self._keep(snapshot)
-        delay = self._backoff.next()
-        log.warning("job %s: report failed (%s); retrying in %.2fs", self._job_no, describe(exc), delay)
-        await asyncio.sleep(delay)
+    def settle(self, results: list[worker_pb2.ReportStageResult | None]) -> None:
+        """The answers to what `take` gave, in order; None: the batch did not arrive (send again)."""
+        sent, self._in_flight = self._in_flight, []
+        unsent: list[Snapshot] = []
+        for (snapshot, seq), result in zip(sent, results, strict=True):
+            if self._closed:
+                return
+            if result is None:
+                unsent.append(snapshot)
+            elif result.WhichOneof("result") == "response":
+                self._sent_stage = snapshot.stage
+                self._sent_checkpoint_seq = max(self._sent_checkpoint_seq, seq)
+                if result.response.cancel_requested:
+                    self._on_stop(StopReason.CANCEL)
+            elif _reason(result.error) == "WORKER_LEASE_LOST":
+                log.warning("job %s: lease lost while reporting; stopping it", self.job_no)
+                self._closed = True
+                self._on_stop(StopReason.LOST)
+            else:
+                # A refused report (bad stage, regression) would be refused again: drop it.
+                log.error("job %s: report refused (%s: %s); dropped", self.job_no,
+                          code_pb2.Code.Name(result.error.code), result.error.message)  # fmt: skip
+        self._keep(unsent)
+        if not self.pending:
+            self._idle.set()
 
-    def _keep(self, snapshot: Snapshot) -> None:
-        """Put an unsent snapshot back, unless something newer in its stage replaced it."""
-        assert self._latest is not None
-        if self._latest.stage != snapshot.stage and snapshot.stage != self._sent_stage:
-            self._backlog.appendleft(snapshot)  # a stage entry the server must still hear of
-        elif not self._dirty:
-            self._latest, self._dirty = snapshot, True
+    def _keep(self, unsent: list[Snapshot]) -> None:
+        """Put back what did not arrive, unless something newer in its stage replaced it."""
+        for snapshot in reversed(unsent):
+            if self._latest is not None and self._latest.stage == snapshot.stage and self._dirty:
+                continue  # superseded by a newer value of the same stage
+            if self._latest is not None and self._latest.stage != snapshot.stage and snapshot.stage != self._sent_stage:
+                self._backlog.appendleft(snapshot)  # a stage entry the server must still hear of
+            elif not self._dirty:
+                self._latest, self._dirty = snapshot, True
+
+    async def flush(self, timeout: float) -> bool:
+        """Send what is pending now and wait until it was answered (True) or `timeout` passed."""
+        self._sender.wake(now=True)
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Stop reporting; anything unsent is dropped (flush first to keep it)."""
+        self._closed = True
+        self._idle.set()
+        self._sender.remove(self)
+
+
+class ReportSender:
+    """Sends every job's due reports of one worker in one BatchReportStage per interval."""
+
+    def __init__(
+        self, stub: WorkerStub, *, interval: float = REPORT_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._stub = stub
+        self._interval, self._clock = interval, clock
+        self._reporters: dict[str, JobReporter] = {}
+        self._wake = asyncio.Event()
+        self._now = asyncio.Event()  # a flush: do not wait for the interval
+        self._backoff = Backoff(initial=interval)
+        self._last_sent_at = float("-inf")
+        self.calls = 0  # BatchReportStage calls made, for tests and logs
+
+    def add(self, reporter: JobReporter) -> None:
+        self._reporters[reporter.job_no] = reporter
+
+    def remove(self, reporter: JobReporter) -> None:
+        if self._reporters.get(reporter.job_no) is reporter:
+            del self._reporters[reporter.job_no]
+
+    def wake(self, *, now: bool = False) -> None:
+        self._wake.set()
+        if now:
+            self._now.set()
+
+    async def run(self) -> None:
+        """Send until cancelled."""
+        while True:
+            if not any(r.pending for r in self._reporters.values()):
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            delay = self._last_sent_at + self._interval - self._clock()
+            if delay > 0 and not self._now.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._now.wait(), delay)
+            self._now.clear()
+            await self._send()
+
+    async def _send(self) -> None:
+        taken = [(r, r.take()) for r in list(self._reporters.values()) if r.pending]
+        taken = [(r, requests) for r, requests in taken if requests]
+        self._last_sent_at = self._clock()
+        for chunk in _chunks(taken):
+            results = await self._call([request for _, requests in chunk for request in requests])
+            start = 0
+            for reporter, requests in chunk:
+                reporter.settle(results[start : start + len(requests)])
+                start += len(requests)
+
+    async def _call(self, requests: list[worker_pb2.ReportStageRequest]) -> list[worker_pb2.ReportStageResult | None]:
+        """One result per request; None for each when the call failed in transit."""
+        self.calls += 1
+        try:
+            reply = await self._stub.BatchReportStage(
+                worker_pb2.BatchReportStageRequest(reports=requests), timeout=CALL_TIMEOUT_S
+            )
+        except grpc.RpcError as exc:
+            if not is_transient(exc):
+                # Refused whole (not a state a retry changes): each report is refused with it.
+                log.error("reports of %d job(s) refused (%s); dropped", len(requests), describe(exc))
+                refused = worker_pb2.ReportStageResult()
+                refused.error.code, refused.error.message = code_pb2.FAILED_PRECONDITION, describe(exc)
+                return [refused for _ in requests]
+            delay = self._backoff.next()
+            log.warning("reports of %d job(s) failed (%s); again in %.2fs", len(requests), describe(exc), delay)
+            self._last_sent_at = self._clock() + delay - self._interval
+            return [None for _ in requests]
+        self._backoff.reset()
+        return list(reply.results)
+
+
+def _chunks(
+    taken: list[tuple[JobReporter, list[worker_pb2.ReportStageRequest]]],
+) -> list[list[tuple[JobReporter, list[worker_pb2.ReportStageRequest]]]]:
+    """Whole jobs per call, at most MAX_REPORTS_PER_CALL reports each."""
+    chunks: list[list[tuple[JobReporter, list[worker_pb2.ReportStageRequest]]]] = [[]]
+    size = 0
+    for reporter, requests in taken:
+        if size + len(requests) > MAX_REPORTS_PER_CALL and chunks[-1]:
+            chunks.append([])
+            size = 0
+        chunks[-1].append((reporter, requests))
+        size += len(requests)
+    return chunks
+
+
+def _reason(status: status_pb2.Status) -> str | None:
+    info = status_info(status)
+    return info.reason if info is not None else None

@@ -36,7 +36,7 @@ from jobwire.worker.sdk._endings import (
 from jobwire.worker.sdk._errors import Failure, failure_of
 from jobwire.worker.sdk._handlers import AsyncHandler, HandlerSpec, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
-from jobwire.worker.sdk._reporter import JobReporter
+from jobwire.worker.sdk._reporter import JobReporter, ReportSender
 from jobwire.worker.sdk._result import ResultStore, remove_tree
 from jobwire.worker.sdk._rpc import (
     CALL_TIMEOUT_S,
@@ -62,7 +62,7 @@ class RunnerDeps:
     tmp_root: Path | None
     run_sync: Callable[[SyncHandler, JobContext], Awaitable[object]]
     give_up_at: Callable[[], float | None]
-    report_interval: float
+    reports: ReportSender  # every job's progress, in one call per worker and interval
     claims_stopped: asyncio.Event  # set once no Claim is in flight any more, for good
 
 
@@ -106,12 +106,11 @@ class JobRunner:
         stages = stages_of(lease, self._spec)
         tmp = Path(tempfile.mkdtemp(prefix=f"jobwire-{lease.job_no}-a{lease.attempt}-", dir=self._deps.tmp_root))
         reporter = JobReporter(
-            self._deps.stub,
+            self._deps.reports,
             job_no=lease.job_no,
             token=lease.worker_token,
             first_stage=stages[0].code,
             on_stop=self.request_stop,
-            interval=self._deps.report_interval,
         )
         state = AttemptState(self._info(stages, tmp), _LoopSink(asyncio.get_running_loop(), reporter.update))
         self._state = state

@@ -28,6 +28,7 @@ from jobwire.worker.sdk._config import WorkerConfig
 from jobwire.worker.sdk._context import JobContext, StopReason
 from jobwire.worker.sdk._handlers import Handlers, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
+from jobwire.worker.sdk._reporter import ReportSender
 from jobwire.worker.sdk._result import ResultStore
 from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, Backoff, WorkerStub, call_retrying, describe, stages_to_proto
 from jobwire.worker.sdk._runner import JobRunner, RunnerDeps
@@ -110,16 +111,18 @@ class Worker:
         assert stub is not None
         pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="jobwire-handler")
         keeper = LeaseKeeper(stub, worker_id=self.config.worker_id, default_interval=self.config.heartbeat_interval)
-        deps = self._deps(stub, keeper, pool)
+        reports = ReportSender(stub, interval=self.config.report_interval)
+        deps = self._deps(stub, keeper, reports, pool)
         self._announce()
         keeper_task = asyncio.create_task(keeper.run(), name="lease keeper")
+        reports_task = asyncio.create_task(reports.run(), name="reports")
         claim_task = asyncio.create_task(self._claim_loop(stub, deps), name="claim loop")
         try:
             await self._stop.wait()
             abandoned = await self._drain(claim_task)
         finally:
             # Normally all done by now; if run() itself was cancelled, take everything down.
-            tasks = [claim_task, keeper_task, *(r.task for r in self._running.values())]
+            tasks = [claim_task, keeper_task, reports_task, *(r.task for r in self._running.values())]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -139,7 +142,9 @@ class Worker:
             self.config.concurrency,
         )
 
-    def _deps(self, stub: WorkerStub, keeper: LeaseKeeper, pool: ThreadPoolExecutor) -> RunnerDeps:
+    def _deps(
+        self, stub: WorkerStub, keeper: LeaseKeeper, reports: ReportSender, pool: ThreadPoolExecutor
+    ) -> RunnerDeps:
         loop = asyncio.get_running_loop()
 
         def tracked(fn: SyncHandler, ctx: JobContext) -> object:
@@ -161,7 +166,7 @@ class Worker:
             tmp_root=self.config.tmp_root,
             run_sync=run_sync,
             give_up_at=lambda: self._deadline if self._stopping else None,
-            report_interval=self.config.report_interval,
+            reports=reports,
             claims_stopped=self._claims_stopped,
         )
 

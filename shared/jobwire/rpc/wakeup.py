@@ -18,17 +18,12 @@ Relay = Callable[[str, str], None]
 class Wakeup:
     def __init__(self) -> None:
         self._waiters: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
-        self._arrived = asyncio.Event()
         self.relay: Relay | None = None  # tells sibling processes too
+        self.on_first_waiter: Callable[[], None] | None = None  # news is wanted soon (the event tail)
 
     @property
     def waiting(self) -> bool:
         return bool(self._waiters)
-
-    async def first_waiter(self) -> None:
-        """Return when a claim starts waiting (for pollers that idle while nobody waits)."""
-        self._arrived.clear()
-        await self._arrived.wait()
 
     def notify(self, tenant: str, queue: str, *, relay: bool = True) -> None:
         """Wake this process's claims of `queue` (and, with `relay`, its siblings')."""
@@ -41,9 +36,10 @@ class Wakeup:
         """True when woken before `timeout` seconds."""
         event = asyncio.Event()
         keys = [(tenant, q) for q in queues]
+        if not self._waiters and self.on_first_waiter is not None:
+            self.on_first_waiter()
         for key in keys:
             self._waiters[key].add(event)
-        self._arrived.set()
         try:
             await asyncio.wait_for(event.wait(), timeout)
             return True

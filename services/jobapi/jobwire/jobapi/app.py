@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from jobwire.db.feed import FeedReader
 from jobwire.jobapi.admin_servicer import AdminServicer
 from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
@@ -29,9 +26,8 @@ def add_jobapi(rt: Runtime) -> None:
 
 
 def add_watching(rt: Runtime) -> Watches:
-    """The process's one change-feed reader and its stream registry (call inside the loop)."""
-    feed = ChangeFeed(FeedReader(rt.store.db), rt.settings.feed_poll_seconds)
+    """The streams' view of the process's event tail, and their registry."""
+    feed = ChangeFeed(rt.tail)
     registry = StreamRegistry(rt.settings.max_streams)
-    rt.host.add_task(asyncio.create_task(feed.run(), name="jobwire-change-feed"))
     rt.host.add_stop_hook(registry.stop)  # streams end UNAVAILABLE before the server drains
     return Watches(feed, rt.store.db, rt.blocking, registry)

@@ -1,36 +1,29 @@
-"""The change feed: one reader task per process, fanning job changes out in memory.
+"""The change feed: the process's one event tail (jobwire.tail), fanned out to streams in memory.
 
-A single task polls `job_event` (jobwire.db.feed) every `poll_seconds` on its own thread
-and hands each visible event to the streams subscribed to that job or to its owner. The
-database sees one statement per poll whether ten or ten thousand streams watch; each event
-is decoded once and encoded once per locale, however many streams receive it.
+Each visible event goes to the streams subscribed to its job or to its owner. The database
+sees one statement per poll whether ten or ten thousand streams watch; each event is
+decoded once and encoded once per locale, however many streams receive it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from jobwire.db.feed import FeedReader, FeedRow
+from jobwire.db.feed import FeedRow
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row, row_from_snapshot
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc import convert
+from jobwire.tail import EventTail
 from jobwire.v1 import job_pb2
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_ERROR_S = 1.0
-# With no stream listening, poll only this often (a subscribe wakes the feed at once):
-# an idle server then costs the database one statement a second, not twenty.
-IDLE_POLL_S = 1.0
 UNSEQUENCED = sys.maxsize  # read from the store, not delivered by a poll
 K = TypeVar("K")
 
@@ -91,48 +84,35 @@ Unsubscribe = Callable[[], None]
 
 
 class ChangeFeed:
-    """Polls the database on one thread and fans updates out to subscribed sinks."""
+    """Fans the process's event tail out to the streams subscribed to a job or an owner."""
 
-    def __init__(self, reader: FeedReader, poll_seconds: float) -> None:
-        self._reader = reader
-        self._poll_s = poll_seconds
+    def __init__(self, tail: EventTail) -> None:
+        self._tail = tail
         self._by_job: dict[tuple[str, str], set[Sink]] = defaultdict(set)
         self._by_owner: dict[str, dict[str, set[Sink]]] = defaultdict(lambda: defaultdict(set))  # tenant, owner
-        # One thread of its own: the feed never waits behind RPCs on the shared DB pool.
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobwire-feed")
-        self._ready = asyncio.Event()
-        self.polls = 0  # polls completed
-        self._polling = False
-        self._synced: list[tuple[int, asyncio.Future[None]]] = []
-        self._wake = asyncio.Event()
+        tail.subscribe(self.dispatch, listening=lambda: bool(self._by_job or self._by_owner))
 
     async def ready(self) -> None:
-        """Wait until the feed has its start position: events after it are delivered."""
-        await self._ready.wait()
+        """Wait until the tail has its start position: events after it are delivered."""
+        await self._tail.ready()
 
     async def sync(self) -> int:
-        """Wait for a poll that started after this call; return its number.
+        """Wait for a poll that started after this call (see EventTail.sync); its number."""
+        return await self._tail.sync()
 
-        Every event committed before the call has then been dispatched (bar rows still in
-        flight), so an update with `seq` at or below the number is older than anything
-        read from the database after this returns.
-        """
-        target = self.polls + (2 if self._polling else 1)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._synced.append((target, done))
-        self._wake.set()
-        await done
-        return target
+    @property
+    def polls(self) -> int:
+        return self._tail.polls
 
     def subscribe_job(self, tenant: str, job_no: str, sink: Sink) -> Unsubscribe:
         key = (tenant, job_no)
         self._by_job[key].add(sink)
-        self._wake.set()
+        self._tail.wake()
         return lambda: _discard(self._by_job, key, sink)
 
     def subscribe_owner(self, tenant: str, owner: str, sink: Sink) -> Unsubscribe:
         self._by_owner[tenant][owner].add(sink)
-        self._wake.set()
+        self._tail.wake()
 
         def remove() -> None:
             owners = self._by_owner.get(tenant)
@@ -143,58 +123,15 @@ class ChangeFeed:
 
         return remove
 
-    async def run(self) -> None:
-        """The reader task: poll, dispatch, sleep; survive database outages."""
-        try:
-            await self._start()
-            while True:
-                self._polling = True
-                rows = await self._poll()
-                self._polling = False
-                self.dispatch(rows)
-                self._release_synced()
-                if rows is None:
-                    await asyncio.sleep(RETRY_AFTER_ERROR_S)
-                elif len(rows) < self._reader.batch:
-                    await self._pause()
-        finally:
-            self._thread.submit(self._reader.close)
-            self._thread.shutdown(wait=False)
-
-    async def _pause(self) -> None:
-        listening = self._by_job or self._by_owner or self._synced
-        self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), self._poll_s if listening else IDLE_POLL_S)
-
-    async def _start(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                await loop.run_in_executor(self._thread, self._reader.start)
-                self._ready.set()
-                return
-            except Exception:
-                log.warning("change feed: cannot read its start position yet", exc_info=True)
-                await asyncio.sleep(RETRY_AFTER_ERROR_S)
-
-    async def _poll(self) -> list[FeedRow] | None:
-        try:
-            rows = await asyncio.get_running_loop().run_in_executor(self._thread, self._reader.poll)
-        except Exception:
-            log.warning("change feed: poll failed; retrying", exc_info=True)
-            return None
-        self.polls += 1
-        return rows
-
-    def dispatch(self, rows: Iterable[FeedRow] | None) -> None:
-        for row in rows or ():
+    def dispatch(self, rows: Sequence[FeedRow], seq: int) -> None:
+        """Each row to the sinks that watch its job or its owner; `seq`: the poll that read it."""
+        for row in rows:
             for_job = self._by_job.get((row.tenant, row.job_no))
             owners = self._by_owner.get(row.tenant)
             if not for_job and not owners:
                 continue  # nobody watches: not even decoded
             try:
-                update = Update.from_feed(row, self.polls)
+                update = Update.from_feed(row, seq)
             except (ValueError, KeyError, TypeError):
                 # One bad snapshot must not stop the feed for every stream; a stream that
                 # needs this version sees the hole and replays it (or fails) on its own.
@@ -205,15 +142,6 @@ class ChangeFeed:
                 sinks |= owners.get(update.owner, set())
             for sink in sinks:
                 sink.offer(update)
-
-    def _release_synced(self) -> None:
-        waiting = []
-        for target, done in self._synced:
-            if target > self.polls:
-                waiting.append((target, done))
-            elif not done.done():
-                done.set_result(None)
-        self._synced = waiting
 
 
 def _discard(index: dict[K, set[Sink]], key: K, sink: Sink) -> None:

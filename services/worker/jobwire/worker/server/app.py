@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from jobwire.db.feed import FeedReader
 from jobwire.serving import Runtime
 from jobwire.v1 import worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
@@ -14,8 +11,7 @@ from jobwire.worker.server.servicer import WorkerServicer
 
 def add_worker_service(rt: Runtime) -> None:
     """WorkerService and its runnable-work watcher (call inside the running loop)."""
-    watcher = RunnableWatcher(FeedReader(rt.store.db), rt.wakeup, rt.settings.feed_poll_seconds)
-    rt.host.add_task(asyncio.create_task(watcher.run(), name="jobwire-runnable-watcher"))
+    RunnableWatcher(rt.tail, rt.wakeup, rt.store.db.clock.now)
     servicer = WorkerServicer(Leasing(rt.store, rt.commits, rt.wakeup), rt.settings)
     name = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
     rt.host.add_servicer(worker_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, name)

@@ -25,10 +25,10 @@ from jobwire.rpc.wakeup import Wakeup
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Waiting claims are woken by submits in this process (Wakeup) and by the runnable-work
-# watcher for every other process; this slow poll only catches retries whose backoff
-# ends while a claim waits.
-POLL_INTERVAL_S = 5.0
+# Waiting claims are woken by submits in this process and its siblings (Wakeup) and by the
+# runnable-work watcher for every other process and for jobs whose run_after comes later;
+# this slow poll is only a safety net (an event the tail gave up on, a feed outage).
+POLL_INTERVAL_S = 30.0
 # ListWorkers needs "last seen", not every call: one write per worker this often.
 SEEN_EVERY_S = 5.0
 

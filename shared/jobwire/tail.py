@@ -1,0 +1,139 @@
+"""The one reader of `job_event` in a server process, for every part that needs its news.
+
+Watch streams (jobapi's ChangeFeed) and waiting claims (worker.server's runnable-work
+watcher) both learn of changes from the event table; one reader polls it for both, on a
+thread of its own (its queries are SQLAlchemy's), and hands each batch of rows to every
+subscriber on the event loop. The reading rules (gaps, late commits) are
+jobwire.db.feed's.
+
+Pace: while someone listens (a stream is open, a claim waits, a caller wants a sync), a
+poll follows every `poll_seconds` (50 ms) as long as polls bring rows, and backs off to
+BUSY_BACKOFF_S when they come back empty; with nobody listening, once a second. A new
+listener, or anything that expects news soon, wakes it at once. So an idle server with
+fifty waiting workers costs the database four polls a second, not twenty, and a change
+under load still reaches a watcher within one poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from jobwire.db.feed import FeedReader, FeedRow
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 1.0  # nobody listens: look rarely
+BUSY_BACKOFF_S = 0.25  # someone listens and nothing happens: at most this long between polls
+RETRY_AFTER_ERROR_S = 1.0
+
+Deliver = Callable[[Sequence[FeedRow], int], None]  # rows, the number of the poll that read them
+
+
+@dataclass(frozen=True)
+class _Subscriber:
+    deliver: Deliver
+    listening: Callable[[], bool]
+
+
+class EventTail:
+    def __init__(self, reader: FeedReader, poll_seconds: float) -> None:
+        self._reader = reader
+        self._poll_s = poll_seconds
+        self._subscribers: list[_Subscriber] = []
+        # One thread of its own: the tail never waits behind queries on the shared pool.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobwire-tail")
+        self._ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.polls = 0  # polls completed
+        self._polling = False
+        self._synced: list[tuple[int, asyncio.Future[None]]] = []
+        self._quiet = 0  # empty polls in a row
+
+    def subscribe(self, deliver: Deliver, *, listening: Callable[[], bool]) -> None:
+        """Hand every batch to `deliver`; poll fast while `listening()` says someone waits."""
+        self._subscribers.append(_Subscriber(deliver, listening))
+
+    def wake(self) -> None:
+        """Poll now: news is expected (a stream opened, a claim started waiting)."""
+        self._quiet = 0
+        self._wake.set()
+
+    async def ready(self) -> None:
+        """Wait until the tail has its start position: events after it are delivered."""
+        await self._ready.wait()
+
+    async def sync(self) -> int:
+        """Wait for a poll that started after this call; return its number.
+
+        Every event committed before the call has then been delivered (bar rows still in
+        flight), so a row read at or below the number is older than anything read from
+        the database after this returns.
+        """
+        target = self.polls + (2 if self._polling else 1)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._synced.append((target, done))
+        self.wake()
+        await done
+        return target
+
+    async def run(self) -> None:
+        """Poll, deliver, pause; survive database outages."""
+        try:
+            await self._start()
+            while True:
+                self._polling = True
+                rows = await self._poll()
+                self._polling = False
+                if rows:
+                    for subscriber in self._subscribers:
+                        subscriber.deliver(rows, self.polls)
+                self._release_synced()
+                if rows is None:
+                    await asyncio.sleep(RETRY_AFTER_ERROR_S)
+                elif len(rows) < self._reader.batch:
+                    self._quiet = 0 if rows else self._quiet + 1
+                    await self._pause()
+        finally:
+            self._thread.submit(self._reader.close)
+            self._thread.shutdown(wait=False)
+
+    async def _pause(self) -> None:
+        listening = self._synced or any(s.listening() for s in self._subscribers)
+        pause = min(self._poll_s * 2**self._quiet, BUSY_BACKOFF_S) if listening else IDLE_POLL_S
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), max(pause, self._poll_s))
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await loop.run_in_executor(self._thread, self._reader.start)
+                self._ready.set()
+                return
+            except Exception:
+                log.warning("event tail: cannot read its start position yet", exc_info=True)
+                await asyncio.sleep(RETRY_AFTER_ERROR_S)
+
+    async def _poll(self) -> list[FeedRow] | None:
+        try:
+            rows = await asyncio.get_running_loop().run_in_executor(self._thread, self._reader.poll)
+        except Exception:
+            log.warning("event tail: poll failed; retrying", exc_info=True)
+            return None
+        self.polls += 1
+        return rows
+
+    def _release_synced(self) -> None:
+        waiting = []
+        for target, done in self._synced:
+            if target > self.polls:
+                waiting.append((target, done))
+            elif not done.done():
+                done.set_result(None)
+        self._synced = waiting

@@ -9,8 +9,9 @@ the ratio jobwire/raw paired run by run:
   (b) jobwire end to end over gRPC against `python -m jobwire serve` on a fresh MariaDB
       database (bench/e2e.py): Submit, Claim (batch, long poll), 3 ReportStage, Complete;
   (c) grpcio unary echo (bench/echo.py), the RPC ceiling (--skip-echo to leave out);
-  (d) unless --skip-peers: RQ SimpleWorker and Celery solo on Redis, --peer-jobs no-op
-      jobs each (bench/peers.py; pip install -r bench/requirements.txt).
+  (d) unless --skip-peers: --peer-jobs no-op jobs through jobwire (a plain gRPC worker
+      and the SDK worker, bench/noop.py) and through RQ SimpleWorker and Celery solo on
+      Redis (bench/peers.py; pip install -r bench/requirements.txt), timed the same way.
 
 Usage: python bench/throughput.py [--clients 1,8,32] [--runs 3] [--seconds 5] [--jobs N]
 Everything is on loopback; every loop is bounded by --seconds and --jobs; it stops itself.
@@ -38,6 +39,7 @@ import baseline_raw
 import e2e
 import echo
 import grpc
+import noop
 import peers
 import pymysql
 import sqlcount
@@ -171,11 +173,21 @@ def measure(args: argparse.Namespace, results: Results, workdir: Path) -> None:
                     results.echo.setdefault(clients, []).append(ech)
                     line += f"  echo {ech.calls_per_s:6.0f}/s"
                 log(line + (f"  errors {r.errors[:1]} {j.errors}" if r.errors or j.errors else ""))
+            runners: list[Callable[[], peers.PeerResult]] = []
+            if not args.skip_peers:
+                runners += [
+                    lambda: noop.run_raw(server.port, jw_db, args.peer_jobs),
+                    lambda: noop.run_jobwire(server.port, jw_db, args.peer_jobs, workdir),
+                ]
             if not args.skip_peers and not peer_skip:
-                for runner in (peers.run_rq, peers.run_celery):
-                    p = runner(args.peer_jobs, workdir / "peers.log")
-                    results.peers.setdefault(p.name, []).append(p)
-                    log(f"run {run} · {p.name}: {p.jobs_per_s:6.0f} jobs/s")
+                runners += [
+                    lambda: peers.run_rq(args.peer_jobs, workdir / "peers.log"),
+                    lambda: peers.run_celery(args.peer_jobs, workdir / "peers.log"),
+                ]
+            for runner in runners:
+                p = runner()
+                results.peers.setdefault(p.name, []).append(p)
+                log(f"run {run} · {p.name}: {p.jobs_per_s:6.0f} jobs/s")
     finally:
         server.stop(drop=not args.keep)
         counters.close()
@@ -384,15 +396,17 @@ def report(args: argparse.Namespace, results: Results, machine: list[str], elaps
         lines += [
             "",
             f"| peer ({args.peer_jobs} no-op jobs, worker already running) | jobs/s | MEASURED.md "
-            f"| enqueue/s | worker CPU ms/job | jobwire best ({best} clients) / peer |",
-            "|---|---|---|---|---|---|",
+            f"| enqueue/s | worker CPU ms/job | jobwire SDK no-op / this | jobwire lifecycle ({best} clients) / this |",
+            "|---|---|---|---|---|---|---|",
         ]
+        sdk = results.peers.get(noop.SDK_NAME)
         for name, items in results.peers.items():
             rate = med(items, lambda p: p.jobs_per_s)
             lines.append(
                 f"| {name} | {spread([p.jobs_per_s for p in items])} | {REFERENCE.get(name, '–')} "
                 f"| {fmt(med(items, lambda p: p.enqueue_per_s))} "
                 f"| {fmt(med(items, lambda p: p.worker_cpu_ms_per_job), 2)} "
+                f"| {fmt(med(sdk, lambda p: p.jobs_per_s) / rate, 3) if sdk else '–'} "
                 f"| {fmt(best_jw / rate, 3)} |"
             )
     notes = [f"{n} (×{k})" if k > 1 else n for n, k in Counter(results.notes).items()]

@@ -92,13 +92,15 @@ def _artifact(row: Mapping[str, Any]) -> Artifact | None:
     return Artifact(**{name: row[name] for name in ARTIFACT_COLUMNS})
 
 
+SNAPSHOT_COLUMNS = (*VISIBLE_COLUMNS, *ARTIFACT_COLUMNS)
+# One encoder for every event (json.dumps with options builds a new one per call);
+# c_make_encoder calls `default` for what JSON lacks: here only datetimes.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=datetime.isoformat).encode
+
+
 def snapshot(row: Mapping[str, Any]) -> str:
     """The user-visible state of `row` as JSON, for the event that produced it."""
-    out: dict[str, Any] = {}
-    for name in (*VISIBLE_COLUMNS, *ARTIFACT_COLUMNS):
-        value = row.get(name)
-        out[name] = value.isoformat() if isinstance(value, datetime) else value
-    return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+    return _encode({name: row.get(name) for name in SNAPSHOT_COLUMNS})
 
 
 def row_from_snapshot(text: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from jobwire.domain.errors import InvalidArgument
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 JOB_NO = re.compile(r"[A-Z][A-Z0-9]{0,15}-[0-9]{8}-[0-9]{3,12}")
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: one scan in C, not a loop per character
 MAX_KEY_CHARS = 128
 MAX_LABELS = 32
 MAX_LABEL_KEY_CHARS = 63
@@ -36,7 +37,7 @@ def queue(field: str, value: str) -> str:
 def short_text(field: str, value: str, limit: int = MAX_KEY_CHARS) -> str:
     if len(value) > limit:
         raise InvalidArgument(field, f"at most {limit} characters")
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
+    if CONTROL.search(value):
         raise InvalidArgument(field, "must not contain control characters")
     return value
 

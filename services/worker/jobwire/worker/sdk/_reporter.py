@@ -147,9 +147,13 @@ class JobReporter:
             elif not self._dirty:
                 self._latest, self._dirty = snapshot, True
 
+    def send_now(self) -> None:
+        """Send what is pending without waiting for the interval (and without waiting here)."""
+        self._sender.wake(now=True)
+
     async def flush(self, timeout: float) -> bool:
         """Send what is pending now and wait until it was answered (True) or `timeout` passed."""
-        self._sender.wake(now=True)
+        self.send_now()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:

@@ -126,7 +126,8 @@ class JobRunner:
         finally:
             self._deps.keeper.remove(lease.job_no)
             await reporter.close()
-            await asyncio.to_thread(remove_tree, tmp)
+            if tmp.exists():  # an ending call removed it already (see _end); one thread hop less
+                await asyncio.to_thread(remove_tree, tmp)
 
     def _info(self, stages: tuple[StageDef, ...], tmp: Path) -> JobInfo:
         lease = self._lease
@@ -181,6 +182,8 @@ class _Finisher:
     async def _complete(self, result: object) -> None:
         state = self._state
         begin_delivery(state)
+        # The DELIVERING report travels while the result is written; Complete waits for its answer.
+        self._reporter.send_now()
         try:
             delivered = await asyncio.to_thread(
                 self._deps.store.deliver,

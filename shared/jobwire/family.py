@@ -252,7 +252,7 @@ def parent_pid() -> int | None:
 
 
 class SiblingRelay:
-    """Tells a family's other processes that a queue has work: one datagram each, no database.
+    """Tells a family's other processes that a queue has work of a type: one datagram each, no database.
 
     Each child listens on an abstract Unix datagram socket named after its parent and its
     place; a submit in one child wakes the waiting claims of all the others at once, where
@@ -260,7 +260,7 @@ class SiblingRelay:
     it needs: its feed reader catches up when it starts.
     """
 
-    def __init__(self, parent: int, index: int, size: int, deliver: Callable[[str, str], None]) -> None:
+    def __init__(self, parent: int, index: int, size: int, deliver: Callable[[str, str, str], None]) -> None:
         self._names = [f"\0jobwire-family-{parent}-{i}" for i in range(size)]
         self._index = index
         self._deliver = deliver
@@ -269,8 +269,8 @@ class SiblingRelay:
         self._socket.bind(self._names[index])
         asyncio.get_running_loop().add_reader(self._socket.fileno(), self._receive)
 
-    def __call__(self, tenant: str, queue: str) -> None:
-        message = f"{tenant}\0{queue}".encode()
+    def __call__(self, tenant: str, queue: str, job_type: str) -> None:
+        message = f"{tenant}\0{queue}\0{job_type}".encode()
         for i, name in enumerate(self._names):
             if i != self._index:
                 with contextlib.suppress(OSError):  # a sibling restarting, or a full buffer: its feed tells it
@@ -282,8 +282,9 @@ class SiblingRelay:
                 message = self._socket.recv(1024)
             except (BlockingIOError, InterruptedError):
                 return
-            tenant, _, queue = message.decode(errors="replace").partition("\0")
-            self._deliver(tenant, queue)
+            parts = message.decode(errors="replace").split("\0")
+            if len(parts) == 3:  # names are validated: none holds a NUL
+                self._deliver(*parts)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -291,7 +292,17 @@ class SiblingRelay:
         self._socket.close()
 
 
-def sibling_relay(deliver: Callable[[str, str], None]) -> SiblingRelay | None:
+def keeps_house() -> bool:
+    """Whether this process runs housekeeping (lease reaper, retention): a lone server or a family's first child.
+
+    One per family is enough: the children share the database, and every sweep is safe
+    beside another replica's. Each more cost an idle server a few statements a second.
+    A restarted first child takes it up again.
+    """
+    return os.environ.get(INDEX_ENV, "0") == "0"
+
+
+def sibling_relay(deliver: Callable[[str, str, str], None]) -> SiblingRelay | None:
     """The relay of this process, when it is a family's child."""
     parent, index, size = parent_pid(), os.environ.get(INDEX_ENV), os.environ.get(SIZE_ENV)
     if parent is None or index is None or size is None:

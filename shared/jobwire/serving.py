@@ -64,11 +64,12 @@ def open_runtime(settings: Settings) -> Runtime:
         host=ServerHost(settings, ping=store.db.ping),
     )
     rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
-    relay = family.sibling_relay(lambda tenant, queue: rt.wakeup.notify(tenant, queue, relay=False))
+    relay = family.sibling_relay(lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False))
     if relay is not None:
         rt.wakeup.relay = relay
         rt.host.add_stop_hook(relay.close)
-    reaping.start(rt)  # the lease reaper and retention, stopped with the host
+    if family.keeps_house():
+        reaping.start(rt)  # the lease reaper and retention, stopped with the host
     return rt
 
 

@@ -47,7 +47,7 @@ class Jobs:
             raise answer
         job, created = answer
         if created:
-            self.wakeup.notify(new.tenant, new.queue)
+            self.wakeup.notify(new.tenant, new.queue, new.job_type)
         return job, created
 
     async def get(self, who: Principal, job_no: str) -> JobRecord:
@@ -59,7 +59,7 @@ class Jobs:
     async def retry(self, who: Principal, job_no: str) -> JobRecord:
         job = await self._one(Retry(tenant=who.tenant, job_no=job_no))
         if job.status is Status.QUEUED:
-            self.wakeup.notify(who.tenant, job.queue)
+            self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
 
     async def _one(self, op: JobOp[T]) -> T:
@@ -73,7 +73,7 @@ class Jobs:
 
     async def requeue(self, who: Principal, job_no: str, reason: str) -> JobRecord:
         job = await self._one(Requeue(tenant=who.tenant, job_no=job_no, reason=reason))
-        self.wakeup.notify(who.tenant, job.queue)
+        self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
 
     async def list_events(self, who: Principal, job_no: str, page_size: int, page_token: str) -> tuple[list[Row], str]:

@@ -20,7 +20,7 @@ from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.lease import Lease, LeaseStatus
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
-from jobwire.rpc.wakeup import Wakeup
+from jobwire.rpc.wakeup import Waiter, Wakeup
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,12 +44,22 @@ class Leasing:
     async def claim(self, who: Claimant, max_jobs: int, wait_s: float) -> list[Lease]:
         """Leases for up to `max_jobs` jobs, waiting up to `wait_s` for the first."""
         deadline = time.monotonic() + wait_s
+        woken: Waiter | None = None
         while True:
-            leases = await self._claim_once(who, max_jobs)
+            try:
+                leases = await self._claim_once(who, max_jobs)
+            except BaseException:
+                if woken is not None:
+                    self.wakeup.pass_on(woken)  # the work it was woken for still needs a claim
+                raise
             remaining = deadline - time.monotonic()
             if leases or remaining <= 0:
                 return leases
-            await self.wakeup.wait(who.tenant, who.queues, min(remaining, POLL_INTERVAL_S))
+            woken = await self.wakeup.wait(who.tenant, who.queues, who.plans, min(remaining, POLL_INTERVAL_S))
+            if woken.woken_by is None and time.monotonic() >= deadline:
+                # Nothing came: the caller's next Claim looks at once, so a last look now would
+                # only repeat it (one query per idle worker and wait, bench/idle.py).
+                return []
 
     async def _claim_once(self, who: Claimant, max_jobs: int) -> list[Lease]:
         attempt = asyncio.ensure_future(self.commits(Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id))))
@@ -119,5 +129,5 @@ class Leasing:
     def _requeued(self, job: JobRecord) -> JobRecord:
         if job.status is Status.QUEUED:
             # A retry with a backoff is not runnable yet; the poll finds it when it is.
-            asyncio.get_running_loop().call_soon(self.wakeup.notify, job.tenant, job.queue)
+            asyncio.get_running_loop().call_soon(self.wakeup.notify, job.tenant, job.queue, job.job_type)
         return job

@@ -3,10 +3,10 @@
 Without this, a Claim learns of work submitted through another process (another jobapi
 replica, the split deployment) only by polling, and database load grows with the number
 of idle workers, which DESIGN §8 rules out. The process's event tail (jobwire.tail)
-hands this watcher every event; for each job that became QUEUED it wakes this process's
-waiting claims of its queue: at once if the job is runnable, or when its run_after comes
-(a retry's backoff, a submit for later), timed by the database clock. So waiting claims
-poll nobody; the claim loop keeps only a slow safety poll.
+hands this watcher every event; for each job that became QUEUED it wakes a waiting claim
+of this process that can take it (jobwire.rpc.wakeup): at once if the job is runnable, or
+when its run_after comes (a retry's backoff, a submit for later), timed by the database
+clock. So waiting claims poll nobody; the claim loop keeps only a slow safety poll.
 """
 
 from __future__ import annotations
@@ -40,15 +40,15 @@ class RunnableWatcher:
     def _queued(self, row: FeedRow) -> None:
         try:
             job = json.loads(row.snapshot)
-            queue, run_after = str(job["queue"]), job.get("run_after")
+            queue, job_type, run_after = str(job["queue"]), str(job["job_type"]), job.get("run_after")
         except (ValueError, KeyError, TypeError):
             log.warning("runnable-work watcher: cannot read event %d", row.id)
             return
         # Every process reads the tail itself: no need to relay what it read.
         wait = (datetime.fromisoformat(run_after) - self._now()).total_seconds() if run_after else 0.0
         if wait <= 0:
-            self._wakeup.notify(row.tenant, queue, relay=False)
+            self._wakeup.notify(row.tenant, queue, job_type, relay=False)
         else:
             asyncio.get_running_loop().call_later(
-                wait + MARGIN_S, lambda: self._wakeup.notify(row.tenant, queue, relay=False)
+                wait + MARGIN_S, lambda: self._wakeup.notify(row.tenant, queue, job_type, relay=False)
             )

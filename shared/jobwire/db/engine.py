@@ -82,10 +82,17 @@ class Database:
             if self.is_mysql
             else SQLiteConnections(Path(self.url.database) if self.url.database else None, self.statements)
         )
+        self.reached_at = float("-inf")  # monotonic time of the last statement that worked
+
+    def reached(self) -> None:
+        """Note that the database just answered (a health check need not ask it again)."""
+        self.reached_at = time.monotonic()
 
     async def transact(self, fn: Callable[[Wire], Awaitable[T]]) -> T:
         """Run `fn` in one write transaction on the event loop (jobwire.db.writer)."""
-        return await transact(self.writes, fn)
+        result = await transact(self.writes, fn)
+        self.reached()
+        return result
 
     @property
     def integrity_error(self) -> type[Exception]:
@@ -104,8 +111,13 @@ class Database:
     def read(self, fn: Callable[[Connection], T]) -> T:
         return self._run(fn, immediate=False)
 
-    def ping(self) -> bool:
-        """Reachable? On MySQL this reads (and so calibrates) the database clock."""
+    def ping(self, recent: float = 0.0) -> bool:
+        """Reachable? True at once if it answered within `recent` seconds; else one round trip.
+
+        On MySQL the round trip reads (and so calibrates) the database clock.
+        """
+        if time.monotonic() - self.reached_at < recent:
+            return True
         try:
             if self.is_mysql:
                 self.clock.calibrate()
@@ -129,7 +141,9 @@ class Database:
                 with self.engine.connect() as conn:
                     conn = conn.execution_options(jobwire_immediate=immediate)
                     with conn.begin():
-                        return fn(conn)
+                        result = fn(conn)
+                self.reached()
+                return result
             except RetryTransaction:
                 if attempt == MAX_TRIES:
                     raise Conflict() from None

@@ -205,14 +205,17 @@ class FeedReader:
         try:
             conn = self._connection()
             if self.db.is_mysql:
-                return fn(conn)
-            with conn.begin():
-                return fn(conn)
+                result = fn(conn)
+            else:
+                with conn.begin():
+                    result = fn(conn)
         except Exception as exc:
             self.close()  # whatever broke, the next poll starts on a fresh connection
             if isinstance(exc, DBAPIError):
                 raise StoreUnavailable() from exc
             raise
+        self.db.reached()
+        return result
 
     def _connection(self) -> Connection:
         if self._conn is None:

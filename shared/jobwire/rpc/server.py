@@ -58,7 +58,7 @@ def is_loopback(listen: str) -> bool:
 class ServerHost:
     """A grpc.aio server with jobwire's interceptors, health and reflection."""
 
-    def __init__(self, settings: Settings, *, ping: Callable[[], bool]) -> None:
+    def __init__(self, settings: Settings, *, ping: Callable[[float], bool]) -> None:
         if settings.auth_file is None and not is_loopback(settings.listen):
             raise SystemExit(
                 f"refusing to listen on {settings.listen} without JOBWIRE_AUTH_FILE: "
@@ -133,7 +133,8 @@ class ServerHost:
     async def _watch_health(self) -> None:
         serving: bool | None = None
         while True:
-            ok = await asyncio.to_thread(self._ping)
+            # A database that answered any statement within the interval is up: no query of its own.
+            ok = await asyncio.to_thread(self._ping, HEALTH_INTERVAL_S)
             self.metrics.set_health(serving=ok, database_up=ok)
             if ok != serving:
                 serving = ok

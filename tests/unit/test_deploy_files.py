@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -70,3 +73,15 @@ def test_dockerfile_builds_the_protos_and_installs_all_three_parts() -> None:
         assert part in dockerfile
     assert re.search(r"^FROM python:3\.11", dockerfile, re.M)
     assert COMPOSE["services"]["mysql"]["image"] == "mysql:8.4"
+
+
+def test_dockerfile_protoc_line_compiles_every_proto(tmp_path: Path) -> None:
+    """The image's protoc call, run here as written: a missing include path fails the build."""
+    dockerfile = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    match = re.search(r"(python -m grpc_tools\.protoc .*?\.proto)", dockerfile)
+    assert match, "no protoc call in the Dockerfile"
+    command = match.group(1).replace("=shared", f"={tmp_path}")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "jobwire/v1/worker_pb2.py").exists()

@@ -225,6 +225,10 @@ GARBAGE_TOKENS = [
     page_token(10**30),
     page_token(2**63),
     "A" * 5000,
+    # deeply nested JSON: the parser recursed into INTERNAL (security review, finding 6)
+    base64.urlsafe_b64encode(b"[" * 100_000).decode(),
+    base64.urlsafe_b64encode(b'{"after": ' * 30 + b"1" + b"}" * 30).decode(),
+    base64.urlsafe_b64encode(b"[" * 40).decode(),
 ]
 
 LIST_JOBS = [

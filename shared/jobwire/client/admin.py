@@ -46,7 +46,7 @@ class AdminClient(BaseClient):
 
     def list_events(self, job_no: str, *, page_size: int = 0, limit: int | None = None) -> Iterator[admin_pb2.JobEvent]:
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
-        request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=page_size)
+        request = convert.message(admin_pb2.ListEventsRequest, job_no=job_no, page_size=page_size)
         count = 0
         while True:
             page: admin_pb2.ListEventsResponse = self._unary(

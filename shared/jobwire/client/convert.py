@@ -5,16 +5,41 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
+import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf.message import Message
 
+from jobwire.client.errors import InvalidArgumentError
 from jobwire.v1 import admin_pb2, job_pb2
+
+M = TypeVar("M", bound=Message)
 
 Payload = bytes | Mapping[str, Any] | None
 Seconds = float | timedelta
 
 TERMINAL_STATUSES = frozenset({job_pb2.Job.READY, job_pb2.Job.FAILED, job_pb2.Job.CANCELLED})
+
+
+def message(cls: type[M], **fields: Any) -> M:
+    """`cls(**fields)`; a value its wire type cannot hold is INVALID_ARGUMENT naming the field.
+
+    protobuf says only "Value out of range: 999999999999", naming no field; the caller gets
+    the error a server would give for it instead, and nothing is sent.
+    """
+    try:
+        return cls(**fields)
+    except (ValueError, TypeError) as error:
+        for name, value in fields.items():
+            try:
+                cls(**{name: value})
+            except (ValueError, TypeError):
+                why = "is out of range" if isinstance(error, ValueError) else "has the wrong type"
+                raise InvalidArgumentError(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"{name} {why}", violations=((name, why),)
+                ) from None
+        raise
 
 
 def encode_payload(payload: Payload) -> bytes:

@@ -72,7 +72,8 @@ class JobClient(BaseClient):
             owner, labels: free-form, for listing and display.
             locale: labels in the returned job; defaults to the client's.
         """
-        request = job_pb2.SubmitRequest(
+        request = convert.message(
+            job_pb2.SubmitRequest,
             job_type=job_type,
             queue=queue,
             payload=convert.encode_payload(payload),
@@ -137,7 +138,8 @@ class JobClient(BaseClient):
         locale: str | None = None,
     ) -> Iterator[job_pb2.ListJobsResponse]:
         """Pages of jobs, fetched one at a time as the iterator advances."""
-        request = job_pb2.ListJobsRequest(
+        request = convert.message(
+            job_pb2.ListJobsRequest,
             owner=owner,
             statuses=convert.statuses(statuses),
             job_type=job_type,
@@ -196,7 +198,7 @@ class JobClient(BaseClient):
         loc = self._locale(locale)
 
         def open_stream(after: int) -> UpdateStream:
-            request = job_pb2.WatchStatusRequest(job_no=job_no, after_version=after, locale=loc)
+            request = convert.message(job_pb2.WatchStatusRequest, job_no=job_no, after_version=after, locale=loc)
             # No deadline: a watch lasts as long as the job; keepalive finds dead peers.
             stream: UpdateStream = self._stub.WatchStatus(request)
             return stream
@@ -219,7 +221,8 @@ def _retry_policy(
 ) -> job_pb2.RetryPolicy | None:
     if not (max_attempts or initial_backoff or max_backoff or multiplier or on_lease_lost):
         return None  # leave the field unset so the server applies its defaults
-    policy = job_pb2.RetryPolicy(
+    policy = convert.message(
+        job_pb2.RetryPolicy,
         max_attempts=max_attempts,
         backoff_multiplier=multiplier,
         on_lease_lost=convert.on_lease_lost(on_lease_lost),

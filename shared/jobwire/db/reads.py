@@ -88,13 +88,20 @@ def encode_page_token(last_id: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"after": last_id}).encode()).decode().rstrip("=")
 
 
+# A token this server issues is {"after": <BIGINT>}: under 40 characters encoded.
+_MAX_PAGE_TOKEN = 64
+
+
 def decode_page_token(token: str) -> int | None:
     if not token:
         return None
+    # The length bound comes first: deeply nested JSON would otherwise recurse in the parser.
+    if len(token) > _MAX_PAGE_TOKEN:
+        raise InvalidArgument("page_token", "is not a token this server issued")
     try:
         raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
         after = raw["after"]
-    except (binascii.Error, ValueError, TypeError, KeyError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError):
         raise InvalidArgument("page_token", "is not a token this server issued") from None
     # bool is an int to Python; ids are BIGINT: anything else is not a token this server issued.
     if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:

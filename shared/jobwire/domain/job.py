@@ -117,6 +117,10 @@ class JobRecord:
 
 
 _HIDDEN = (
+    # URLs and DSNs first, whole: they may carry credentials (postgres://admin:pw@db01/prod)
+    (re.compile(r"\b[a-z][a-z0-9+.\-]*://\S+", re.I), "[url]"),
+    # user:password@host and user@host without a scheme
+    (re.compile(r"\b[\w.%+\-]+(?::[^\s@]*)?@[\w.\-]+(?::\d+)?", re.I), "[address]"),
     # paths: two or more segments, Unix or Windows
     (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-~@+]+){2,}[\\/]?"), "[path]"),
     # IPv4 and IPv6 addresses, with an optional port
@@ -125,6 +129,8 @@ _HIDDEN = (
     # host names: three or more labels, or two with a common suffix
     (re.compile(r"\b(?:[a-z0-9-]+\.){2,}[a-z][a-z0-9-]*\b", re.I), "[host]"),
     (re.compile(r"\b[a-z0-9-]+\.(?:internal|local|lan|corp|com|net|org|io|svc)\b", re.I), "[host]"),
+    # any name with a port (db01:5432, localhost:8080): a single label is a host too
+    (re.compile(r"\b[a-z][a-z0-9\-]*:\d{2,5}\b", re.I), "[address]"),
 )
 MAX_USER_MESSAGE = 300
 # Terminal colour codes (ffmpeg, compilers) and other control characters carry no meaning

@@ -158,3 +158,23 @@ def test_unreadable_payload_file_is_one_line(tmp_path: Path) -> None:
     missing = str(tmp_path / "missing.json")
     assert run(["submit", "t", "--payload-file", missing], out=console(), err=err, env={}) == 2
     assert err.export_text().startswith("error: cannot read ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["submit", "t", "--priority", "999999999999"], "priority"),
+        (["submit", "t", "--priority", "-2147483649"], "priority"),
+        (["submit", "t", "--max-attempts", "4294967296"], "max_attempts"),
+        (["watch", "PT-20261130-001", "--after-version", str(2**64)], "after_version"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
+)
+def test_out_of_range_numbers_are_invalid_argument_naming_the_field(argv: list[str], field: str) -> None:
+    """Security review, finding 11: `--priority 999999999999` answered INTERNAL ValueError."""
+    err = console()
+    # Nothing listens on port 1: the error comes before any call is made.
+    assert run(["--target", "127.0.0.1:1", *argv], out=console(), err=err, env={}) == commands.EXIT_REFUSED
+    text = err.export_text()
+    assert text.startswith(f"error: INVALID_ARGUMENT: {field} is out of range"), text
+    assert "ValueError" not in text

@@ -196,6 +196,15 @@ def test_plain_message_first_line_only() -> None:
             "connect to [fe80::1]:5432 failed",
             "fe80::1",
         ),  # an IPv6 address is a host address
+        # security review, finding 10: a single-label host with its port, a DSN with credentials
+        ("cannot reach db01:5432", "db01"),
+        ("cannot reach db01:5432", "5432"),
+        ("connect postgres://admin:hunter2@db01/prod failed", "hunter2"),
+        ("connect postgres://admin:hunter2@db01/prod failed", "admin"),
+        ("fetch https://files.example/x?sig=abc failed", "sig=abc"),
+        ("login admin:hunter2@db01 refused", "hunter2"),
+        ("mail ops@corp failed", "ops@corp"),
+        ("proxy localhost:8080 down", "localhost"),
     ],
     ids=repr,
 )

@@ -746,3 +746,48 @@ async def test_the_limits_themselves_are_accepted(served) -> None:  # type: igno
     assert done.status == job_pb2.Job.READY and len(done.result.uri) == 2048
     got = await served.jobs.Get(job_pb2.GetRequest(job_no=reply.job.job_no))
     assert len(got.labels) == 32 and got.owner == "o" * 128
+
+
+def _undecodable(message: object) -> bytes | None:
+    """`message`'s type on the wire with invalid UTF-8 in its first string field, or None."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for field in message.DESCRIPTOR.fields:  # type: ignore[attr-defined]
+        if field.type == FieldDescriptor.TYPE_STRING:
+            tag = (field.number << 3) | 2  # length-delimited
+            return bytes([tag]) + bytes([2]) + b"\xff\xfe" if tag < 128 else None
+    return None
+
+
+async def test_bytes_that_do_not_parse_answer_invalid_argument(served) -> None:  # type: ignore[no-untyped-def]
+    """Security review, finding 9: invalid UTF-8 in a string field answered UNKNOWN with the
+    parser's exception text. Every RPC with a string field answers INVALID_ARGUMENT, naming
+    no Python class, and writes nothing."""
+    from jobwire.v1 import admin_pb2 as a
+    from jobwire.v1 import job_pb2 as j
+    from jobwire.v1 import worker_pb2 as w
+
+    ctx = await _context(served)
+    before = await db_rows(served)
+    problems, tried = [], 0
+    for module in (a, j, w):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                request_class = getattr(module, method.input_type.name)
+                raw = _undecodable(request_class())
+                if raw is None:
+                    continue
+                tried += 1
+                path = f"/{service.full_name}/{method.name}"
+                if method.server_streaming:
+                    call = served.channel.unary_stream(path)(raw)
+                    failure = rpc_failure(first_message(call))
+                else:
+                    failure = rpc_failure(served.channel.unary_unary(path)(raw))
+                exc = await failure
+                if exc.code() != INVALID or "Error" in (exc.details() or "") or "parsing" in (exc.details() or ""):
+                    problems.append(f"{path}: {exc.code()} {exc.details()!r}")
+    assert tried >= 15, tried
+    assert not problems, "\n".join(problems)
+    assert await db_rows(served) == before
+    assert (await get(served, ctx.job_no)).status == job_pb2.Job.RUNNING

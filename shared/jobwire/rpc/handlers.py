@@ -19,7 +19,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
+from jobwire.domain.errors import InvalidArgument
 from jobwire.rpc.auth import Authenticator, set_current
 from jobwire.rpc.errors import status_of
 from jobwire.rpc.metrics import Metrics
@@ -35,6 +37,8 @@ class Wrapping:
         self._metrics = metrics
 
     def handler(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        if handler.request_deserializer is not None:
+            handler = handler._replace(request_deserializer=_tolerant(handler.request_deserializer))
         if handler.unary_unary is not None:
             return handler._replace(unary_unary=self._unary(method, handler.unary_unary, stream=False))
         if handler.unary_stream is not None:
@@ -54,6 +58,8 @@ class Wrapping:
                 metrics.stream_opened(method)
             try:
                 set_current(resolve(method, context.invocation_metadata()))
+                if isinstance(request, Undecodable):
+                    raise request.error()
                 return await behavior(request, context)
             except grpc.aio.AbortError:
                 code = _code_of(context)
@@ -80,6 +86,8 @@ class Wrapping:
             metrics.stream_opened(method)
             try:
                 set_current(resolve(method, context.invocation_metadata()))
+                if isinstance(request, Undecodable):
+                    raise request.error()
                 async for item in behavior(request, context):
                     yield item
             except grpc.aio.AbortError:
@@ -97,6 +105,38 @@ class Wrapping:
                 metrics.observe(method, code, time.monotonic() - start)
 
         return stream
+
+
+class Undecodable:
+    """A request whose bytes did not parse (invalid UTF-8 in a string field, a broken varint).
+
+    grpc.aio answers a deserializer's exception with UNKNOWN and the parser's own text; a
+    caller's bad bytes are its mistake, so the deserializer hands this on instead and the
+    call answers INVALID_ARGUMENT after auth, like any other bad request.
+    """
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def error(self) -> InvalidArgument:
+        return InvalidArgument(
+            "request", f"is not a valid {self.type_name}: it does not parse (invalid UTF-8 in a text field?)"
+        )
+
+
+def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    type_name = getattr(getattr(deserialize, "__self__", None), "DESCRIPTOR", None)
+    name = type_name.full_name if type_name is not None else "request"
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError:
+            return Undecodable(name)
+
+    return parse
 
 
 def _code_of(context: grpc.aio.ServicerContext) -> str:

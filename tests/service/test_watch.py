@@ -192,3 +192,15 @@ async def test_another_tenants_job_is_not_found(tmp_path: Path, two_tenants: Pat
     finally:
         await served.channel.close()
         await served.runtime.stop(grace=1.0)
+
+
+async def test_a_version_ahead_of_the_job_is_out_of_range_not_a_silent_stream(served) -> None:  # type: ignore[no-untyped-def]
+    """Security review, finding 8: after_version above the job's version held the stream
+    open, silent, even after the job ended."""
+    job, _lease = await running(served)
+    now = await served.jobs.Get(job_pb2.GetRequest(job_no=job.job_no))
+    ahead = await rpc_error(watch(served, job.job_no, after_version=now.version + 1).read())
+    assert ahead == (grpc.StatusCode.OUT_OF_RANGE, "OUT_OF_RANGE")
+    job_no, (final,), _ = await _history(served)
+    ended = await rpc_error(watch(served, job_no, after_version=final.version + 5).read())
+    assert ended == (grpc.StatusCode.OUT_OF_RANGE, "OUT_OF_RANGE")

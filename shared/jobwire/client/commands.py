@@ -6,20 +6,24 @@ import argparse
 import json
 import re
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
 from rich.console import Console
 
 from jobwire.client import render
 from jobwire.client.admin import AdminClient
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.convert import finding_kind, status_value
+from jobwire.client.errors import ClientError, from_rpc_error
 from jobwire.client.jobs import JobClient
 from jobwire.client.live import WatchView
+from jobwire.client.retry import RetrySettings, Sleep
 from jobwire.v1 import job_pb2
 
 EXIT_OK = 0
@@ -30,6 +34,9 @@ EXIT_REFUSED = 4
 EXIT_UNAVAILABLE = 5
 EXIT_INTERRUPTED = 130
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, as shells report it
+# A watch that cannot reach jobwire says so each time and gives up after this many tries
+# in a row (about a minute with the default backoff), instead of retrying silently forever.
+WATCH_RECONNECTS = 12
 _DELAY = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 STATUS_NAMES = (
@@ -58,9 +65,11 @@ class Context:
     timeout: float
     out: Console
     err: Console
+    sleep: Sleep = time.sleep
 
     def jobs(self) -> JobClient:
-        return JobClient(self.config, timeout=self.timeout, locale=self.locale)
+        retry = RetrySettings(watch_max_reconnects=WATCH_RECONNECTS)
+        return JobClient(self.config, timeout=self.timeout, locale=self.locale, retry=retry, sleep=self.sleep)
 
     def admin(self) -> AdminClient:
         return AdminClient(self.config, timeout=self.timeout, locale=self.locale)
@@ -184,7 +193,7 @@ def follow(ctx: Context, client: JobClient, job_no: str, after_version: int) -> 
     view = WatchView(ctx.out, locale=ctx.locale, as_json=ctx.as_json)
     try:
         with view:
-            for job in client.watch(job_no, max(0, after_version)):
+            for job in client.watch(job_no, max(0, after_version), on_reconnect=_say_reconnecting(ctx)):
                 view.update(job)
                 last = job
     except KeyboardInterrupt:
@@ -194,6 +203,24 @@ def follow(ctx: Context, client: JobClient, job_no: str, after_version: int) -> 
         last = client.get(job_no)
     view.finish(last)
     return exit_code(last)
+
+
+def _say_reconnecting(ctx: Context) -> Callable[[int, float, BaseException | None], None]:
+    def say(failures: int, delay: float, cause: BaseException | None) -> None:
+        why = "the stream ended"
+        if isinstance(cause, ClientError):
+            why = str(cause)
+        elif isinstance(cause, grpc.RpcError):
+            why = str(from_rpc_error(cause))
+        ctx.err.print(
+            f"lost jobwire at {ctx.config.target} ({why}); reconnecting in {delay:.1f} s "
+            f"(try {failures} of {WATCH_RECONNECTS})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    return say
 
 
 def exit_code(job: job_pb2.Job) -> int:

@@ -55,6 +55,10 @@ class InvalidArgumentError(ClientError):
     """The request is not valid (see `violations`)."""
 
 
+class OutOfRangeError(ClientError):
+    """A value past what exists, such as an `after_version` the job has not reached."""
+
+
 class NotFoundError(ClientError):
     """No such job (or it belongs to another tenant)."""
 
@@ -93,6 +97,7 @@ class DeadlineExceededError(ClientError):
 
 _BY_CODE: dict[grpc.StatusCode, type[ClientError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.OUT_OF_RANGE: OutOfRangeError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,

@@ -9,7 +9,7 @@ from typing import NamedTuple
 from jobwire.client import convert
 from jobwire.client.base import BaseClient
 from jobwire.client.convert import Payload, Seconds
-from jobwire.client.watch import UpdateStream, watch_job
+from jobwire.client.watch import OnReconnect, UpdateStream, watch_job
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
 
@@ -183,14 +183,20 @@ class JobClient(BaseClient):
                 yield job
 
     def watch(
-        self, job_no: str, after_version: int = 0, *, locale: str | None = None
+        self,
+        job_no: str,
+        after_version: int = 0,
+        *,
+        locale: str | None = None,
+        on_reconnect: OnReconnect | None = None,
     ) -> Generator[job_pb2.Job, None, None]:
         """Each new version of the job, from the current one to the terminal one.
 
         Reconnects by itself when the stream breaks (UNAVAILABLE, a lost connection),
         resuming after the last version delivered, with exponential backoff and jitter; no
         transition is missed or repeated. Ends after READY, FAILED or CANCELLED. Closing the
-        iterator early hangs up the stream.
+        iterator early hangs up the stream. `on_reconnect(failures, delay, cause)` is called
+        before each pause; `retry_settings.watch_max_reconnects` bounds them.
 
         Raises:
             NotFoundError: no such job. Other ClientErrors as the server answers.
@@ -209,6 +215,7 @@ class JobClient(BaseClient):
             after_version=after_version,
             settings=self.retry_settings,
             sleep=self._sleep,
+            on_reconnect=on_reconnect,
         )
 
 

@@ -33,6 +33,8 @@ class UpdateStream(Protocol):
 
 OpenStream = Callable[[int], UpdateStream]  # after_version -> stream
 GetJob = Callable[[], job_pb2.Job]
+# (consecutive failures, the pause before the next try, what broke): lets a person know
+OnReconnect = Callable[[int, float, BaseException | None], None]
 
 
 class _DroppedError(Exception):
@@ -118,8 +120,11 @@ def watch_job(
     after_version: int,
     settings: RetrySettings,
     sleep: Sleep,
+    on_reconnect: OnReconnect | None = None,
 ) -> Generator[job_pb2.Job, None, None]:
     """Yield each new version of a job until it is terminal, reconnecting on drops.
+
+    `on_reconnect` is told before each pause, so a watcher is never silent while it retries.
 
     Raises:
         ClientError: a non-retryable answer (NOT_FOUND, PERMISSION_DENIED, ...), or the
@@ -141,4 +146,7 @@ def watch_job(
             cause = drop.cause
         state.failures += 1
         state.give_up_if_exhausted(cause)
-        sleep(settings.watch_backoff.delay(state.failures))
+        delay = settings.watch_backoff.delay(state.failures)
+        if on_reconnect is not None:
+            on_reconnect(state.failures, delay, cause)
+        sleep(delay)

@@ -36,6 +36,13 @@ class InvalidArgument(JobwireError):
         self.description = message
 
 
+class OutOfRange(InvalidArgument):
+    """A value is valid in itself but past what exists (a version the job has not reached)."""
+
+    code = "OUT_OF_RANGE"
+    reason = "OUT_OF_RANGE"
+
+
 class JobNotFound(JobwireError):
     """No such job."""
 

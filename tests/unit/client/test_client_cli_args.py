@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from jobwire.client import commands
+from jobwire.client.channel import ChannelConfig
 from jobwire.client.cli import build_parser, report_error, run
 from jobwire.client.errors import NotFoundError, UnavailableError
 from jobwire.v1 import job_pb2
@@ -178,3 +179,24 @@ def test_out_of_range_numbers_are_invalid_argument_naming_the_field(argv: list[s
     text = err.export_text()
     assert text.startswith(f"error: INVALID_ARGUMENT: {field} is out of range"), text
     assert "ValueError" not in text
+
+
+def test_watch_against_a_wrong_port_says_it_reconnects_and_gives_up() -> None:
+    """Security review, finding 13: `jobctl watch` at a wrong port printed nothing and retried forever."""
+    out, err, pauses = console(), console(), []
+    ctx = commands.Context(
+        config=ChannelConfig(target="127.0.0.1:1"),
+        locale="en",
+        as_json=False,
+        timeout=2.0,
+        out=out,
+        err=err,
+        sleep=pauses.append,
+    )
+    with pytest.raises(UnavailableError):
+        commands.follow(ctx, ctx.jobs(), "PT-20261130-001", 0)
+    lines = err.export_text().splitlines()
+    assert len(pauses) == commands.WATCH_RECONNECTS
+    assert len(lines) == commands.WATCH_RECONNECTS
+    assert lines[0].startswith("lost jobwire at 127.0.0.1:1 (UNAVAILABLE")
+    assert lines[-1].endswith(f"(try {commands.WATCH_RECONNECTS} of {commands.WATCH_RECONNECTS})")

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 
 from jobwire.db import feed as feed_reads
 from jobwire.db.engine import Database
-from jobwire.domain.errors import InvalidArgument, JobNotFound, JobwireError, ResourceExhausted
+from jobwire.domain.errors import InvalidArgument, JobNotFound, JobwireError, OutOfRange, ResourceExhausted
 from jobwire.jobapi.feed import ChangeFeed, Unsubscribe, Update
 from jobwire.rpc.blocking import Blocking
 from jobwire.v1 import job_pb2
@@ -220,6 +220,12 @@ class Watches:
                 start = await self._read(lambda c: feed_reads.watch_start(c, tenant, job_no, after_version))
                 if start is None:
                     raise JobNotFound()
+                if after_version > start.row["version"]:
+                    # The caller claims a version the job never had: a silent stream until the
+                    # job caught up (never, once it ended) would hide the mistake.
+                    raise OutOfRange(
+                        "after_version", f"is ahead of the job, which is at version {start.row['version']}"
+                    )
                 sent = _Sent(locale)
                 if after_version > 0:
                     sent.last[job_no] = after_version

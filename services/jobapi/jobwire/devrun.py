@@ -12,15 +12,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 60.0
+WATCH_INTERVAL_S = 0.5  # how soon the launcher notices that one of its processes died
 
 
 def _tool(name: str) -> str:
@@ -28,17 +33,36 @@ def _tool(name: str) -> str:
     return str(found) if found.exists() else name
 
 
+@dataclass
+class ServicePair:
+    """The server and the example worker, started by `service_pair`."""
+
+    target: str
+    server: subprocess.Popen[str]
+    worker: subprocess.Popen[bytes]
+
+    def ended(self) -> str | None:
+        """Which process exited on its own, and how; None while both run."""
+        for name, proc in (("server", self.server), ("example worker", self.worker)):
+            code = proc.poll()
+            if code is not None:
+                return f"the {name} exited (code {code})"
+        return None
+
+
 @contextmanager
-def service_pair(listen: str, database_url: str) -> Iterator[str]:
+def service_pair(listen: str, database_url: str) -> Iterator[ServicePair]:
     """Start the server, then an example worker against it; stop both on exit."""
     env = {**os.environ, "JOBWIRE_DATABASE_URL": database_url, "JOBWIRE_LISTEN": listen}
     server = subprocess.Popen([sys.executable, "-m", "jobwire", "serve"], env=env, stdout=subprocess.PIPE, text=True)
     worker = None
     try:
         port = _wait_for_port(server)
+        # The rest of the server's output passes through; an unread pipe would fill and stall it.
+        threading.Thread(target=_pass_through, args=(server.stdout,), daemon=True).start()
         target = f"{listen.rsplit(':', 1)[0]}:{port}"
         worker = subprocess.Popen([_tool("jobwire-worker"), "--target", target, "--handlers", "examples:handlers"])
-        yield target
+        yield ServicePair(target, server, worker)
     finally:
         # The worker first, so it can still Release its running jobs to the server.
         for proc in (worker, server):
@@ -46,6 +70,12 @@ def service_pair(listen: str, database_url: str) -> Iterator[str]:
                 proc.terminate()
             if proc is not None:
                 proc.wait(timeout=60)
+
+
+def _pass_through(stream: IO[str]) -> None:
+    for line in stream:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def _wait_for_port(server: subprocess.Popen[str]) -> int:
@@ -58,6 +88,15 @@ def _wait_for_port(server: subprocess.Popen[str]) -> int:
         if line.startswith("jobwire serving on port"):
             return int(line.rsplit(" ", 1)[1])
     raise SystemExit("the server did not start in time")
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (a service manager, `kill`) stops both processes as Ctrl-C does."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def examples(results: Path) -> dict[str, dict[str, object]]:
@@ -80,7 +119,7 @@ def print_howto(target: str, results: Path) -> None:
     print(f"  {jobctl} list")
     print(f"  {jobctl} get JOB_NO            {jobctl} cancel JOB_NO")
     print(f"  {jobctl} events JOB_NO         {jobctl} inspect         {jobctl} workers")
-    print("\nCtrl-C stops both processes.\n", flush=True)
+    print("\nCtrl-C (or SIGTERM) stops both processes; if either dies, this stops too.\n", flush=True)
 
 
 def demo(target: str, results: Path) -> int:
@@ -123,15 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = Path("var/demo").resolve()
     results.mkdir(parents=True, exist_ok=True)
-    with service_pair(args.listen, args.database_url) as target:
-        if args.demo:
-            return demo(target, results)
-        print_howto(target, results)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            print("\nstopping")
+    _stop_on_sigterm()
+    try:
+        with service_pair(args.listen, args.database_url) as pair:
+            if args.demo:
+                return demo(pair.target, results)
+            print_howto(pair.target, results)
+            while (ended := pair.ended()) is None:
+                time.sleep(WATCH_INTERVAL_S)
+            print(f"\n{ended}; stopping", file=sys.stderr, flush=True)
+            return 1
+    except KeyboardInterrupt:
+        print("\nstopping", flush=True)
     return 0
 
 

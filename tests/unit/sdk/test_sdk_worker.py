@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import grpc
 import pytest
-from sdk_support import FakeWorkerService, make_lease, unavailable
+from sdk_support import FakeWorkerService, make_lease, rpc_error, unavailable
 
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.sdk import DependencyFailed, Handlers, JobContext, Result, Worker, WorkerConfig
@@ -343,3 +345,21 @@ def test_stage_plans_convert_both_ways_with_one_helper() -> None:
     plan = (*registry["write"].stages, *DEFAULT_PLAN[:1])
     assert stages_from_proto(stages_to_proto(plan)) == plan
     assert stages_from_proto([]) == ()
+
+
+async def test_the_log_says_how_each_job_really_ended(
+    config: WorkerConfig, fake: FakeWorkerService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Security review, finding 13: the log said COMPLETE for a job whose result the server
+    refused (it failed RESULT_INVALID), and FAIL without the reason."""
+    fake.fail_next("Complete", rpc_error(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "result.uri: bad"))
+    fake.pending += [make_lease("PT-1", "write", b'{"n": 1}'), make_lease("PT-2", "fails", b'{"kind": "dependency"}')]
+    with caplog.at_level(logging.INFO, logger="jobwire.worker"):
+        async with running(config, fake):
+            await fake.wait_for("Fail", 2)
+    endings = {
+        r.getMessage().split(":", 1)[0]: r.getMessage() for r in caplog.records if " attempt 1: " in r.getMessage()
+    }
+    assert "failed RESULT_INVALID (not retryable)" in endings["job PT-1 attempt 1"]
+    assert "READY" not in endings["job PT-1 attempt 1"]
+    assert endings["job PT-2 attempt 1"].endswith("failed DEPENDENCY_FAILED (retryable): the warehouse API is down")

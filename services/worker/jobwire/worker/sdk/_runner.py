@@ -120,7 +120,6 @@ class JobRunner:
         self._deps.keeper.add(lease.job_no, lease.worker_token, interval=interval, on_stop=state.request_stop)
         try:
             ending = await self._invoke(state)
-            log.info("job %s attempt %d: %s", lease.job_no, lease.attempt, ending.kind.value)
             await _Finisher(self._deps, lease, state, reporter).finish(ending)
             return ending.kind
         finally:
@@ -175,9 +174,14 @@ class _Finisher:
                 "ConfirmCancel",
                 self._deps.stub.ConfirmCancel,
                 worker_pb2.ConfirmCancelRequest(job_no=self._lease.job_no, worker_token=self._lease.worker_token),
+                done="cancelled at a safe point",
             )
         elif ending.kind is EndKind.RELEASE:
             await self._release()
+        elif ending.kind is EndKind.DISCARD:
+            self._log("lease lost; result discarded")
+        else:  # ABANDON: no safe point reached; the lease expires and the server decides
+            self._log("abandoned without a safe point; the lease will expire")
 
     async def _complete(self, result: object) -> None:
         state = self._state
@@ -206,7 +210,9 @@ class _Finisher:
         request = worker_pb2.CompleteRequest(
             job_no=self._lease.job_no, worker_token=self._lease.worker_token, result=artifact
         )
-        outcome = await self._end("Complete", self._deps.stub.Complete, request)
+        outcome = await self._end(
+            "Complete", self._deps.stub.Complete, request, done=f"READY, {a.size_bytes} bytes delivered to {a.uri}"
+        )
         if outcome in (_Outcome.LOST, _Outcome.REFUSED):
             # Refused for good (not merely unreachable): the file must not look delivered.
             self._deps.store.discard(delivered.path)
@@ -224,7 +230,10 @@ class _Finisher:
             retryable=failure.retryable,
             detail=failure.detail,
         )
-        await self._end("Fail", self._deps.stub.Fail, request)
+        again = "retryable" if failure.retryable else "not retryable"
+        await self._end(
+            "Fail", self._deps.stub.Fail, request, done=f"failed {failure.category.value} ({again}): {failure.message}"
+        )
 
     async def _release(self) -> None:
         await self._reporter.flush(FLUSH_TIMEOUT_S)
@@ -236,10 +245,18 @@ class _Finisher:
         checkpoint = self._state.checkpoint
         if checkpoint is not None:
             request.checkpoint = checkpoint
-        await self._end("Release", self._deps.stub.Release, request)
+        kept = "with its checkpoint" if checkpoint is not None else "without a checkpoint"
+        await self._end("Release", self._deps.stub.Release, request, done=f"released {kept}")
 
-    async def _end(self, what: str, method: Callable[..., Awaitable[Any]], request: Any) -> _Outcome:
-        """Make the ending call, retrying while the server may be reachable again."""
+    def _log(self, what: str) -> None:
+        log.info("job %s attempt %d: %s", self._lease.job_no, self._lease.attempt, what)
+
+    async def _end(self, what: str, method: Callable[..., Awaitable[Any]], request: Any, *, done: str) -> _Outcome:
+        """Make the ending call, retrying while the server may be reachable again.
+
+        `done` is logged once the server accepted it: the log says how the job really ended
+        (a result refused as invalid is logged as the failure it became, not as COMPLETE).
+        """
         label = f"{what} {self._lease.job_no}"
         # Whoever sees the job end must not find this attempt's temporary output still there.
         await asyncio.to_thread(remove_tree, self._state.info.tmp_dir)
@@ -253,6 +270,7 @@ class _Finisher:
                 return _Outcome.LOST
             log.error("%s failed: %s", label, describe(exc))
             return _Outcome.UNREACHABLE if is_transient(exc) else _Outcome.REFUSED
+        self._log(done)
         return _Outcome.OK
 
 

@@ -20,6 +20,7 @@ from jobwire.db.feed import FeedReader
 from jobwire.db.store import JobStore, Work, open_store
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.blocking import Blocking
+from jobwire.rpc.auth import load_tokens
 from jobwire.rpc.config import Settings
 from jobwire.rpc.serve import configure_logging, serve_until_signalled
 from jobwire.rpc.server import ServerHost
@@ -92,9 +93,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
     names = ("listen", "database_url", "auth_file", "metrics_listen", "processes")
     flags = {name: getattr(args, name, None) for name in names}
     try:
-        return Settings.from_env(**{k: v for k, v in flags.items() if v})
-    except ValueError as exc:
+        settings = Settings.from_env(**{k: v for k, v in flags.items() if v})
+        if settings.auth_file is not None:
+            load_tokens(settings.auth_file)  # a bad auth file stops the parent, not each child in turn
+    except (ValueError, OSError) as exc:
         raise SystemExit(f"jobwire: {exc}") from None
+    return settings
 
 
 async def serve(settings: Settings, *services: AddService) -> None:

@@ -85,3 +85,11 @@ def test_dockerfile_protoc_line_compiles_every_proto(tmp_path: Path) -> None:
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "jobwire/v1/worker_pb2.py").exists()
+
+
+def test_published_ports_are_loopback_only_with_the_dev_tokens() -> None:
+    """Security review, finding 12: the dev tokens (admin included) were published on every interface."""
+    assert COMPOSE["services"]["jobapi"]["volumes"][0].startswith("./deploy/auth.dev.toml:")
+    for name, service in COMPOSE["services"].items():
+        for mapping in service.get("ports", []):
+            assert mapping.startswith("127.0.0.1:"), f"{name} publishes {mapping} beyond this machine"

@@ -50,15 +50,26 @@ def current() -> Principal:
 
 
 def load_tokens(path: Path) -> dict[str, Principal]:
-    """sha256 hex -> principal, from the TOML auth file (DESIGN.md §7)."""
+    """sha256 hex -> principal, from the TOML auth file (DESIGN.md §7).
+
+    Every entry names its queues: a forgotten `queues` line must not grant every queue, so
+    all of them takes `queues = ["*"]`, written on purpose.
+    """
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     tokens: dict[str, Principal] = {}
-    for entry in data.get("token", []):
-        role = entry["role"]
+    for number, entry in enumerate(data.get("token", []), start=1):
+        where = f"auth file {path.name}, token {number}"
+        missing = [key for key in ("sha256", "tenant", "role", "queues") if key not in entry]
+        if missing:
+            hint = ' (write queues = ["*"] for every queue)' if "queues" in missing else ""
+            raise ValueError(f"{where}: missing {', '.join(missing)}{hint}")
+        role, queues = entry["role"], entry["queues"]
         if role not in ROLES:
-            raise ValueError(f"auth file: unknown role {role!r}")
+            raise ValueError(f"{where}: unknown role {role!r}")
+        if not isinstance(queues, list) or not queues or not all(isinstance(q, str) and q for q in queues):
+            raise ValueError(f"{where}: queues must be a non-empty list of queue names, or [\"*\"]")
         tokens[str(entry["sha256"]).lower()] = Principal(
-            tenant=str(entry["tenant"]), roles=frozenset({role}), queues=frozenset(entry.get("queues", ["*"]))
+            tenant=str(entry["tenant"]), roles=frozenset({role}), queues=frozenset(queues)
         )
     return tokens
 

@@ -1,0 +1,47 @@
+"""The TOML auth file: every token names its queues, and a bad file stops the server at once."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from jobwire.rpc.auth import load_tokens
+from jobwire.serving import server_flags, settings_from
+
+DIGEST = hashlib.sha256(b"t").hexdigest()
+
+
+def _file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "auth.toml"
+    path.write_text(f'[[token]]\nsha256 = "{DIGEST}"\ntenant = "acme"\nrole = "client"\n{body}')
+    return path
+
+
+def test_a_token_without_queues_is_refused_not_given_every_queue(tmp_path: Path) -> None:
+    """Security review, finding 12: a token without `queues` silently got all queues."""
+    with pytest.raises(ValueError, match=r'token 1: missing queues \(write queues = \["\*"\] for every queue\)'):
+        load_tokens(_file(tmp_path, ""))
+
+
+@pytest.mark.parametrize("queues", ["[]", '"default"', '[""]', "[1]"])
+def test_queues_must_name_queues(tmp_path: Path, queues: str) -> None:
+    with pytest.raises(ValueError, match="queues must be a non-empty list"):
+        load_tokens(_file(tmp_path, f"queues = {queues}\n"))
+
+
+def test_every_queue_is_asked_for_with_a_star(tmp_path: Path) -> None:
+    principal = load_tokens(_file(tmp_path, 'queues = ["*"]\n'))[DIGEST]
+    assert principal.may_use("anything")
+    only = load_tokens(_file(tmp_path, 'queues = ["default"]\n'))[DIGEST]
+    assert only.may_use("default") and not only.may_use("other")
+
+
+def test_a_bad_auth_file_ends_the_server_before_it_serves(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    server_flags(parser)
+    args = parser.parse_args(["--auth-file", str(_file(tmp_path, ""))])
+    with pytest.raises(SystemExit, match="jobwire: auth file auth.toml, token 1: missing queues"):
+        settings_from(args)

@@ -18,9 +18,9 @@ import uvloop
 from jobwire import family, reaping
 from jobwire.db.feed import FeedReader
 from jobwire.db.store import JobStore, Work, open_store
+from jobwire.rpc.auth import load_tokens
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.blocking import Blocking
-from jobwire.rpc.auth import load_tokens
 from jobwire.rpc.config import Settings
 from jobwire.rpc.serve import configure_logging, serve_until_signalled
 from jobwire.rpc.server import ServerHost

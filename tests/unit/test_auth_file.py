@@ -43,5 +43,5 @@ def test_a_bad_auth_file_ends_the_server_before_it_serves(tmp_path: Path) -> Non
     parser = argparse.ArgumentParser()
     server_flags(parser)
     args = parser.parse_args(["--auth-file", str(_file(tmp_path, ""))])
-    with pytest.raises(SystemExit, match="jobwire: auth file auth.toml, token 1: missing queues"):
+    with pytest.raises(SystemExit, match=r"jobwire: auth file auth\.toml, token 1: missing queues"):
         settings_from(args)

@@ -67,7 +67,7 @@ def load_tokens(path: Path) -> dict[str, Principal]:
         if role not in ROLES:
             raise ValueError(f"{where}: unknown role {role!r}")
         if not isinstance(queues, list) or not queues or not all(isinstance(q, str) and q for q in queues):
-            raise ValueError(f"{where}: queues must be a non-empty list of queue names, or [\"*\"]")
+            raise ValueError(f'{where}: queues must be a non-empty list of queue names, or ["*"]')
         tokens[str(entry["sha256"]).lower()] = Principal(
             tenant=str(entry["tenant"]), roles=frozenset({role}), queues=frozenset(queues)
         )

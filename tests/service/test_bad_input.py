@@ -315,6 +315,16 @@ CLAIM = [
         job_types=plan(worker_pb2.StageDef(code="A", labels={"en": "x" * 201})),
     ),
     claim_case(
+        "stage label with ESC",
+        "job_types.stages",
+        job_types=plan(worker_pb2.StageDef(code="A", labels={"en": "\x1b[2Jgone"})),
+    ),
+    claim_case(
+        "stage label with NUL",
+        "job_types.stages",
+        job_types=plan(worker_pb2.StageDef(code="A", labels={"en": "cut\x00here"})),
+    ),
+    claim_case(
         "stage label locale of 36 chars",
         "job_types.stages",
         job_types=plan(worker_pb2.StageDef(code="A", labels={"l" * 36: "x"})),
@@ -449,6 +459,10 @@ COMPLETE = [
     complete_case("negative size", "result", DI, result=result(size_bytes=-1)),
     complete_case("content_type of 256 chars", "result", DI, result=result(content_type="t" * 256)),
     complete_case("summary of 2001 chars", "result", DI, result=result(summary="s" * 2001)),
+    # security review, finding 12: a result page turns the URI into a link
+    complete_case("javascript: uri", "result", DI, result=result(uri="javascript:alert(1)")),
+    complete_case("data: uri", "result", DI, result=result(uri="data:text/html,<b>x</b>")),
+    complete_case("uri with ESC", "result", DI, result=result(uri="https://x/\x1b[2J")),
 ]
 
 

@@ -13,6 +13,7 @@ def test_defaults_and_environment() -> None:
     settings = Settings.from_env({"JOBWIRE_LEASE_SECONDS": "12", "JOBWIRE_JOB_PREFIX": "ACME2"})
     assert (settings.lease_seconds, settings.job_prefix, settings.stall_grace) == (12.0, "ACME2", 12.0)
     assert Settings.from_env({}).database_url == "sqlite:///var/jobwire.db"
+    assert Settings.from_env({"JOBWIRE_RESULT_SCHEMES": "minio, https"}).result_schemes == {"minio", "https"}
 
 
 @pytest.mark.parametrize(
@@ -26,6 +27,9 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_TLS_CLIENT_CA": "/etc/ca.pem"}, "JOBWIRE_TLS_CLIENT_CA"),
         ({"JOBWIRE_MAX_STREAMS": "0"}, "JOBWIRE_MAX_STREAMS"),
         ({"JOBWIRE_REAPER_INTERVAL_SECONDS": "-1"}, "JOBWIRE_REAPER_INTERVAL_SECONDS"),
+        ({"JOBWIRE_RESULT_SCHEMES": "HTTPS"}, "JOBWIRE_RESULT_SCHEMES"),
+        ({"JOBWIRE_RESULT_SCHEMES": "https:"}, "JOBWIRE_RESULT_SCHEMES"),
+        ({"JOBWIRE_RESULT_SCHEMES": " , "}, "JOBWIRE_RESULT_SCHEMES"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names: str) -> None:

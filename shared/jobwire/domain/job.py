@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
 from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.limits import CONTROL
 from jobwire.domain.progress import Progress
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
@@ -35,6 +36,11 @@ class JobFailure:
     retryable: bool
 
 
+# Where results may live by default (JOBWIRE_RESULT_SCHEMES changes it on a server).
+DEFAULT_RESULT_SCHEMES = frozenset({"https", "http", "s3", "gs", "az", "file"})
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Artifact:
     uri: str
@@ -43,11 +49,21 @@ class Artifact:
     content_type: str = ""
     summary: str = ""
 
-    def verified(self) -> Artifact:
-        """The artifact if deliverable, else DELIVERABLE_INVALID; the job stays as it is."""
+    def verified(self, schemes: Collection[str] | None = None) -> Artifact:
+        """The artifact if deliverable, else DELIVERABLE_INVALID; the job stays as it is.
+
+        `schemes` are the URI schemes a user may be sent to (None: any); a reference without
+        a scheme is relative and stays allowed. A result page turns the URI into a link, so
+        `javascript:` or `data:` must never get that far.
+        """
         problem = None
+        scheme = _SCHEME.match(self.uri)
         if not self.uri or len(self.uri) > 2048:
             problem = "result.uri must be 1 to 2048 characters"
+        elif CONTROL.search(self.uri) or any(c.isspace() for c in self.uri):
+            problem = "result.uri must not contain white space or control characters"
+        elif scheme is not None and schemes is not None and scheme.group(1).lower() not in schemes:
+            problem = f"result.uri scheme must be one of: {', '.join(sorted(schemes))}"
         elif not SHA256_HEX.fullmatch(self.sha256.lower()):
             problem = "result.sha256 must be 64 hex digits"
         elif self.size_bytes < 0:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.limits import CONTROL
 
 STAGE_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
 MAX_STAGES = 32
@@ -51,6 +52,9 @@ def validate_plan(stages: Sequence[StageDef], *, field_name: str = "stages") -> 
             raise InvalidArgument(field_name, f"stage {stage.code} appears twice")
         if any(len(k) > 35 or len(v) > MAX_LABEL_CHARS for k, v in stage.labels.items()):
             raise InvalidArgument(field_name, "stage labels are too long")
+        # Labels are shown to people as they are: ESC would drive their terminal, NUL cut the text.
+        if any(CONTROL.search(k) or CONTROL.search(v) for k, v in stage.labels.items()):
+            raise InvalidArgument(field_name, "stage labels must not contain control characters")
         if len(stage.labels) > MAX_LABELS_PER_STAGE:
             raise InvalidArgument(field_name, f"at most {MAX_LABELS_PER_STAGE} labels per stage")
         seen.add(stage.code)

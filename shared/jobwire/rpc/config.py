@@ -8,11 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from jobwire.domain.job import DEFAULT_RESULT_SCHEMES
 from jobwire.domain.limits import MAX_LEASE_S, MIN_LEASE_S
 
 DEFAULT_DATABASE_URL = "sqlite:///var/jobwire.db"
 # Job numbers must read back through jobwire.domain.limits.JOB_NO: PT-20261129-001.
 JOB_PREFIX = re.compile(r"[A-Z][A-Z0-9]{0,15}")
+URI_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*")
 MAX_PROCESSES = 64
 
 
@@ -37,6 +39,8 @@ class Settings:
     retention_cancelled_days: float = 30.0
     retention_failed_days: float = 90.0
     artifact_deleter: str = ""
+    # URI schemes a worker's result may have (JOBWIRE_RESULT_SCHEMES, comma-separated)
+    result_schemes: frozenset[str] = DEFAULT_RESULT_SCHEMES
     # serving processes on one port (JOBWIRE_PROCESSES; the entry points default to the cores)
     processes: int = 1
     share_port: bool = False  # a child of a family: join the port its parent holds (jobwire.family)
@@ -58,6 +62,8 @@ class Settings:
             problems.append("JOBWIRE_REAPER_INTERVAL_SECONDS and JOBWIRE_STALL_GRACE_SECONDS must not be negative")
         if self.max_streams < 1 or self.db_pool_size < 1:
             problems.append("JOBWIRE_MAX_STREAMS and JOBWIRE_DB_POOL_SIZE must be at least 1")
+        if not self.result_schemes or not all(URI_SCHEME.fullmatch(x) for x in self.result_schemes):
+            problems.append("JOBWIRE_RESULT_SCHEMES must list URI schemes in lower case, such as https,s3")
         if not 1 <= self.processes <= MAX_PROCESSES:
             problems.append(f"JOBWIRE_PROCESSES must be between 1 and {MAX_PROCESSES}")
         if problems:
@@ -75,6 +81,10 @@ class Settings:
 
         def number(name: str, default: float) -> float:
             return float(env.get(name, default))
+
+        def schemes(name: str) -> frozenset[str]:
+            value = env.get(name)
+            return frozenset(x.strip() for x in value.split(",") if x.strip()) if value else DEFAULT_RESULT_SCHEMES
 
         grace = env.get("JOBWIRE_STALL_GRACE_SECONDS")
         settings = cls(
@@ -95,6 +105,7 @@ class Settings:
             retention_cancelled_days=number("JOBWIRE_RETENTION_CANCELLED_DAYS", 30.0),
             retention_failed_days=number("JOBWIRE_RETENTION_FAILED_DAYS", 90.0),
             artifact_deleter=env.get("JOBWIRE_ARTIFACT_DELETER", ""),
+            result_schemes=schemes("JOBWIRE_RESULT_SCHEMES"),
             processes=int(env.get("JOBWIRE_PROCESSES") or os.cpu_count() or 1),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import cast
 
@@ -149,11 +149,11 @@ def category(number: int) -> ErrorCategory:
     return ErrorCategory(job_pb2.JobError.Category.Name(cast(job_pb2.JobError.Category.ValueType, number)))
 
 
-def artifact(result: job_pb2.Artifact) -> Artifact:
+def artifact(result: job_pb2.Artifact, schemes: Collection[str]) -> Artifact:
     return Artifact(
         uri=result.uri,
         size_bytes=result.size_bytes,
         sha256=result.sha256,
         content_type=result.content_type,
         summary=result.summary,
-    ).verified()
+    ).verified(schemes)

@@ -8,6 +8,7 @@ from jobwire.domain import errors as e
 
 CASES = [
     (e.InvalidArgument, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
+    (e.OutOfRange, "OUT_OF_RANGE", "OUT_OF_RANGE"),
     (e.JobNotFound, "NOT_FOUND", "JOB_NOT_FOUND"),
     (e.JobNotCancellable, "FAILED_PRECONDITION", "JOB_NOT_CANCELLABLE"),
     (e.WorkerLeaseLost, "FAILED_PRECONDITION", "WORKER_LEASE_LOST"),
@@ -27,7 +28,7 @@ CASES = [
 
 @pytest.mark.parametrize(("cls", "code", "reason"), CASES, ids=[c[0].__name__ for c in CASES])
 def test_code_and_reason(cls: type[e.JobwireError], code: str, reason: str) -> None:
-    exc = cls("f", "bad") if cls is e.InvalidArgument else cls()
+    exc = cls("f", "bad") if issubclass(cls, e.InvalidArgument) else cls()
     assert isinstance(exc, e.JobwireError)
     assert exc.code == code
     assert exc.reason == reason

@@ -9,6 +9,7 @@ import pytest
 
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import (
+    DEFAULT_RESULT_SCHEMES,
     MAX_USER_MESSAGE,
     Artifact,
     ErrorCategory,
@@ -217,3 +218,33 @@ def test_plain_message_hides_paths_hosts_addresses(text: str, leak: str) -> None
 def test_plain_message_is_capped() -> None:
     assert len(plain_message("x" * 5000)) == MAX_USER_MESSAGE
     assert MAX_USER_MESSAGE == 300
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "javascript:alert(1)",
+        "JavaScript:alert(1)",
+        "data:text/html,<script>",
+        "vbscript:x",
+        "java\tscript:x",
+        " https://x",
+    ],
+    ids=repr,
+)
+def test_result_uris_outside_the_allowed_schemes_are_refused(uri: str) -> None:
+    """Security review, finding 12: artifact URIs accepted `javascript:`."""
+    with pytest.raises(InvalidArgument) as raised:
+        Artifact(uri=uri, size_bytes=1, sha256=SHA).verified(DEFAULT_RESULT_SCHEMES)
+    assert raised.value.reason == "DELIVERABLE_INVALID"
+
+
+@pytest.mark.parametrize("uri", ["https://files.example/r.csv", "S3://bucket/k", "file:///srv/r.csv", "results/r.csv"])
+def test_result_uris_in_the_allowed_schemes_or_relative_pass(uri: str) -> None:
+    assert Artifact(uri=uri, size_bytes=1, sha256=SHA).verified(DEFAULT_RESULT_SCHEMES).uri == uri
+
+
+def test_a_configured_scheme_set_is_the_whole_set() -> None:
+    assert Artifact(uri="minio://b/k", size_bytes=1, sha256=SHA).verified({"minio"})
+    with pytest.raises(InvalidArgument):
+        Artifact(uri="https://x/y", size_bytes=1, sha256=SHA).verified({"minio"})

@@ -190,3 +190,10 @@ def test_json_shape() -> None:
 
 def test_from_json_defaults() -> None:
     assert from_json([{"code": "X"}]) == (StageDef(code="X", labels={}, cancellable=True),)
+
+
+@pytest.mark.parametrize("label", ["\x1b[2JCleared", "Cut\x00here", "bell\x07", "\x9bCSI"], ids=repr)
+def test_stage_labels_with_control_characters_are_refused(label: str) -> None:
+    """Security review, finding 12: stage labels from workers accepted ESC and NUL."""
+    with pytest.raises(InvalidArgument, match="control characters"):
+        validate_plan([StageDef(code="PROCESSING", labels={"en": label})])

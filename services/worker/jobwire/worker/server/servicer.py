@@ -161,7 +161,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.BatchReportStageResponse(results=[report_result(r) for r in results])
 
     async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
-        result = convert.artifact(request.result)
+        result = convert.artifact(request.result, self.settings.result_schemes)
         job = await self.leasing.complete(
             auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), result
         )

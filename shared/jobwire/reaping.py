@@ -2,8 +2,9 @@
 
 Every `JOBWIRE_REAPER_INTERVAL_SECONDS` (jittered, so replicas do not tick in step) the
 reaper marks expired leases stalled and applies the lease-lost policies past
-`JOBWIRE_STALL_GRACE_SECONDS`; then retention purges terminal jobs past their time. Both
-run on the runtime's database thread pool. Every action is a guarded UPDATE or DELETE, so
+`JOBWIRE_STALL_GRACE_SECONDS`; then retention purges terminal jobs past their time, and
+old commit markers go (jobwire.db.commit_markers). All run on the runtime's database
+thread pool. Every action is a guarded UPDATE or DELETE, so
 any number of replicas may do this at once. A database outage is logged and waited out:
 the loop never dies of an error. An interval of 0 turns housekeeping off.
 """
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy.engine import Connection
 
+from jobwire.db import commit_markers
 from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
 from jobwire.db.store import JobStore
 from jobwire.domain.errors import StoreUnavailable
@@ -82,6 +84,8 @@ class Housekeeping:
         try:
             reaped = await self.store.reap_leases(self.grace, by=self.by, read=self._read)
             purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
+            if self.store.db.is_mysql:
+                await self.blocking(self.store.db.write, commit_markers.purge)
         except StoreUnavailable:
             if self._reachable:
                 log.warning("housekeeping paused: the database is unreachable")

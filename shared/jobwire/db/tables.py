@@ -169,3 +169,14 @@ worker = Table(
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
+
+# One row per MySQL write transaction, so a COMMIT whose reply was lost can be told from one
+# that failed (jobwire.db.commit_markers); purged after minutes.
+commit_marker = Table(
+    "commit_marker",
+    metadata,
+    Column("id", String(24), primary_key=True),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)

@@ -18,14 +18,17 @@ synchronously (they take microseconds), so a transaction never yields to the loo
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from jobwire.db import commit_markers
 from jobwire.db.sql import RowShape, Statements, sqlite_param
 
 Params = Mapping[str, Any]
+# After `exc` broke a COMMIT that wrote `marker`: did the transaction commit? (jobwire.db.commit_markers)
+Committed = Callable[[BaseException, str], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,7 @@ class Wire(ABC):
         self.connection = connection
         self.sql = statements
         self.open = False  # a transaction is in progress on the connection
+        self.lost = False  # committed, but the connection broke on the way: not to be reused
 
     async def rollback_open(self) -> None:
         """Roll back what was begun and not committed (a read-only or refused transaction)."""
@@ -73,9 +77,10 @@ class Wire(ABC):
 
 
 class MySQLWire(Wire):
-    def __init__(self, connection: Any, statements: Statements) -> None:
+    def __init__(self, connection: Any, statements: Statements, committed: Committed) -> None:
         super().__init__(connection, statements)
         self._cursor = connection.cursor()
+        self._committed = committed
 
     async def fetch(self, sql: str, params: Params, shape: RowShape) -> list[dict[str, Any]]:
         self.open = True
@@ -86,7 +91,13 @@ class MySQLWire(Wire):
         return await self._send([_render(s) for s in batch])
 
     async def commit(self, batch: Sequence[Statement] = ()) -> None:
-        await self._send([*(_render(s) for s in batch), "COMMIT"])
+        marker = commit_markers.new_marker()
+        try:
+            await self._send([*(_render(s) for s in batch), commit_markers.insert_sql(marker), "COMMIT"])
+        except Exception as exc:
+            if not await self._committed(exc, marker):
+                raise  # nothing of it happened: the transaction may run again
+            self.lost = True  # it did happen: its answers stand, the connection goes
         self.open = False
 
     async def rollback(self) -> None:

@@ -26,9 +26,10 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from jobwire.db import commit_markers
 from jobwire.db.sql import Statements
 from jobwire.db.wire import MySQLWire, SQLiteWire, Wire
-from jobwire.domain.errors import Conflict, InvalidArgument, StoreUnavailable
+from jobwire.domain.errors import CommitUnknown, Conflict, InvalidArgument, StoreUnavailable
 
 log = logging.getLogger("jobwire.db.engine")
 T = TypeVar("T")
@@ -36,6 +37,8 @@ T = TypeVar("T")
 RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
 DISCONNECT_MYSQL = {2003, 2006, 2013, 2055, 1927, 4031}
 MAX_TRIES = 6
+CONFIRM_BUDGET_S = 15.0  # how long a lost COMMIT reply is looked into before "unknown"
+CONFIRM_PAUSE_S = 0.25
 BUSY_BUDGET_S = 10.0  # how long a write waits for another SQLite writer before giving up
 SESSION_SQL = (
     "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
@@ -93,6 +96,7 @@ async def transact(connections: Connections, fn: Callable[[Wire], Awaitable[T]])
         try:
             result = await fn(wire)
             await wire.rollback_open()
+            broken = wire.lost
             return result
         except RetryTransaction:
             broken = await _end(wire, connections)
@@ -160,7 +164,7 @@ class MySQLConnections(Connections):
         except BaseException:
             self._slots.release()
             raise
-        return MySQLWire(connection, self._statements)
+        return MySQLWire(connection, self._statements, self._committed)
 
     async def _connect(self) -> Any:
         import asyncmy
@@ -179,6 +183,36 @@ class MySQLConnections(Connections):
         while await cursor.nextset():
             pass
         return connection
+
+    async def _committed(self, exc: BaseException, marker: str) -> bool:
+        """After `exc` broke a COMMIT: did it take effect? (jobwire.db.commit_markers)
+
+        A statement's own error stops MySQL before the COMMIT, so only a lost connection
+        leaves the answer open; it is asked on a new connection until CONFIRM_BUDGET_S runs
+        out, and then the caller is told the truth: nobody knows yet.
+        """
+        if not self.broken(exc):
+            return False
+        deadline = time.monotonic() + CONFIRM_BUDGET_S
+        while True:
+            try:
+                connection = await self._connect()
+                try:
+                    cursor = connection.cursor()
+                    await cursor.execute(commit_markers.lookup_sql(marker))
+                    found = bool(await cursor.fetchall())
+                    await connection.rollback()
+                finally:
+                    connection.close()
+            except Exception as again:  # noqa: BLE001 - any failure here leaves the answer open
+                if time.monotonic() > deadline:
+                    log.error("a COMMIT's reply was lost and the database cannot say whether it happened: %s", again)
+                    raise CommitUnknown() from exc
+                await asyncio.sleep(CONFIRM_PAUSE_S)
+                continue
+            log.warning("a COMMIT's reply was lost (%s); the transaction %s", _code(exc) or type(exc).__name__,
+                        "committed" if found else "did not commit and runs again")  # fmt: skip
+            return found
 
     def release(self, wire: Wire, *, broken: bool) -> None:
         if broken:

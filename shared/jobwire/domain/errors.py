@@ -127,6 +127,12 @@ class StoreUnavailable(JobwireError):
     reason = "STORE_UNAVAILABLE"
 
 
+class CommitUnknown(StoreUnavailable):
+    """The database was lost while committing; whether the change was made is not known yet."""
+
+    reason = "COMMIT_UNKNOWN"
+
+
 class Conflict(JobwireError):
     """A concurrent change won; retry the call."""
 

@@ -22,6 +22,7 @@ CASES = [
     (e.PermissionDenied, "PERMISSION_DENIED", "PERMISSION_DENIED"),
     (e.ResourceExhausted, "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"),
     (e.StoreUnavailable, "UNAVAILABLE", "STORE_UNAVAILABLE"),
+    (e.CommitUnknown, "UNAVAILABLE", "COMMIT_UNKNOWN"),
     (e.Conflict, "ABORTED", "CONFLICT"),
 ]
 

@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from jobwire.db.cache import RowCache
+from jobwire.db.evidence_limit import EvidenceLimit
 from jobwire.db.rows import snapshot
 from jobwire.db.sql import ARTIFACT_COLUMNS, Lock
 from jobwire.db.wire import Many, Statement, Wire
@@ -131,6 +132,7 @@ async def apply_ops(
     *,
     now: datetime,
     cache: RowCache,
+    evidence: EvidenceLimit,
     rows: Mapping[str, Row] | None = None,
     extra: Sequence[Statement] = (),
 ) -> list[Outcome]:
@@ -154,7 +156,7 @@ async def apply_ops(
         again = [job for job in recheck if job.changes]
         if any(matched != 1 for matched in await wire.run([_update(wire, job) for job in again])):
             raise RetryTransaction()  # a locked row changed under us: only SQLite's rowid reuse could
-    await wire.commit(_records(wire, jobs.values(), now) + list(extra))
+    await wire.commit(_records(wire, jobs.values(), now, evidence) + list(extra))
     _remember(cache, jobs.values())
     return _outcomes(ops, jobs.values())
 
@@ -266,8 +268,8 @@ def _update(wire: Wire, job: _Job) -> Statement:
     return wire.sql.update(columns, tuple(guards), renew), params
 
 
-def _records(wire: Wire, jobs: Iterable[_Job], now: datetime) -> list[Statement]:
-    """The event rows (visible changes and late-call evidence) and artifact rows, in order."""
+def _records(wire: Wire, jobs: Iterable[_Job], now: datetime, evidence: EvidenceLimit) -> list[Statement]:
+    """The event rows (visible changes and late-call evidence, within its limit) and artifact rows, in order."""
     events: list[dict[str, Any]] = []
     artifacts: list[dict[str, Any]] = []
     for job in jobs:
@@ -282,7 +284,7 @@ def _records(wire: Wire, jobs: Iterable[_Job], now: datetime) -> list[Statement]
                     artifacts.append(
                         {"job_id": step.after["id"], "created_at": now, **artifact_values(change.artifact)}
                     )
-            elif isinstance(step.error, LateCall) and step.before is not None:
+            elif isinstance(step.error, LateCall) and step.before is not None and evidence.allow(step.before["id"]):
                 events.append(event_values(
                     step.before, LATE_CALL_REJECTED, now, step.before["status"], visible=False,
                     detail=step.error.detail, worker_id="",

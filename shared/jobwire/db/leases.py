@@ -9,6 +9,9 @@ jobwire.db.changes), so concurrent calls share one transaction.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import secrets
 from collections.abc import Collection, Mapping, Sequence
@@ -40,8 +43,26 @@ class Claimant:
     lease_seconds: float
 
 
-def new_token(epoch: int) -> str:
-    return f"{epoch}.{secrets.token_urlsafe(18)}"
+def new_token(epoch: int, key: str | None) -> str:
+    """The token of a lease: its epoch, and the job's key's signature of it (random without a key)."""
+    return f"{epoch}.{_signature(key, epoch) if key else secrets.token_urlsafe(18)}"
+
+
+def new_lease_key() -> str:
+    return secrets.token_hex(16)
+
+
+def _signature(key: str, epoch: int) -> str:
+    digest = hmac.new(bytes.fromhex(key), str(epoch).encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest[:18]).decode()
+
+
+def was_issued(row: Row, token: str, epoch: int) -> bool:
+    """True when `token` is the token this job's lease of `epoch` had (jobs made before keys: never)."""
+    key = row.get("lease_key")
+    if not key or not 0 < epoch <= row["lease_epoch"]:
+        return False
+    return hmac.compare_digest(token.partition(".")[2], _signature(key, epoch))
 
 
 def token_epoch(token: str) -> int | None:
@@ -91,7 +112,7 @@ class _Claim(JobOp[Lease]):
         values = {
             "status": Status.RUNNING.value,
             "worker_id": self.who.worker_id,
-            "worker_token": new_token(epoch),
+            "worker_token": new_token(epoch, row["lease_key"]),
             "lease_epoch": epoch,
             "lease_seconds": self.who.lease_seconds,
             "stalled": False,
@@ -156,9 +177,9 @@ def held(row: Row | None, token: str, ending: str | None = None) -> bool:
             return False
         if ending is not None and row["ended_token"] == token and row["ended_kind"] == ending:
             return True
-        if epoch <= row["lease_epoch"]:
+        if was_issued(row, token, epoch):
             raise LateCall(f"{ending or 'REPORT'} with the lease of epoch {epoch}")
-    raise WorkerLeaseLost()
+    raise WorkerLeaseLost()  # a token this job never issued: refused, and nothing written
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from jobwire.db import leases, reads, reaper, retention, submit
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
 from jobwire.db.engine import Database
+from jobwire.db.evidence_limit import EvidenceLimit
 from jobwire.db.job_numbers import JobNumbers
 from jobwire.db.migrate import upgrade
 from jobwire.db.reads import Row
@@ -65,6 +66,7 @@ class JobStore:
         self.db = db
         self.job_numbers = JobNumbers(db, job_prefix)
         self.cache = RowCache()
+        self.evidence = EvidenceLimit()
 
     # -- every write --------------------------------------------------------------------
     async def apply(self, work: Sequence[Work]) -> list[Any]:
@@ -107,7 +109,7 @@ class JobStore:
         parts += [(i, call.ops) for i, call in calls]
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
-        outcomes = await apply_ops(wire, ops, now=now, cache=self.cache, rows=rows, extra=extra)
+        outcomes = await apply_ops(wire, ops, now=now, cache=self.cache, evidence=self.evidence, rows=rows, extra=extra)
         for (i, _), part in zip(parts, _split(outcomes, [len(p) for _, p in parts]), strict=True):
             results[i] = list(part)
         return results

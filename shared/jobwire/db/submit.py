@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from jobwire.db.changes import Row, event_values
+from jobwire.db.leases import new_lease_key
 from jobwire.db.wire import Statement, Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.errors import IdempotencyKeyReused, JobwireError
@@ -152,6 +153,7 @@ def _new_row(new: NewJob, job_no: str, now: datetime) -> Row:
         "locale": new.locale,
         "payload": new.payload,
         "fingerprint": new.fingerprint(),
+        "lease_key": new_lease_key(),
         "idempotency_key": new.idempotency_key or None,
         "priority": new.priority,
         "status": Status.QUEUED.value,

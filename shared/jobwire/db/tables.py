@@ -64,6 +64,9 @@ job = Table(
     Column("worker_id", String(128), nullable=True),
     Column("worker_token", String(80), nullable=True),
     Column("lease_epoch", BigInteger, nullable=False, server_default="0"),
+    # signs this job's tokens (HMAC of the epoch), so a late call of a real lease can be told
+    # from a forged token; never leaves the server
+    Column("lease_key", String(32), nullable=True),
     Column("lease_seconds", Float, nullable=True),
     Column("lease_expires_at", Timestamp, nullable=True),
     Column("heartbeat_at", Timestamp, nullable=True),

@@ -8,12 +8,15 @@ gRPC on SQLite and MariaDB. Waits poll with a deadline; only the checks that som
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import grpc
 import pytest
+import sqlalchemy as sa
 from served import eventually
 from service_support import artifact, claim, rpc_error, submit
 
@@ -26,6 +29,21 @@ GRACE_S = 0.5
 FAST = {"reaper_interval_seconds": INTERVAL_S, "stall_grace_seconds": GRACE_S}
 LEASE_S = 1.0
 T = TypeVar("T")
+
+
+@contextmanager
+def statements_of(engine: sa.Engine) -> Iterator[list[str]]:
+    """The SQL text `engine` sends inside the block."""
+    sent: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        sent.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
 
 
 async def reaper_rounds(n: int = 3) -> None:
@@ -92,7 +110,11 @@ async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None
 
     stalled = await eventually(when(s, job.job_no, lambda j: j.stalled), what="the job shows stalled")
     assert stalled.status == job_pb2.Job.RUNNING and stalled.stage == "PROCESSING"
-    found = (await s.admin.Inspect(admin_pb2.InspectRequest(kinds=[admin_pb2.Finding.STALLED]))).findings
+    with statements_of(s.runtime.store.db.engine) as sent:
+        found = (await s.admin.Inspect(admin_pb2.InspectRequest(kinds=[admin_pb2.Finding.STALLED]))).findings
+    # Security review, finding 12: Inspect read whole rows, payload and checkpoint blobs included.
+    blobs = re.compile(r"job\.(payload|error_detail)\b|job\.checkpoint\s*(,|\bFROM\b)")
+    assert sent and not [q for q in sent if blobs.search(q)], sent
     [finding] = [f for f in found if f.job_no == job.job_no]
     assert (finding.worker_id, finding.stage, finding.attempt) == ("w1", "PROCESSING", 1)
     assert (finding.processed_units, finding.total_units, finding.checkpoint_present) == (3, 10, True)

@@ -11,10 +11,15 @@ from sqlalchemy.engine import Connection
 
 from jobwire.db.engine import db_now
 from jobwire.db.reads import Row, clock
+from jobwire.db.sql import BLOBS
 from jobwire.db.tables import job
 from jobwire.domain.states import LEASED, TERMINAL
 
 MAX_FINDINGS = 1000
+_COLUMNS = [
+    *(column for column in job.c if column.name not in BLOBS),
+    job.c.checkpoint.is_not(None).label("has_checkpoint"),
+]
 
 
 class FindingKind(StrEnum):
@@ -48,6 +53,8 @@ def findings(
         where = [job.c.tenant == tenant, *_conditions(kind, stalled_after, cutoff)]
         if queue:
             where.append(job.c.queue == queue)
-        query = sa.select(job, db_now().label("db_now")).where(*where).order_by(job.c.id).limit(MAX_FINDINGS)
+        # Without the blobs (a payload of up to 1 MiB each, the checkpoint): a finding shows
+        # only whether a checkpoint exists.
+        query = sa.select(*_COLUMNS, db_now().label("db_now")).where(*where).order_by(job.c.id).limit(MAX_FINDINGS)
         out += [(kind, dict(r)) for r in conn.execute(query).mappings()]
     return out

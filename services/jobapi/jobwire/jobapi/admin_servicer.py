@@ -43,7 +43,7 @@ def finding(kind: FindingKind, row: dict[str, Any]) -> admin_pb2.Finding:
         attempt=row["attempt"],
         processed_units=row["processed_units"],
         total_units=row["total_units"],
-        checkpoint_present=row["checkpoint"] is not None,
+        checkpoint_present=bool(row["has_checkpoint"]),
         lease_expires_at=convert.timestamp(lease),
     )
 

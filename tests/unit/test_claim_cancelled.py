@@ -78,3 +78,33 @@ async def test_a_delivered_claim_releases_nothing() -> None:
     leases = await leasing.claim(WHO, 1, 0)
     assert [lease.job_no for lease in leases] == [LEASE.job_no] and store.applied == []
     await commits.shutdown()
+
+
+class _Ended:
+    """What grpc.aio hands a done callback: the context of an RPC that ended."""
+
+    def __init__(self, cancelled: bool) -> None:
+        self._cancelled = cancelled
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+
+@pytest.mark.parametrize(("cancelled", "released"), [(True, 1), (False, 0)])
+async def test_a_reply_cancelled_on_its_way_hands_its_leases_back(cancelled: bool, released: int) -> None:
+    """Security review, finding 1: leases whose reply did not reach the worker go back at once."""
+    from jobwire.rpc.config import Settings
+    from jobwire.worker.server.servicer import WorkerServicer
+
+    store = SlowStore()
+    leasing, commits = _leasing(store)
+    WorkerServicer(leasing, Settings())._check_delivered(_Ended(cancelled), "t", [LEASE])  # type: ignore[arg-type]
+    for _ in range(200):
+        if store.applied or not released:
+            break
+        await asyncio.sleep(0.01)
+    expected = Release(
+        tenant="t", job_no=LEASE.job_no, token="1.secret", note="claim not delivered: the reply was not delivered"
+    )
+    assert store.applied == [expected] * released
+    await commits.shutdown()

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 import grpc
 import grpc.aio
 
+from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
+
 log = logging.getLogger(__name__)
 
 KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
@@ -30,8 +32,8 @@ KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.http2.max_pings_without_data", 0),
 )
 MESSAGE_LIMIT_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.max_receive_message_length", 4 << 20),
-    ("grpc.max_send_message_length", 4 << 20),
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
 )
 AUTHORIZATION = "authorization"
 

@@ -26,6 +26,7 @@ from jobwire.domain import stages as stage_plans
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
 from jobwire.domain.job import Artifact, ErrorCategory, JobRecord, plain_message
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
+from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.domain.progress import Progress, apply_report
 from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.stages import StageDef
@@ -72,6 +73,28 @@ def token_epoch(token: str) -> int | None:
 
 
 # -- claim ------------------------------------------------------------------------------
+
+# Besides payload and checkpoint a lease carries its token, names and the stage plan (at
+# most 8,000 characters, 4 bytes each in UTF-8): this bounds all of it with room to spare.
+LEASE_OVERHEAD_BYTES = 40 << 10
+CLAIM_REPLY_BUDGET = MAX_GRPC_MESSAGE_BYTES - (64 << 10)
+
+
+def fitting_reply(rows: Sequence[Row], budget: int = CLAIM_REPLY_BUDGET) -> list[Row]:
+    """The first of `rows` whose leases fit one Claim reply; always the first (one job always fits).
+
+    A reply over the transport's limit fails after its leases committed, stranding them
+    until they stall (security review, finding 1); the jobs left out stay queued.
+    """
+    taken: list[Row] = []
+    used = 0
+    for row in rows:
+        size = len(row["payload"]) + len(row["checkpoint"] or b"") + LEASE_OVERHEAD_BYTES
+        if taken and used + size > budget:
+            break
+        taken.append(row)
+        used += size
+    return taken
 
 
 async def candidates(wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str]) -> list[Row]:

@@ -101,7 +101,7 @@ class JobStore:
         parts: list[tuple[int, Sequence[JobOp[Any]]]] = []  # each call's ops, in order
         extra: list[Statement] = []
         for i, claim in claims:
-            found = await leases.candidates(wire, claim.who, claim.max_jobs, rows)
+            found = leases.fitting_reply(await leases.candidates(wire, claim.who, claim.max_jobs, rows))
             rows.update((r["job_no"], r) for r in found)
             parts.append((i, leases.claim_ops(claim.who, found)))
             if claim.seen:

@@ -21,6 +21,9 @@ MAX_DETAIL_CHARS = 16_000
 MIN_LEASE_S = 1.0
 MAX_LEASE_S = 3600.0
 MAX_PAGE_SIZE = 500
+# What one gRPC message may carry, either way (jobwire.rpc.server, jobwire.client.channel):
+# every reply is built to fit it (a Claim leases no more jobs than its reply can carry).
+MAX_GRPC_MESSAGE_BYTES = 4 << 20
 DEFAULT_QUEUE = "default"
 
 

@@ -16,6 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.rpc.auth import Authenticator, load_tokens
 from jobwire.rpc.config import Settings
 from jobwire.rpc.handlers import AddToServer, Wrapping, register
@@ -31,8 +32,8 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
     ("grpc.http2.max_ping_strikes", 5),
-    ("grpc.max_receive_message_length", 4 << 20),
-    ("grpc.max_send_message_length", 4 << 20),
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
     ("grpc.max_concurrent_streams", 10_000),
     # grpc.aio accepts new calls one at a time from the event loop, so a burst (thousands of
     # watchers reconnecting after a restart) waits in C-core's pending queue. Past a soft

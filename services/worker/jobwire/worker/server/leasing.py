@@ -69,14 +69,16 @@ class Leasing:
             # The caller left (deadline, disconnect, shutdown) while its claim runs on a
             # database thread and may still commit: hand those leases back, or the jobs
             # would wait, stalled, for a worker that never heard of them.
-            attempt.add_done_callback(lambda done: self.hand_back(who.tenant, done))
+            attempt.add_done_callback(lambda done: self._hand_back_claimed(who.tenant, done))
             raise
 
-    def hand_back(self, tenant: str, claimed: asyncio.Future[list[Lease]], why: str = "the caller left") -> None:
+    def _hand_back_claimed(self, tenant: str, claimed: asyncio.Future[list[Lease]]) -> None:
+        if not claimed.cancelled() and claimed.exception() is None:
+            self.hand_back(tenant, claimed.result(), "the caller left")
+
+    def hand_back(self, tenant: str, leases: Sequence[Lease], why: str) -> None:
         """Release leases whose claim was not delivered, at once, so their jobs run elsewhere."""
-        if claimed.cancelled() or claimed.exception() is not None:
-            return
-        for lease in claimed.result():
+        for lease in leases:
             release = asyncio.ensure_future(
                 self.release(tenant, lease.job_no, lease.worker_token, None, f"claim not delivered: {why}")
             )

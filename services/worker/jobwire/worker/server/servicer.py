@@ -126,7 +126,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         if remaining is not None:
             wait = max(0.0, min(wait, remaining - 0.5))  # answer before the caller gives up
         leases = await self.leasing.claim(who, max_jobs, wait)
+        if leases:
+            # Leased but never heard of: a reply that did not reach the worker (it hung up,
+            # its deadline passed, the connection broke) hands its leases back at once.
+            context.add_done_callback(lambda done: self._check_delivered(done, who.tenant, leases))
         return worker_pb2.ClaimResponse(leases=[_lease(lease) for lease in leases])
+
+    def _check_delivered(self, context: grpc.aio.ServicerContext, tenant: str, leases: list[Lease]) -> None:
+        if context.cancelled():
+            self.leasing.hand_back(tenant, leases, "the reply was not delivered")
 
     async def Heartbeat(
         self, request: worker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext

@@ -66,3 +66,49 @@ async def test_bad_requests(served) -> None:  # type: ignore[no-untyped-def]
     assert (await rpc_error(both.read()))[0] == grpc.StatusCode.INVALID_ARGUMENT
     unknown = watch_jobs(served, job_nos=(x.job_no, "PT-20990101-999"))
     assert await rpc_error(unknown.read()) == (grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND")
+
+
+async def test_an_owner_with_many_jobs_costs_queries_per_page_not_per_job(served) -> None:  # type: ignore[no-untyped-def]
+    """Security review, finding 4: one queue-position COUNT per job made an owner with 4,000
+    queued jobs wait 6.8 s for the first message. Positions come a page at a time now, and
+    each is the one Get answers."""
+    from datetime import UTC, datetime, timedelta
+
+    import sqlalchemy as sa
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from jobwire.db.feed import OWNER_PAGE
+
+    later = Timestamp()
+    later.FromDatetime(datetime.now(UTC) + timedelta(hours=1))
+    count = OWNER_PAGE * 2 + 17
+    for i in range(count):
+        fields: dict[str, object] = {"owner": "many", "priority": i % 3}
+        if i % 50 == 7:
+            fields["run_after"] = later  # not runnable yet: no position among the runnable
+        await submit(served, queue="q2" if i % 10 == 3 else "", **fields)
+    await submit(served, owner="other", priority=5)  # ahead of all of them in the default queue
+    sent: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        sent.append(statement)
+
+    engine = served.runtime.store.db.engine
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        call = watch_jobs(served, owner="many")
+        seen = [await next_job(call) for _ in range(count)]
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    call.cancel()
+    assert len({j.job_no for j in seen if j}) == count
+    # the job reads of this stream (the change feed's polls of job_event run beside it)
+    reads = [q for q in sent if q.lstrip().upper().startswith("SELECT") and "job_event" not in q]
+    assert len(reads) <= 3 * (count // OWNER_PAGE + 1) + 2 * count // 50 + 4, len(reads)
+    for job in seen[::7]:
+        assert job is not None
+        now = await served.jobs.Get(job_pb2.GetRequest(job_no=job.job_no))
+        assert (job.HasField("queue_position"), job.queue_position) == (
+            now.HasField("queue_position"),
+            now.queue_position,
+        ), job.job_no

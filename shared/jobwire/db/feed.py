@@ -52,7 +52,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from jobwire.db.engine import Database, db_now
-from jobwire.db.reads import Row, load, queue_position, select_jobs
+from jobwire.db.reads import Row, load, queue_position, queue_positions, select_jobs
 from jobwire.db.tables import job, job_event
 from jobwire.domain.errors import StoreUnavailable
 from jobwire.domain.states import TERMINAL
@@ -64,6 +64,7 @@ MAX_GAPS = 10_000
 START_WINDOW = 10_000
 BATCH = 1_000
 GAP_CHUNK = 500  # ids per IN list: keeps the statement small and the plan a PK lookup
+OWNER_PAGE = 200  # an owner's unfinished jobs per read when a WatchJobs(owner) starts
 
 _FEED_COLUMNS = (
     job_event.c.id, job_event.c.job_id, job_event.c.tenant, job_event.c.job_no,
@@ -288,13 +289,27 @@ def _coalesced(marks: Sequence[Any]) -> list[int]:
     return keep
 
 
-def owner_jobs(conn: Connection, tenant: str, owner: str) -> list[tuple[Row, int | None]]:
-    """An owner's unfinished jobs, oldest first, each with its queue position."""
-    query = select_jobs(
-        job.c.tenant == tenant, job.c.owner == owner, job.c.status.not_in([s.value for s in TERMINAL])
-    ).order_by(job.c.id)
+def owner_jobs(
+    conn: Connection, tenant: str, owner: str, *, after_id: int = 0, limit: int = OWNER_PAGE
+) -> list[tuple[Row, int | None]]:
+    """A page of an owner's unfinished jobs after `after_id`, oldest first, with queue positions.
+
+    Two queries a page whatever its size (security review, finding 4: a count per job made
+    an owner with 4,000 queued jobs wait 6.8 s for the first message).
+    """
+    query = (
+        select_jobs(
+            job.c.tenant == tenant,
+            job.c.owner == owner,
+            job.c.status.not_in([s.value for s in TERMINAL]),
+            job.c.id > after_id,
+        )
+        .order_by(job.c.id)
+        .limit(limit)
+    )
     rows = [dict(r) for r in conn.execute(query).mappings()]
-    return [(row, queue_position(conn, row)) for row in rows]
+    positions = queue_positions(conn, rows)
+    return [(row, positions[row["id"]]) for row in rows]
 
 
 def jobs_by_number(conn: Connection, tenant: str, job_nos: Sequence[str]) -> list[tuple[Row, int | None]]:
@@ -304,4 +319,5 @@ def jobs_by_number(conn: Connection, tenant: str, job_nos: Sequence[str]) -> lis
         query = select_jobs(job.c.tenant == tenant, job.c.job_no.in_(job_nos[i : i + GAP_CHUNK]))
         found.update((r["job_no"], dict(r)) for r in conn.execute(query).mappings())
     ordered = [found[no] for no in job_nos if no in found]
-    return [(row, queue_position(conn, row)) for row in ordered]
+    positions = queue_positions(conn, ordered)
+    return [(row, positions[row["id"]]) for row in ordered]

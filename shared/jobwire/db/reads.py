@@ -84,6 +84,44 @@ def queue_position(conn: Connection, row: Row) -> int | None:
     return int(conn.execute(query).scalar_one())
 
 
+def queue_positions(conn: Connection, rows: Sequence[Row]) -> dict[int, int | None]:
+    """`queue_position` of every row, in one query per queue instead of a count per job.
+
+    The queue's runnable jobs up to the last of `rows` in claim order are numbered by a
+    window function on the claim index; each QUEUED row takes its number. A row that is
+    not runnable yet (run_after later) is not numbered there and is counted alone.
+    """
+    positions: dict[int, int | None] = {row["id"]: None for row in rows}
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        if row["status"] == Status.QUEUED.value:
+            groups.setdefault((row["tenant"], row["queue"]), []).append(row)
+    for (tenant, queue), members in groups.items():
+        last = max(members, key=lambda m: (-m["priority"], m["id"]))
+        upto = sa.or_(
+            job.c.priority > last["priority"], sa.and_(job.c.priority == last["priority"], job.c.id <= last["id"])
+        )
+        number = sa.func.row_number().over(order_by=(job.c.priority.desc(), job.c.id)) - 1
+        ranked = (
+            sa.select(job.c.id, number.label("position"))
+            .where(
+                job.c.tenant == tenant,
+                job.c.queue == queue,
+                job.c.status == Status.QUEUED.value,
+                job.c.run_after <= last["db_now"],
+                upto,
+            )
+            .subquery()
+        )
+        wanted = [m["id"] for m in members]
+        found = conn.execute(sa.select(ranked.c.id, ranked.c.position).where(ranked.c.id.in_(wanted)))
+        positions.update((int(i), int(p)) for i, p in found)
+        for member in members:
+            if positions[member["id"]] is None:
+                positions[member["id"]] = queue_position(conn, member)
+    return positions
+
+
 def encode_page_token(last_id: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"after": last_id}).encode()).decode().rstrip("=")
 

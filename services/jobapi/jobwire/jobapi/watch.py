@@ -21,6 +21,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from sqlalchemy.engine import Connection
@@ -253,15 +254,26 @@ class Watches:
             try:
                 # Only an owner's stream meets jobs it never read; it needs the barrier.
                 barrier = await box.until(self._barrier()) if owner else 0
+                sent = _Sent(locale, barrier)
                 if owner:
-                    initial = await self._read(lambda c: feed_reads.owner_jobs(c, tenant, owner))
+                    # Page by page, each sent before the next is read: the first message
+                    # waits for one page, not for every job the owner has.
+                    after = 0
+                    while True:
+                        page = await self._read(
+                            partial(feed_reads.owner_jobs, tenant=tenant, owner=owner, after_id=after)
+                        )
+                        for row, position in page:
+                            yield sent.mark(Update.from_row(row, position))
+                        if len(page) < feed_reads.OWNER_PAGE:
+                            break
+                        after = page[-1][0]["id"]
                 else:
                     initial = await self._read(lambda c: feed_reads.jobs_by_number(c, tenant, wanted))
                     if len(initial) != len(wanted):
                         raise JobNotFound()
-                sent = _Sent(locale, barrier)
-                for row, position in initial:
-                    yield sent.mark(Update.from_row(row, position))
+                    for row, position in initial:
+                        yield sent.mark(Update.from_row(row, position))
                 async for message in self._drain(box, sent, end_on_terminal=False):
                     yield message
             finally:

@@ -2,8 +2,9 @@
 
 Every `JOBWIRE_REAPER_INTERVAL_SECONDS` (jittered, so replicas do not tick in step) the
 reaper marks expired leases stalled and applies the lease-lost policies past
-`JOBWIRE_STALL_GRACE_SECONDS`; then retention purges terminal jobs past their time, and
-old commit markers go (jobwire.db.commit_markers). All run on the runtime's database
+`JOBWIRE_STALL_GRACE_SECONDS`; then retention purges terminal jobs past their time,
+workers not seen for `JOBWIRE_RETENTION_WORKER_DAYS`, and old commit markers
+(jobwire.db.commit_markers). All run on the runtime's database
 thread pool. Every action is a guarded UPDATE or DELETE, so
 any number of replicas may do this at once. A database outage is logged and waited out:
 the loop never dies of an error. An interval of 0 turns housekeeping off.
@@ -68,6 +69,7 @@ class Housekeeping:
             failed=settings.retention_failed_days,
         )
         self.deleter = deleter
+        self.forget_workers_after = timedelta(days=settings.retention_worker_days)
         self.by = reaper_id()
         self._reachable = True
 
@@ -84,6 +86,7 @@ class Housekeeping:
         try:
             reaped = await self.store.reap_leases(self.grace, by=self.by, read=self._read)
             purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
+            await self.blocking(self.store.purge_workers, self.forget_workers_after)
             if self.store.db.is_mysql:
                 await self.blocking(self.store.db.write, commit_markers.purge)
         except StoreUnavailable:

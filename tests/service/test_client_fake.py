@@ -381,7 +381,7 @@ def test_admin_client(fake: Fake) -> None:
     with AdminClient.connect(fake.target, retry=FAST) as admin:
         assert admin.inspect(stalled_after=5)[0].kind == admin_pb2.Finding.STALLED
         assert [e.version for e in admin.list_events(JOB_NO)] == [1, 2]
-        assert admin.list_workers()[0].worker_id == "w-7"
+        assert [w.worker_id for w in admin.list_workers()] == ["w-7"]
         fake.admin.fail_requeue = [grpc.StatusCode.UNAVAILABLE]
         with pytest.raises(UnavailableError):  # an operator's decision is never repeated blindly
             admin.requeue(JOB_NO, reason="host died")

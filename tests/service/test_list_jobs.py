@@ -224,3 +224,28 @@ async def test_another_tenants_jobs_never_appear(tenants) -> None:  # type: igno
             assert everything == list(reversed(mine[tenant])), (tenant, page_size)
     # globex has no "report" jobs; acme's is not listed to globex
     assert await list_all(tenants, metadata=globex, job_type="report") == []
+
+
+async def test_pages_of_jobs_with_the_largest_labels_stay_under_the_message_limit(served) -> None:  # type: ignore[no-untyped-def]
+    """Security review, finding 5: ListJobs at page_size 120 with 32 labels of the largest
+    size per job answered RESOURCE_EXHAUSTED; a page is now bounded by size too."""
+    from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES, MAX_LABEL_KEY_CHARS, MAX_LABEL_VALUE_CHARS, MAX_LABELS
+
+    labels = {
+        f"{i:02d}" + "k" * (MAX_LABEL_KEY_CHARS - 2): "\U0001f600" * MAX_LABEL_VALUE_CHARS for i in range(MAX_LABELS)
+    }
+    made = [
+        (await served.jobs.Submit(job_pb2.SubmitRequest(job_type="big", labels=labels))).job.job_no for _ in range(130)
+    ]
+    request = job_pb2.ListJobsRequest(page_size=120)
+    listed, sizes, counts = [], [], []
+    while True:
+        page = await served.jobs.ListJobs(request)
+        listed += [j.job_no for j in page.jobs]
+        sizes.append(page.ByteSize())
+        counts.append(len(page.jobs))
+        if not page.next_page_token:
+            break
+        request.page_token = page.next_page_token
+    assert listed == made[::-1]
+    assert counts[0] < 120 and max(sizes) < MAX_GRPC_MESSAGE_BYTES  # 120 of them: 4.2 MB

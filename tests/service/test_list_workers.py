@@ -70,3 +70,66 @@ async def test_multi_job_type_worker_lists_every_type(served) -> None:  # type: 
     assert list(w.queues) == ["default"]  # no queues named means "default"
     assert w.leases_held == 0
     assert set(await workers(served, "default")) == {"multi"}
+
+
+async def _all_pages(served, **fields) -> tuple[list[admin_pb2.WorkerInfo], list[int]]:  # type: ignore[no-untyped-def]
+    """Every worker across pages, and the encoded size of each reply."""
+    request = admin_pb2.ListWorkersRequest(**fields)
+    found, sizes = [], []
+    while True:
+        reply = await served.admin.ListWorkers(request)
+        found += list(reply.workers)
+        sizes.append(reply.ByteSize())
+        if not reply.next_page_token:
+            return found, sizes
+        request.page_token = reply.next_page_token
+
+
+async def test_many_large_workers_come_in_pages_under_the_message_limit(served) -> None:  # type: ignore[no-untyped-def]
+    """Security review, finding 5: 700 workers with 100 job types each made one reply over
+    4 MiB (RESOURCE_EXHAUSTED); ListWorkers now pages, by count and by size."""
+    from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
+
+    types = [spec(f"type-{i:02d}-" + "x" * 54) for i in range(100)]  # names of 64 characters
+    queues = [f"queue-{i:02d}-" + "q" * 55 for i in range(64)]
+    count = 320  # ~10.7 kB each: 3.4 MB in all, over a page's 3 MiB
+    for n in range(count):
+        await served.workers.Claim(
+            worker_pb2.ClaimRequest(worker_id=f"worker-{n:03d}-" + "w" * 100, job_types=types, queues=queues)
+        )
+    found, sizes = await _all_pages(served, page_size=500)
+    assert [w.worker_id for w in found] == sorted(f"worker-{n:03d}-" + "w" * 100 for n in range(count))
+    assert len(sizes) >= 2 and max(sizes) < MAX_GRPC_MESSAGE_BYTES
+    small, pages = await _all_pages(served, page_size=7)
+    assert [w.worker_id for w in small] == [w.worker_id for w in found] and len(pages) == 46
+    by_queue, _ = await _all_pages(served, queue=queues[5], page_size=40)
+    assert len(by_queue) == count
+
+
+async def test_a_queue_filter_matches_whole_names_only(served) -> None:  # type: ignore[no-untyped-def]
+    await claim(served, "frames", worker_id="w-under", queues=["a_b"])
+    await claim(served, "frames", worker_id="w-plain", queues=["axb", "a"])
+    assert set(await workers(served, "a_b")) == {"w-under"}  # `_` is not a LIKE wildcard here
+    assert set(await workers(served, "a")) == {"w-plain"}
+
+
+async def test_workers_not_seen_for_the_retention_period_are_forgotten(served) -> None:  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    await claim(served, "frames", worker_id="w-old")
+    store = served.runtime.store
+    assert store.purge_workers(timedelta(days=7)) == 0
+    assert set(await workers(served)) == {"w-old"}
+    assert store.purge_workers(timedelta(seconds=-1)) == 1  # "not seen since a second from now"
+    assert await workers(served) == {}
+
+
+def test_the_seen_map_of_a_server_is_bounded() -> None:
+    from jobwire.worker.server import leasing
+
+    keeper = leasing.Leasing.__new__(leasing.Leasing)
+    keeper._seen = leasing.OrderedDict()
+    for n in range(leasing.MAX_SEEN + 50):
+        assert keeper._note_seen("t", f"w{n}")
+    assert len(keeper._seen) == leasing.MAX_SEEN
+    assert ("t", "w0") not in keeper._seen and ("t", f"w{leasing.MAX_SEEN + 49}") in keeper._seen

@@ -75,11 +75,20 @@ class AdminClient(BaseClient):
         job: job_pb2.Job = self._unary(lambda: self._stub.Requeue(request, timeout=self.timeout), idempotent=False)
         return job
 
-    def list_workers(self, *, queue: str = "") -> list[admin_pb2.WorkerInfo]:
-        """Known workers: last seen, leases held, queues and job types."""
-        request = admin_pb2.ListWorkersRequest(queue=queue)
-        response: admin_pb2.ListWorkersResponse = self._unary(
-            lambda: self._stub.ListWorkers(request, timeout=self.timeout),
-            idempotent=True,
-        )
-        return list(response.workers)
+    def list_workers(self, *, queue: str = "", limit: int | None = None) -> Iterator[admin_pb2.WorkerInfo]:
+        """Known workers by id, across pages: last seen, leases held, queues and job types."""
+        request = convert.message(admin_pb2.ListWorkersRequest, queue=queue)
+        count = 0
+        while True:
+            page: admin_pb2.ListWorkersResponse = self._unary(
+                lambda: self._stub.ListWorkers(request, timeout=self.timeout),
+                idempotent=True,
+            )
+            for worker in page.workers:
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield worker
+            if not page.next_page_token:
+                return
+            request.page_token = page.next_page_token

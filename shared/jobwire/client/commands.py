@@ -290,7 +290,7 @@ def cmd_requeue(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_workers(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.admin() as admin:
-        workers = admin.list_workers(queue=args.queue)
+        workers = list(admin.list_workers(queue=args.queue))
     if ctx.as_json:
         ctx.emit([render.to_json(w) for w in workers])
     else:

@@ -11,7 +11,7 @@ import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -122,6 +122,45 @@ def queue_positions(conn: Connection, rows: Sequence[Row]) -> dict[int, int | No
     return positions
 
 
+# Pages are bounded by size as well as by count: 120 jobs with 32 labels of the longest
+# kind each, or 500 events with long details, made replies over the 4 MiB message limit
+# (security review, finding 5). A row's size is estimated from its stored text, which its
+# message never exceeds by more than ROW_OVERHEAD_BYTES (rendered status text, framing).
+PAGE_BYTES = 3 << 20
+ROW_OVERHEAD_BYTES = 2048
+
+
+def row_bytes(row: Row) -> int:
+    size = ROW_OVERHEAD_BYTES
+    for value in row.values():
+        if isinstance(value, str):
+            size += len(value) if value.isascii() else len(value.encode())
+        elif isinstance(value, bytes | bytearray):
+            size += len(value)
+        else:
+            size += 10
+    return size
+
+
+def fit_page(rows: Sequence[Row], budget: int = PAGE_BYTES) -> list[Row]:
+    """The first of `rows` that fit `budget` together; always the first one."""
+    out: list[Row] = []
+    used = 0
+    for row in rows:
+        used += row_bytes(row)
+        if out and used > budget:
+            break
+        out.append(row)
+    return out
+
+
+def _page(rows: list[Row], page_size: int, key: str = "id") -> tuple[list[Row], Any]:
+    """(the rows of this page, the key to continue after or None when this is the last page)."""
+    page = fit_page(rows[:page_size])
+    more = len(rows) > len(page)
+    return page, (page[-1][key] if more and page else None)
+
+
 def encode_page_token(last_id: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"after": last_id}).encode()).decode().rstrip("=")
 
@@ -168,10 +207,8 @@ def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: st
     if before is not None:
         clauses.append(job.c.id < before)
     query = select_jobs(*clauses).order_by(job.c.id.desc()).limit(page_size + 1)
-    rows = [dict(r) for r in conn.execute(query).mappings()]
-    more = len(rows) > page_size
-    rows = rows[:page_size]
-    return rows, encode_page_token(rows[-1]["id"]) if more and rows else ""
+    rows, last = _page([dict(r) for r in conn.execute(query).mappings()], page_size)
+    return rows, "" if last is None else encode_page_token(last)
 
 
 def list_events(
@@ -188,31 +225,70 @@ def list_events(
         .order_by(job_event.c.id)
         .limit(page_size + 1)
     )
-    events = [dict(r) for r in conn.execute(query).mappings()]
-    more = len(events) > page_size
-    events = events[:page_size]
-    return events, encode_page_token(events[-1]["id"]) if more and events else ""
+    events, last = _page([dict(r) for r in conn.execute(query).mappings()], page_size)
+    return events, "" if last is None else encode_page_token(last)
 
 
-def list_workers(conn: Connection, tenant: str, queue: str) -> list[dict[str, Any]]:
+def list_workers(
+    conn: Connection, tenant: str, queue: str, page_size: int, page_token: str
+) -> tuple[list[dict[str, Any]], str]:
+    """A page of the tenant's workers by id (of those serving `queue`, if given), with leases held."""
+    after = decode_worker_token(page_token)
+    clauses = [worker_table.c.tenant == tenant, worker_table.c.worker_id > after]
+    if queue:
+        # queues is a JSON list of names; names hold no quote, so '"name"' matches one whole entry
+        clauses.append(worker_table.c.queues.contains(f'"{queue}"', autoescape=True))
+    query = sa.select(worker_table).where(*clauses).order_by(worker_table.c.worker_id).limit(page_size + 1)
+    rows, last = _page([dict(r) for r in conn.execute(query).mappings()], page_size, key="worker_id")
+    if not rows:
+        return [], ""
     held = (
         sa.select(job.c.worker_id, sa.func.count().label("n"))
-        .where(job.c.tenant == tenant, job.c.status.in_([s.value for s in LEASED]), job.c.worker_token.is_not(None))
+        .where(
+            job.c.tenant == tenant,
+            job.c.worker_id.in_([r["worker_id"] for r in rows]),
+            job.c.status.in_([s.value for s in LEASED]),
+            job.c.worker_token.is_not(None),
+        )
         .group_by(job.c.worker_id)
     )
     counts = {r.worker_id: r.n for r in conn.execute(held)}
-    query = sa.select(worker_table).where(worker_table.c.tenant == tenant).order_by(worker_table.c.worker_id)
-    out = []
-    for r in conn.execute(query).mappings():
-        queues = json.loads(r["queues"])
-        if queue and queue not in queues:
-            continue
-        out.append(
-            {
-                **r,
-                "queues": queues,
-                "job_types": json.loads(r["job_types"]),
-                "leases_held": counts.get(r["worker_id"], 0),
-            }
-        )
-    return out
+    workers = [
+        {
+            **r,
+            "queues": json.loads(r["queues"]),
+            "job_types": json.loads(r["job_types"]),
+            "leases_held": counts.get(r["worker_id"], 0),
+        }
+        for r in rows
+    ]
+    return workers, "" if last is None else encode_worker_token(last)
+
+
+def encode_worker_token(last_worker_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after_worker": last_worker_id}).encode()).decode().rstrip("=")
+
+
+def decode_worker_token(token: str) -> str:
+    """The worker id a ListWorkers page token continues after ("" for the first page)."""
+    if not token:
+        return ""
+    if len(token) > _MAX_WORKER_TOKEN:
+        raise InvalidArgument("page_token", "is not a token this server issued")
+    try:
+        after = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))["after_worker"]
+    except (binascii.Error, ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError):
+        raise InvalidArgument("page_token", "is not a token this server issued") from None
+    if not isinstance(after, str) or not 0 < len(after) <= 128:
+        raise InvalidArgument("page_token", "is not a token this server issued")
+    return after
+
+
+# worker ids are at most 128 characters, 4 bytes each, JSON-escaped at worst 6 per character
+_MAX_WORKER_TOKEN = 1100
+
+
+def purge_workers(conn: Connection, older_than: timedelta) -> int:
+    """Forget workers not seen for `older_than` (ListWorkers would list every restart forever)."""
+    cutoff = sa.literal(clock(conn) - older_than, type_=worker_table.c.last_seen_at.type)
+    return int(conn.execute(sa.delete(worker_table).where(worker_table.c.last_seen_at < cutoff)).rowcount)

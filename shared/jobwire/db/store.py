@@ -139,8 +139,13 @@ class JobStore:
             lambda c: inspect_queries.findings(c, tenant, stalled_after=stalled_after, queue=queue, kinds=kinds)
         )
 
-    def list_workers(self, tenant: str, queue: str) -> list[dict[str, Any]]:
-        return self.db.read(lambda c: reads.list_workers(c, tenant, queue))
+    def list_workers(
+        self, tenant: str, queue: str, page_size: int, page_token: str
+    ) -> tuple[list[dict[str, Any]], str]:
+        return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token))
+
+    def purge_workers(self, older_than: timedelta) -> int:
+        return self.db.write(lambda c: reads.purge_workers(c, older_than))
 
     # -- housekeeping (every server process runs it; see jobwire.reaping) -------------------
     async def reap_leases(self, grace: timedelta, *, by: str, read: reaper.Read) -> reaper.Reaped:

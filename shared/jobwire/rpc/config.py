@@ -38,6 +38,7 @@ class Settings:
     retention_ready_days: float = 30.0
     retention_cancelled_days: float = 30.0
     retention_failed_days: float = 90.0
+    retention_worker_days: float = 7.0  # workers not seen for this long leave ListWorkers
     artifact_deleter: str = ""
     # URI schemes a worker's result may have (JOBWIRE_RESULT_SCHEMES, comma-separated)
     result_schemes: frozenset[str] = DEFAULT_RESULT_SCHEMES
@@ -64,6 +65,8 @@ class Settings:
             problems.append("JOBWIRE_MAX_STREAMS and JOBWIRE_DB_POOL_SIZE must be at least 1")
         if not self.result_schemes or not all(URI_SCHEME.fullmatch(x) for x in self.result_schemes):
             problems.append("JOBWIRE_RESULT_SCHEMES must list URI schemes in lower case, such as https,s3")
+        if self.retention_worker_days <= 0:
+            problems.append("JOBWIRE_RETENTION_WORKER_DAYS must be positive")
         if not 1 <= self.processes <= MAX_PROCESSES:
             problems.append(f"JOBWIRE_PROCESSES must be between 1 and {MAX_PROCESSES}")
         if problems:
@@ -104,6 +107,7 @@ class Settings:
             retention_ready_days=number("JOBWIRE_RETENTION_READY_DAYS", 30.0),
             retention_cancelled_days=number("JOBWIRE_RETENTION_CANCELLED_DAYS", 30.0),
             retention_failed_days=number("JOBWIRE_RETENTION_FAILED_DAYS", 90.0),
+            retention_worker_days=number("JOBWIRE_RETENTION_WORKER_DAYS", 7.0),
             artifact_deleter=env.get("JOBWIRE_ARTIFACT_DELETER", ""),
             result_schemes=schemes("JOBWIRE_RESULT_SCHEMES"),
             processes=int(env.get("JOBWIRE_PROCESSES") or os.cpu_count() or 1),

@@ -104,8 +104,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListWorkersResponse:
         queue = limits.name("queue", request.queue) if request.queue else ""
-        workers = await self.jobs.list_workers(auth.current(), queue)
-        return admin_pb2.ListWorkersResponse(workers=[
+        size = limits.page_size(request.page_size, 100)
+        workers, token = await self.jobs.list_workers(auth.current(), queue, size, request.page_token)
+        return admin_pb2.ListWorkersResponse(next_page_token=token, workers=[
             admin_pb2.WorkerInfo(
                 worker_id=w["worker_id"], queues=w["queues"], job_types=w["job_types"],
                 last_seen_at=convert.timestamp(w["last_seen_at"]), leases_held=w["leases_held"],

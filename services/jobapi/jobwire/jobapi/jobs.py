@@ -86,5 +86,7 @@ class Jobs:
             self.store.inspect, who.tenant, stalled_after=stalled_after, queue=queue, kinds=kinds
         )
 
-    async def list_workers(self, who: Principal, queue: str) -> list[dict[str, Any]]:
-        return await self.blocking(self.store.list_workers, who.tenant, queue)
+    async def list_workers(
+        self, who: Principal, queue: str, page_size: int, page_token: str
+    ) -> tuple[list[dict[str, Any]], str]:
+        return await self.blocking(self.store.list_workers, who.tenant, queue, page_size, page_token)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ T = TypeVar("T")
 POLL_INTERVAL_S = 30.0
 # ListWorkers needs "last seen", not every call: one write per worker this often.
 SEEN_EVERY_S = 5.0
+MAX_SEEN = 10_000  # workers remembered; each SDK restart is a new worker id
 
 
 class Leasing:
@@ -38,7 +40,7 @@ class Leasing:
         self.store = store
         self.commits = commits
         self.wakeup = wakeup
-        self._seen: dict[tuple[str, str], float] = {}
+        self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._handing_back: set[asyncio.Future[Any]] = set()
 
     async def claim(self, who: Claimant, max_jobs: int, wait_s: float) -> list[Lease]:
@@ -95,6 +97,9 @@ class Leasing:
         if now - self._seen.get(key, -SEEN_EVERY_S) < SEEN_EVERY_S:
             return False
         self._seen[key] = now
+        self._seen.move_to_end(key)
+        if len(self._seen) > MAX_SEEN:
+            self._seen.popitem(last=False)  # the longest unseen: at worst one write more for it
         return True
 
     async def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[LeaseStatus]:

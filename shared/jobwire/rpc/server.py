@@ -66,6 +66,8 @@ class ServerHost:
                 "only loopback addresses may serve without authentication"
             )
         tokens = load_tokens(settings.auth_file) if settings.auth_file else None
+        # how many tenants may call: capacity is shared among them (jobwire.rpc.shares)
+        self.tenants = len({p.tenant for p in tokens.values()}) if tokens else 1
         self.settings = settings
         self.metrics = Metrics()
         self._wrapping = Wrapping(Authenticator(tokens), self.metrics)

@@ -46,6 +46,10 @@ class Wakeup:
     def waiting(self) -> bool:
         return bool(self._waiters)
 
+    def waiting_for(self, tenant: str, queue: str, job_type: str) -> int:
+        """How many claims wait here for a job of this kind."""
+        return len(self._waiters.get((tenant, queue, job_type), ()))
+
     def notify(self, tenant: str, queue: str, job_type: str, *, relay: bool = True) -> None:
         """A job of `job_type` can run in `queue`: wake one claim for it here (and, with `relay`, in each sibling)."""
         self._wake((tenant, queue, job_type))

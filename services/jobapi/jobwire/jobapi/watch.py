@@ -31,6 +31,7 @@ from jobwire.db.engine import Database
 from jobwire.domain.errors import InvalidArgument, JobNotFound, JobwireError, OutOfRange, ResourceExhausted
 from jobwire.jobapi.feed import ChangeFeed, Unsubscribe, Update
 from jobwire.rpc.blocking import Blocking
+from jobwire.rpc.shares import TenantShares
 from jobwire.v1 import job_pb2
 
 T = TypeVar("T")
@@ -48,7 +49,7 @@ class ServerStopping(JobwireError):
 
 
 class TooManyStreams(ResourceExhausted):
-    """This server has as many watch streams as it may serve; try again later or elsewhere."""
+    """This server has as many watch streams as it may serve you; try again later or elsewhere."""
 
     reason = "TOO_MANY_STREAMS"
 
@@ -151,10 +152,11 @@ class Inbox:
 class StreamRegistry:
     """Every open stream of this process: the cap, and ending them all on shutdown."""
 
-    def __init__(self, max_streams: int, inbox_limit: int = INBOX_LIMIT) -> None:
+    def __init__(self, max_streams: int, tenants: int = 1, inbox_limit: int = INBOX_LIMIT) -> None:
         self.max_streams = max_streams
         self._inbox_limit = inbox_limit
         self._open: set[Inbox] = set()
+        self._shares = TenantShares(max_streams, tenants)
         self._stopping = False
 
     @property
@@ -162,17 +164,16 @@ class StreamRegistry:
         return len(self._open)
 
     @contextlib.contextmanager
-    def inbox(self) -> Iterator[Inbox]:
+    def inbox(self, tenant: str) -> Iterator[Inbox]:
         if self._stopping:
             raise ServerStopping()
-        if len(self._open) >= self.max_streams:
-            raise TooManyStreams()
-        box = Inbox(self._inbox_limit)
-        self._open.add(box)
-        try:
-            yield box
-        finally:
-            self._open.discard(box)
+        with self._shares.hold(tenant, TooManyStreams):
+            box = Inbox(self._inbox_limit)
+            self._open.add(box)
+            try:
+                yield box
+            finally:
+                self._open.discard(box)
 
     def stop(self) -> None:
         """End every stream with UNAVAILABLE, so clients resume on another replica."""
@@ -214,7 +215,7 @@ class Watches:
         self, tenant: str, job_no: str, after_version: int, locale: str
     ) -> AsyncIterator[job_pb2.JobUpdate]:
         """The job now (or what was missed after `after_version`), then each change, until terminal."""
-        with self.registry.inbox() as box:
+        with self.registry.inbox(tenant) as box:
             await box.until(self.feed.ready())
             unsubscribe = self.feed.subscribe_job(tenant, job_no, box)
             try:
@@ -248,7 +249,7 @@ class Watches:
     ) -> AsyncIterator[job_pb2.JobUpdate]:
         """Each job's current state, then every change (an owner's new jobs too), until the client leaves."""
         wanted = _one_scope(owner, job_nos)
-        with self.registry.inbox() as box:
+        with self.registry.inbox(tenant) as box:
             await box.until(self.feed.ready())
             unsubscribes = self._subscribe_scope(tenant, owner, wanted, box)
             try:

@@ -12,6 +12,6 @@ from jobwire.worker.server.servicer import WorkerServicer
 def add_worker_service(rt: Runtime) -> None:
     """WorkerService and its runnable-work watcher (call inside the running loop)."""
     RunnableWatcher(rt.tail, rt.wakeup, rt.store.db.clock.now)
-    servicer = WorkerServicer(Leasing(rt.store, rt.commits, rt.wakeup), rt.settings)
+    servicer = WorkerServicer(Leasing(rt.store, rt.commits, rt.wakeup, tenants=rt.host.tenants), rt.settings)
     name = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
     rt.host.add_servicer(worker_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, name)

@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 from jobwire.db.changes import JobOp
 from jobwire.db.leases import Claimant, Complete, ConfirmCancel, Fail, Failure, Release, Report
 from jobwire.db.store import Call, Claim, JobStore, Work, heartbeat_call, lease_states
-from jobwire.domain.errors import JobwireError
+from jobwire.domain.errors import JobwireError, ResourceExhausted
 from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.lease import Lease, LeaseStatus
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
+from jobwire.rpc.shares import TenantShares
 from jobwire.rpc.wakeup import Waiter, Wakeup
 
 log = logging.getLogger(__name__)
@@ -33,13 +34,23 @@ POLL_INTERVAL_S = 30.0
 # ListWorkers needs "last seen", not every call: one write per worker this often.
 SEEN_EVERY_S = 5.0
 MAX_SEEN = 10_000  # workers remembered; each SDK restart is a new worker id
+MAX_WAITING_CLAIMS = 20_000  # long polls one process holds at once, shared among tenants
+
+
+class TooManyWaitingClaims(ResourceExhausted):
+    """This server holds as many waiting claims of yours as it may; claim again in a while."""
+
+    reason = "TOO_MANY_WAITING_CLAIMS"
 
 
 class Leasing:
-    def __init__(self, store: JobStore, commits: Batcher[Work, Any], wakeup: Wakeup) -> None:
+    def __init__(self, store: JobStore, commits: Batcher[Work, Any], wakeup: Wakeup, *, tenants: int = 1) -> None:
         self.store = store
         self.commits = commits
         self.wakeup = wakeup
+        # Long polls are held per tenant share: one tenant's thousands of idle workers must
+        # not leave another's without a place to wait (jobwire.rpc.shares).
+        self.waiting = TenantShares(MAX_WAITING_CLAIMS, tenants)
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._handing_back: set[asyncio.Future[Any]] = set()
 
@@ -57,7 +68,8 @@ class Leasing:
             remaining = deadline - time.monotonic()
             if leases or remaining <= 0:
                 return leases
-            woken = await self.wakeup.wait(who.tenant, who.queues, who.plans, min(remaining, POLL_INTERVAL_S))
+            with self.waiting.hold(who.tenant, TooManyWaitingClaims):
+                woken = await self.wakeup.wait(who.tenant, who.queues, who.plans, min(remaining, POLL_INTERVAL_S))
             if woken.woken_by is None and time.monotonic() >= deadline:
                 # Nothing came: the caller's next Claim looks at once, so a last look now would
                 # only repeat it (one query per idle worker and wait, bench/idle.py).

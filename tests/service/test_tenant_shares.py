@@ -1,0 +1,123 @@
+"""No tenant may starve another: watch streams and waiting claims are held per tenant share.
+
+Security review, finding 3: with JOBWIRE_MAX_STREAMS=3, one tenant's three WatchJobs
+streams made another tenant's WatchStatus fail RESOURCE_EXHAUSTED; 300 waiting Claims of
+one token were all woken by one Submit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from served import Served, eventually, start_server
+from service_support import rpc_error, spec
+from watch_support import next_job
+
+from jobwire.rpc.shares import TenantShares
+from jobwire.v1 import job_pb2, worker_pb2
+from jobwire.worker.server import leasing
+
+pytestmark = pytest.mark.timeout(60)
+ACME = (("authorization", "Bearer acme-token"),)
+GLOBEX = (("authorization", "Bearer globex-token"),)
+
+
+@pytest.fixture
+def auth_file(tmp_path: Path) -> Path:
+    entries = []
+    for tenant in ("acme", "globex"):
+        digest = hashlib.sha256(f"{tenant}-token".encode()).hexdigest()
+        for role in ("client", "worker"):
+            # one token, two entries: the file maps a digest to one role, so each role gets its own token
+            token_digest = digest if role == "client" else hashlib.sha256(f"{tenant}-token-w".encode()).hexdigest()
+            entries.append(
+                f'[[token]]\nsha256 = "{token_digest}"\ntenant = "{tenant}"\nrole = "{role}"\nqueues = ["*"]\n'
+            )
+    path = tmp_path / "auth.toml"
+    path.write_text("\n".join(entries))
+    return path
+
+
+@pytest.fixture
+async def served(database_url: str, auth_file: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
+    monkeypatch.setattr(leasing, "MAX_WAITING_CLAIMS", 4)
+    s = await start_server(database_url, auth_file=auth_file, max_streams=3)
+    try:
+        yield s
+    finally:
+        await s.channel.close()
+        await s.runtime.stop(grace=1.0)
+
+
+def _worker(tenant: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {tenant}-token-w"),)
+
+
+async def test_one_tenants_streams_leave_room_for_another(served: Served) -> None:
+    job = (await served.jobs.Submit(job_pb2.SubmitRequest(job_type="frames"), metadata=ACME)).job
+    first = served.jobs.WatchStatus(job_pb2.WatchStatusRequest(job_no=job.job_no), metadata=ACME)
+    assert (await next_job(first)).job_no == job.job_no  # type: ignore[union-attr]
+    # acme's share is 3 // 2 = 1 stream: its next ones are refused though the server has room
+    for _ in range(2):
+        again = served.jobs.WatchJobs(job_pb2.WatchJobsRequest(owner="a"), metadata=ACME)
+        assert await rpc_error(again.read()) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_STREAMS")
+    reply = await served.jobs.Submit(job_pb2.SubmitRequest(job_type="frames"), metadata=GLOBEX)
+    theirs = served.jobs.WatchStatus(job_pb2.WatchStatusRequest(job_no=reply.job.job_no), metadata=GLOBEX)
+    assert (await next_job(theirs)).job_no == reply.job.job_no  # type: ignore[union-attr]
+    theirs.cancel()
+    first.cancel()
+
+
+async def _waiting(served: Served, tenant: str, count: int) -> None:
+    async def probe() -> bool:
+        return served.runtime.wakeup.waiting_for(tenant, "default", "frames") == count
+
+    await eventually(probe, what=f"{count} claims of {tenant} waiting")
+
+
+def _claim(served: Served, tenant: str, wait: float) -> grpc.aio.UnaryUnaryCall:
+    request = worker_pb2.ClaimRequest(worker_id=f"{tenant}-w", job_types=[spec("frames")], max_jobs=1)
+    request.wait.FromMilliseconds(int(wait * 1000))
+    return served.workers.Claim(request, metadata=_worker(tenant))
+
+
+async def test_one_tenants_waiting_claims_leave_room_for_another(served: Served) -> None:
+    waiting = [asyncio.ensure_future(_claim(served, "acme", 20)) for _ in range(2)]  # acme's share: 4 // 2
+    await _waiting(served, "acme", 2)
+    refused = await rpc_error(_claim(served, "acme", 20))
+    assert refused == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_WAITING_CLAIMS")
+    theirs = asyncio.ensure_future(_claim(served, "globex", 20))
+    await _waiting(served, "globex", 1)  # waiting, not refused
+    await served.jobs.Submit(job_pb2.SubmitRequest(job_type="frames"), metadata=GLOBEX)
+    reply = await asyncio.wait_for(theirs, 10)
+    assert len(reply.leases) == 1
+    for call in waiting:
+        call.cancel()
+
+
+async def test_a_submit_wakes_one_waiting_claim_not_all(served: Served) -> None:
+    first, second = (asyncio.ensure_future(_claim(served, "acme", 3)) for _ in range(2))
+    await _waiting(served, "acme", 2)
+    await served.jobs.Submit(job_pb2.SubmitRequest(job_type="frames"), metadata=ACME)
+    done, pending = await asyncio.wait({first, second}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    assert len(done) == 1 and len(done.pop().result().leases) == 1
+    (other,) = pending
+    assert len((await asyncio.wait_for(other, 10)).leases) == 0  # its wait ran out: nothing was its
+
+
+def test_shares_by_tenant_count() -> None:
+    assert TenantShares(100, 1).per_tenant == 100
+    assert TenantShares(100, 2).per_tenant == 50
+    assert TenantShares(100, 40).per_tenant == 25
+    assert TenantShares(3, 2).per_tenant == 1
+    shares = TenantShares(2, 1)
+    with shares.hold("a"), shares.hold("a"):
+        assert shares.total == 2
+        with pytest.raises(Exception, match="limit"), shares.hold("b"):
+            pass
+    assert shares.total == 0 and shares.held("a") == 0

@@ -105,8 +105,9 @@ class Server:
 
 def start_server(database_url: str, workdir: Path) -> Server:
     sql_file = workdir / "server.sqlcount"
+    # One serving process: its CPU, memory and SQL are what is measured, per process.
     env = {**os.environ, "JOBWIRE_DATABASE_URL": database_url, "JOBWIRE_LISTEN": "127.0.0.1:0",
-           "JWBENCH_SQLCOUNT": str(sql_file), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+           "JOBWIRE_PROCESSES": "1", "JWBENCH_SQLCOUNT": str(sql_file), "PYTHONUNBUFFERED": "1"}  # fmt: skip
     proc = subprocess.Popen([sys.executable, str(BENCH / "serve_counted.py")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
     assert proc.stdout is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import chain, islice
 
 from jobwire.client import convert
 from jobwire.client.base import BaseClient
@@ -47,20 +48,8 @@ class AdminClient(BaseClient):
     def list_events(self, job_no: str, *, page_size: int = 0, limit: int | None = None) -> Iterator[admin_pb2.JobEvent]:
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
         request = convert.message(admin_pb2.ListEventsRequest, job_no=job_no, page_size=page_size)
-        count = 0
-        while True:
-            page: admin_pb2.ListEventsResponse = self._unary(
-                lambda: self._stub.ListEvents(request, timeout=self.timeout),
-                idempotent=True,
-            )
-            for event in page.events:
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                yield event
-            if not page.next_page_token:
-                return
-            request.page_token = page.next_page_token
+        pages = self._pages(self._stub.ListEvents, request)
+        return islice(chain.from_iterable(page.events for page in pages), limit)
 
     def requeue(self, job_no: str, *, reason: str) -> job_pb2.Job:
         """An operator's decision for a stalled job: revoke its lease and queue it again.
@@ -78,17 +67,5 @@ class AdminClient(BaseClient):
     def list_workers(self, *, queue: str = "", limit: int | None = None) -> Iterator[admin_pb2.WorkerInfo]:
         """Known workers by id, across pages: last seen, leases held, queues and job types."""
         request = convert.message(admin_pb2.ListWorkersRequest, queue=queue)
-        count = 0
-        while True:
-            page: admin_pb2.ListWorkersResponse = self._unary(
-                lambda: self._stub.ListWorkers(request, timeout=self.timeout),
-                idempotent=True,
-            )
-            for worker in page.workers:
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                yield worker
-            if not page.next_page_token:
-                return
-            request.page_token = page.next_page_token
+        pages = self._pages(self._stub.ListWorkers, request)
+        return islice(chain.from_iterable(page.workers for page in pages), limit)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import grpc
 
@@ -14,6 +14,7 @@ from jobwire.client.channel import ChannelConfig, sync_channel
 from jobwire.client.retry import RetrySettings, Sleep, call_with_retry
 
 T = TypeVar("T")
+P = TypeVar("P")  # a List call's reply: its items and next_page_token
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -100,3 +101,13 @@ class BaseClient:
 
     def _unary(self, call: Callable[[], T], *, idempotent: bool) -> T:
         return call_with_retry(call, self.retry_settings, idempotent=idempotent, sleep=self._sleep)
+
+    def _pages(self, method: Callable[..., P], request: Any) -> Iterator[P]:
+        """Each reply of a paged List call, fetched as the iterator advances."""
+        while True:
+            page = self._unary(lambda: method(request, timeout=self.timeout), idempotent=True)
+            yield page
+            token: str = page.next_page_token  # type: ignore[attr-defined]
+            if not token:
+                return
+            request.page_token = token

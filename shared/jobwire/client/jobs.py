@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from datetime import datetime
+from itertools import chain, islice
 from typing import NamedTuple
 
 from jobwire.client import convert
@@ -146,15 +147,7 @@ class JobClient(BaseClient):
             page_size=page_size,
             locale=self._locale(locale),
         )
-        while True:
-            page: job_pb2.ListJobsResponse = self._unary(
-                lambda: self._stub.ListJobs(request, timeout=self.timeout),
-                idempotent=True,
-            )
-            yield page
-            if not page.next_page_token:
-                return
-            request.page_token = page.next_page_token
+        return self._pages(self._stub.ListJobs, request)
 
     def list_jobs(
         self,
@@ -167,7 +160,6 @@ class JobClient(BaseClient):
         locale: str | None = None,
     ) -> Iterator[job_pb2.Job]:
         """Jobs matching the filters, across pages, at most `limit` of them."""
-        count = 0
         pages = self.list_job_pages(
             owner=owner,
             statuses=statuses,
@@ -175,12 +167,7 @@ class JobClient(BaseClient):
             page_size=page_size,
             locale=locale,
         )
-        for page in pages:
-            for job in page.jobs:
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                yield job
+        return islice(chain.from_iterable(page.jobs for page in pages), limit)
 
     def watch(
         self,

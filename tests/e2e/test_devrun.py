@@ -15,31 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from proc_support import alive, children
 
 pytestmark = pytest.mark.timeout(90)
 READY = "Ctrl-C (or SIGTERM) stops both processes"
 
 
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
-            found += [int(child) for child in f.read().split()]
-    return sorted(found)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().split(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _gone_within(pids: list[int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not any(_alive(p) for p in pids):
+        if not any(alive(p) for p in pids):
             return True
         time.sleep(0.05)
     return False
@@ -70,14 +55,14 @@ def launcher(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], list[int]]
             break
     else:
         pytest.fail(f"the launcher ended early with code {proc.wait()}")
-    server, worker = _children(proc.pid)
+    server, worker = children(proc.pid)
     try:
         yield proc, [server, worker]
     finally:
         if proc.poll() is None:
             proc.kill()
         for pid in (server, worker):
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 

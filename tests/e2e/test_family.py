@@ -25,6 +25,7 @@ import grpc
 import pytest
 import sqlalchemy as sa
 from google.protobuf.duration_pb2 import Duration
+from proc_support import alive, children
 
 from jobwire.db.tables import job, job_event
 from jobwire.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -46,26 +47,7 @@ class Family:
         return f"127.0.0.1:{self.port}"
 
     def children(self) -> list[int]:
-        return _children(self.process.pid)
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
-                found += [int(child) for child in f.read().split()]
-    except OSError:
-        pass
-    return sorted(found)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+        return children(self.process.pid)
 
 
 def _server(database_url: str, *args: str) -> subprocess.Popen[str]:
@@ -231,7 +213,7 @@ def test_sigterm_drains_the_whole_family(database_url: str) -> None:
     children = family.children()
     _get(family.target)
     assert stop(family) == 0
-    assert not any(_alive(pid) for pid in children)
+    assert not any(alive(pid) for pid in children)
     with socket.socket() as probe:  # and the port is free again
         probe.bind(("127.0.0.1", family.port))
 

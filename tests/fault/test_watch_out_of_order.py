@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import apply_ops
 from jobwire.db.engine import Database
+from jobwire.db.evidence_limit import EvidenceLimit
 from jobwire.db.feed import FeedReader
 from jobwire.db.user_actions import Cancel
 from jobwire.jobapi.app import add_jobapi
@@ -113,7 +114,8 @@ async def test_a_watcher_gets_a_change_that_committed_late(mysql_url: str) -> No
         try:
             # A: X's cancel, its event with the lower id, left uncommitted (its COMMIT waits below)
             a.commit = a.run  # type: ignore[method-assign,assignment]
-            await apply_ops(a, [Cancel(tenant="default", job_no=x.job_no)], now=db.clock.now(), cache=RowCache())
+            cancel = [Cancel(tenant="default", job_no=x.job_no)]
+            await apply_ops(a, cancel, now=db.clock.now(), cache=RowCache(), evidence=EvidenceLimit())
             await jobs.Cancel(job_pb2.CancelRequest(job_no=y.job_no))  # B: higher id, committed
             assert (await asyncio.wait_for(watch_y.read(), 10)).job.status == job_pb2.Job.CANCELLED
             await asyncio.sleep(0.2)  # several more polls pass A's id by

@@ -28,6 +28,6 @@ def add_jobapi(rt: Runtime) -> None:
 def add_watching(rt: Runtime) -> Watches:
     """The streams' view of the process's event tail, and their registry."""
     feed = ChangeFeed(rt.tail)
-    registry = StreamRegistry(rt.settings.max_streams, rt.host.tenants)
+    registry = StreamRegistry(rt.settings.max_streams, tenants=rt.host.tenants)
     rt.host.add_stop_hook(registry.stop)  # streams end UNAVAILABLE before the server drains
     return Watches(feed, rt.store.db, rt.blocking, registry)

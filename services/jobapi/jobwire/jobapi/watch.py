@@ -152,7 +152,7 @@ class Inbox:
 class StreamRegistry:
     """Every open stream of this process: the cap, and ending them all on shutdown."""
 
-    def __init__(self, max_streams: int, tenants: int = 1, inbox_limit: int = INBOX_LIMIT) -> None:
+    def __init__(self, max_streams: int, *, tenants: int = 1, inbox_limit: int = INBOX_LIMIT) -> None:
         self.max_streams = max_streams
         self._inbox_limit = inbox_limit
         self._open: set[Inbox] = set()

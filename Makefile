@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # `make bench BENCHES=throughput` runs one.
 BENCHES ?= throughput fleet idle claims submit watch
 
-.PHONY: install proto run serve demo test lint typecheck migrate bench clean
+.PHONY: install proto run serve demo test lint typecheck migrate bench soak clean
 
 install: $(STAMP) $(GENERATED)
 
@@ -60,6 +60,12 @@ migrate: install
 bench: install
 	$(PY) -m pip install -q -c constraints.txt -r bench/requirements.txt
 	set -e; for b in $(BENCHES); do $(PY) bench/$$b.py; done
+
+# The nemesis soak (tests/soak/soak.py) at length: 4 minutes of faults on MariaDB, then the
+# checker's table; `make test` runs a 40-second one. SOAK_ARGS="--seconds 600" for longer.
+SOAK_ARGS ?=
+soak: install
+	$(PY) tests/soak/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) var shared/jobwire/v1/*_pb2* $(GENERATED)

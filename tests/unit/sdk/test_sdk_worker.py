@@ -363,3 +363,16 @@ async def test_the_log_says_how_each_job_really_ended(
     assert "failed RESULT_INVALID (not retryable)" in endings["job PT-1 attempt 1"]
     assert "READY" not in endings["job PT-1 attempt 1"]
     assert endings["job PT-2 attempt 1"].endswith("failed DEPENDENCY_FAILED (retryable): the warehouse API is down")
+
+
+async def test_missing_tmp_and_results_folders_are_made_before_the_first_claim(
+    config: WorkerConfig, fake: FakeWorkerService, tmp_path: Path
+) -> None:
+    """Found by the soak: --tmp-dir naming a folder that did not exist failed every job leased."""
+    config = replace(config, tmp_root=tmp_path / "new" / "tmp", results_dir=tmp_path / "new" / "results")
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 1}'))
+    async with running(config, fake) as (worker, task):
+        (complete,) = await fake.wait_for("Complete")
+        worker.shutdown()
+        assert await task == 0
+    assert complete.result.size_bytes > 0 and config.tmp_root.is_dir()

@@ -109,6 +109,11 @@ class Worker:
             channel = aio_channel(self.config.channel_config())
             stub = worker_pb2_grpc.WorkerServiceStub(channel)
         assert stub is not None
+        # Made before the first claim: a folder missing here failed every job it leased
+        # (found by the soak), each lease then left to expire.
+        for folder in (self.config.tmp_root, self.config.results_dir):
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
         pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="jobwire-handler")
         keeper = LeaseKeeper(stub, worker_id=self.config.worker_id, default_interval=self.config.heartbeat_interval)
         reports = ReportSender(stub, interval=self.config.report_interval)

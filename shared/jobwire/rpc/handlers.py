@@ -37,17 +37,18 @@ class Wrapping:
         self._metrics = metrics
 
     def handler(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        if handler.unary_unary is None and handler.unary_stream is None:
+            return handler  # client streams (server reflection): no role, nothing of ours to map
         if handler.request_deserializer is not None:
+            # Only where the wrapper below answers an Undecodable: it never reaches a servicer.
             handler = handler._replace(request_deserializer=_tolerant(handler.request_deserializer))
         if handler.unary_unary is not None:
             return handler._replace(unary_unary=self._unary(method, handler.unary_unary, stream=False))
-        if handler.unary_stream is not None:
-            inner = handler.unary_stream
-            if inspect.isasyncgenfunction(inner):
-                return handler._replace(unary_stream=self._stream(method, inner))
-            # A stream that writes with context.write() and returns (grpc's Health.Watch).
-            return handler._replace(unary_stream=self._unary(method, inner, stream=True))
-        return handler  # client streams (server reflection): no role, nothing of ours to map
+        inner = handler.unary_stream
+        if inspect.isasyncgenfunction(inner):
+            return handler._replace(unary_stream=self._stream(method, inner))
+        # A stream that writes with context.write() and returns (grpc's Health.Watch).
+        return handler._replace(unary_stream=self._unary(method, inner, stream=True))
 
     def _unary(self, method: str, behavior: Callable[..., Any], *, stream: bool) -> Callable[..., Any]:
         resolve, metrics = self._auth.resolve, self._metrics

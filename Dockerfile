@@ -6,13 +6,13 @@ COPY constraints.txt ./
 COPY protos ./protos
 COPY shared ./shared
 COPY services ./services
-# Generated code is built here, as `make proto` does, then the three distributions install.
+# Generated code is built here, as `make proto` does, then the four distributions install.
 # google/rpc/status.proto (worker.proto imports it) comes from googleapis-common-protos.
 RUN pip install --no-cache-dir -c constraints.txt grpcio-tools googleapis-common-protos \
  && python -m grpc_tools.protoc -Iprotos \
       -I"$(python -c 'import google.rpc.status_pb2 as m, pathlib; print(pathlib.Path(m.__file__).parents[2])')" \
       --python_out=shared --grpc_python_out=shared protos/jobwire/v1/*.proto \
- && pip install --no-cache-dir -c constraints.txt './shared[db]' './services/worker[server]' ./services/jobapi \
+ && pip install --no-cache-dir -c constraints.txt './shared[db]' './services/worker[server]' ./services/jobapi ./services/server \
  && pip uninstall -y grpcio-tools
 USER nobody
 EXPOSE 50051 50052

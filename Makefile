@@ -17,14 +17,16 @@ BENCHES ?= throughput fleet idle claims submit watch
 
 install: $(STAMP) $(GENERATED)
 
-# compat editable mode puts each distribution folder on sys.path, so the three parts of the
-# `jobwire` namespace package (shared, services/jobapi, services/worker) merge as PEP 420 says.
-$(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/jobapi/pyproject.toml services/worker/pyproject.toml
+# compat editable mode puts each distribution folder on sys.path, so the four parts of the
+# `jobwire` namespace package (shared, services/jobapi, services/worker, services/server)
+# merge as PEP 420 says.
+$(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/jobapi/pyproject.toml \
+          services/worker/pyproject.toml services/server/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt \
 	    --config-settings editable_mode=compat \
-	    -e 'shared[db]' -e 'services/worker[server]' -e services/jobapi
+	    -e 'shared[db]' -e 'services/worker[server]' -e services/jobapi -e services/server
 	@touch $@
 
 proto: $(GENERATED)

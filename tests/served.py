@@ -16,8 +16,8 @@ from typing import TypeVar
 import grpc
 
 from jobwire.jobapi.app import add_jobapi
-from jobwire.rpc.config import Settings
-from jobwire.serving import Runtime, open_runtime
+from jobwire.runtime.parts import Runtime, open_runtime
+from jobwire.runtime.settings import Settings
 from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
 from jobwire.worker.server.app import add_worker_service
 

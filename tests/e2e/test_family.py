@@ -1,4 +1,4 @@
-"""A family of serving processes on one port (`--processes 2`, jobwire.family), as real processes.
+"""A family of serving processes on one port (`--processes 2`, jobwire.runtime.family), as real processes.
 
 - 8 claimers over 500 jobs, each on a connection of its own: every job is leased exactly
   once, and both children served;

@@ -13,8 +13,8 @@ from jobwire.db.engine import Database
 from jobwire.db.feed import FeedReader
 from jobwire.domain.errors import StoreUnavailable
 from jobwire.jobapi.app import add_jobapi
-from jobwire.rpc.config import Settings
-from jobwire.serving import open_runtime
+from jobwire.runtime.parts import open_runtime
+from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
 pytestmark = pytest.mark.mysql

@@ -22,8 +22,8 @@ from jobwire.db.evidence_limit import EvidenceLimit
 from jobwire.db.feed import FeedReader
 from jobwire.db.user_actions import Cancel
 from jobwire.jobapi.app import add_jobapi
-from jobwire.rpc.config import Settings
-from jobwire.serving import open_runtime
+from jobwire.runtime.parts import open_runtime
+from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
 pytestmark = pytest.mark.mysql

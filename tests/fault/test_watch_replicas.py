@@ -10,8 +10,8 @@ import pytest
 from watch_processes import ServerProcess, start_server
 
 from jobwire.jobapi.app import add_jobapi
-from jobwire.rpc.config import Settings
-from jobwire.serving import Runtime, open_runtime
+from jobwire.runtime.parts import Runtime, open_runtime
+from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.app import add_worker_service
 

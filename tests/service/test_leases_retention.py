@@ -25,7 +25,7 @@ from jobwire.db.submit import NewJob
 from jobwire.db.tables import artifact as artifact_table
 from jobwire.db.tables import job, job_event
 from jobwire.domain.states import Status
-from jobwire.rpc.config import Settings
+from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, worker_pb2
 
 pytestmark = pytest.mark.timeout(60)

@@ -18,7 +18,7 @@ from served import Served, eventually, start_server
 from service_support import rpc_error, spec
 from watch_support import next_job
 
-from jobwire.rpc.shares import TenantShares
+from jobwire.runtime.shares import TenantShares
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.server import leasing
 

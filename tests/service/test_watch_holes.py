@@ -18,7 +18,7 @@ from watch_support import complete, fail, phases, report
 from jobwire.db.feed import FeedReader, FeedRow
 from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.watch import StreamRegistry, Watches
-from jobwire.tail import EventTail
+from jobwire.runtime.tail import EventTail
 from jobwire.v1 import job_pb2
 
 

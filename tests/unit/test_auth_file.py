@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobwire.rpc.auth import load_tokens
-from jobwire.serving import server_flags, settings_from
+from jobwire.runtime.serving import server_flags, settings_from
 
 DIGEST = hashlib.sha256(b"t").hexdigest()
 

@@ -13,7 +13,7 @@ from jobwire.db.store import Call, Claim, Work
 from jobwire.domain.lease import Lease
 from jobwire.domain.stages import DEFAULT_PLAN
 from jobwire.rpc.batching import Batcher
-from jobwire.rpc.wakeup import Wakeup
+from jobwire.runtime.wakeup import Wakeup
 from jobwire.worker.server.leasing import Leasing
 
 LEASE = Lease(
@@ -93,7 +93,7 @@ class _Ended:
 @pytest.mark.parametrize(("cancelled", "released"), [(True, 1), (False, 0)])
 async def test_a_reply_cancelled_on_its_way_hands_its_leases_back(cancelled: bool, released: int) -> None:
     """Security review, finding 1: leases whose reply did not reach the worker go back at once."""
-    from jobwire.rpc.config import Settings
+    from jobwire.runtime.settings import Settings
     from jobwire.worker.server.servicer import WorkerServicer
 
     store = SlowStore()

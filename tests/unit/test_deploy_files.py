@@ -48,7 +48,7 @@ def test_handlers_reference_resolves() -> None:
 
 
 def test_environment_uses_only_known_settings() -> None:
-    config = (ROOT / "shared/jobwire/rpc/config.py").read_text()
+    config = (ROOT / "shared/jobwire/runtime/settings.py").read_text()
     sdk = "\n".join(p.read_text() for p in (ROOT / "services/worker/jobwire/worker/sdk").glob("*.py"))
     for name, service in COMPOSE["services"].items():
         for var in service.get("environment", {}):
@@ -66,10 +66,10 @@ def test_servers_beyond_loopback_have_an_auth_file_that_loads() -> None:
     assert "worker" in tokens[digest].roles
 
 
-def test_dockerfile_builds_the_protos_and_installs_all_three_parts() -> None:
+def test_dockerfile_builds_the_protos_and_installs_all_four_parts() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "grpc_tools.protoc" in dockerfile
-    for part in ("./shared[db]", "./services/worker[server]", "./services/jobapi"):
+    for part in ("./shared[db]", "./services/worker[server]", "./services/jobapi", "./services/server"):
         assert part in dockerfile
     assert re.search(r"^FROM python:3\.11", dockerfile, re.M)
     assert COMPOSE["services"]["mysql"]["image"] == "mysql:8.4"

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from jobwire.db.feed import FeedRow
-from jobwire.tail import BUSY_BACKOFF_S, EventTail
+from jobwire.runtime.tail import BUSY_BACKOFF_S, EventTail
 
 
 class CountingReader:

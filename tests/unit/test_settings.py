@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobwire.rpc.config import Settings
+from jobwire.runtime.settings import Settings
 
 
 def test_defaults_and_environment() -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from jobwire.rpc.wakeup import Waiter, Wakeup
+from jobwire.runtime.wakeup import Waiter, Wakeup
 
 LONG = 30.0
 

@@ -147,7 +147,7 @@ class JobStore:
     def purge_workers(self, older_than: timedelta) -> int:
         return self.db.write(lambda c: reads.purge_workers(c, older_than))
 
-    # -- housekeeping (every server process runs it; see jobwire.reaping) -------------------
+    # -- housekeeping (every server process runs it; see jobwire.runtime.housekeeping) -------------------
     async def reap_leases(self, grace: timedelta, *, by: str, read: reaper.Read) -> reaper.Reaped:
         """Mark expired leases stalled; past `grace`, apply each job's lease-lost policy.
 

@@ -32,7 +32,7 @@ class Metrics:
     """The numbers of one server process.
 
     Each server has a registry of its own (tests run several servers in one process). In
-    a family of processes (jobwire.family) prometheus-client writes every value to its
+    a family of processes (jobwire.runtime.family) prometheus-client writes every value to its
     multiprocess directory instead, and the parent serves the sum of all children.
     """
 

@@ -11,6 +11,8 @@ import contextlib
 import ipaddress
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -18,7 +20,6 @@ from grpc_reflection.v1alpha import reflection
 
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.rpc.auth import Authenticator, load_tokens
-from jobwire.rpc.config import Settings
 from jobwire.rpc.handlers import AddToServer, Wrapping, register
 from jobwire.rpc.metrics import Metrics, MetricsEndpoint
 
@@ -56,24 +57,37 @@ def is_loopback(listen: str) -> bool:
         return False
 
 
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """Where and how a server listens: what ServerHost needs of the runtime's settings."""
+
+    listen: str
+    auth_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    metrics_listen: str | None = None
+    share_port: bool = False  # a child of a family: join the port its parent holds
+
+
 class ServerHost:
     """A grpc.aio server with jobwire's interceptors, health and reflection."""
 
-    def __init__(self, settings: Settings, *, ping: Callable[[float], bool]) -> None:
-        if settings.auth_file is None and not is_loopback(settings.listen):
+    def __init__(self, endpoint: Endpoint, *, ping: Callable[[float], bool]) -> None:
+        if endpoint.auth_file is None and not is_loopback(endpoint.listen):
             raise SystemExit(
-                f"refusing to listen on {settings.listen} without JOBWIRE_AUTH_FILE: "
+                f"refusing to listen on {endpoint.listen} without JOBWIRE_AUTH_FILE: "
                 "only loopback addresses may serve without authentication"
             )
-        tokens = load_tokens(settings.auth_file) if settings.auth_file else None
-        # how many tenants may call: capacity is shared among them (jobwire.rpc.shares)
+        tokens = load_tokens(endpoint.auth_file) if endpoint.auth_file else None
+        # how many tenants may call: capacity is shared among them (jobwire.runtime.shares)
         self.tenants = len({p.tenant for p in tokens.values()}) if tokens else 1
-        self.settings = settings
+        self.endpoint = endpoint
         self.metrics = Metrics()
         self._wrapping = Wrapping(Authenticator(tokens), self.metrics)
         # grpc binds with SO_REUSEPORT unless told not to, and a second server on a taken
-        # port would then start silently. Only a family's children share a port (jobwire.family).
-        reuse = ("grpc.so_reuseport", 1 if settings.share_port else 0)
+        # port would then start silently. Only a family's children share a port (jobwire.runtime.family).
+        reuse = ("grpc.so_reuseport", 1 if endpoint.share_port else 0)
         self.server = grpc.aio.server(options=[*SERVER_OPTIONS, reuse])
         self.health = health.aio.HealthServicer()
         self.add_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health)
@@ -105,31 +119,31 @@ class ServerHost:
     async def start(self) -> int:
         names = [*self._services, health.SERVICE_NAME, reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, self.server)
-        self.port = self._bind(self.settings)
+        self.port = self._bind(self.endpoint)
         await self.server.start()
-        if self.settings.metrics_listen:
-            self.metrics_port = await self._metrics_endpoint.start(self.settings.metrics_listen)
+        if self.endpoint.metrics_listen:
+            self.metrics_port = await self._metrics_endpoint.start(self.endpoint.metrics_listen)
             log.info("jobwire metrics at GET /metrics on port %d", self.metrics_port)
         self._tasks.append(asyncio.create_task(self._watch_health(), name="jobwire-health"))
         log.info("jobwire serving %s on port %d", ", ".join(self._services), self.port)
         return self.port
 
-    def _bind(self, settings: Settings) -> int:
+    def _bind(self, endpoint: Endpoint) -> int:
         try:
-            if settings.tls_cert and settings.tls_key:
-                ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+            if endpoint.tls_cert and endpoint.tls_key:
+                ca = endpoint.tls_client_ca.read_bytes() if endpoint.tls_client_ca else None
                 creds = grpc.ssl_server_credentials(
-                    [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
+                    [(endpoint.tls_key.read_bytes(), endpoint.tls_cert.read_bytes())],
                     root_certificates=ca,
                     require_client_auth=ca is not None,
                 )
-                return int(self.server.add_secure_port(settings.listen, creds))
-            return int(self.server.add_insecure_port(settings.listen))
+                return int(self.server.add_secure_port(endpoint.listen, creds))
+            return int(self.server.add_insecure_port(endpoint.listen))
         except RuntimeError:
             # Bound without SO_REUSEPORT (see SERVER_OPTIONS): someone holds the port.
-            port = settings.listen.rpartition(":")[2]
+            port = endpoint.listen.rpartition(":")[2]
             raise SystemExit(
-                f"jobwire: cannot listen on {settings.listen}: port {port} is in use by another program"
+                f"jobwire: cannot listen on {endpoint.listen}: port {port} is in use by another program"
                 " or another jobwire server"
             ) from None
 

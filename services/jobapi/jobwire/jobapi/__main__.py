@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jobwire.jobapi.app import add_jobapi
-from jobwire.serving import run_server
+from jobwire.runtime.serving import run_server
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.watch import StreamRegistry, Watches
-from jobwire.serving import Runtime
+from jobwire.runtime.parts import Runtime
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 

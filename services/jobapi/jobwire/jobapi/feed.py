@@ -1,4 +1,4 @@
-"""The change feed: the process's one event tail (jobwire.tail), fanned out to streams in memory.
+"""The change feed: the process's one event tail (jobwire.runtime.tail), fanned out to streams in memory.
 
 Each visible event goes to the streams subscribed to its job or to its owner. The database
 sees one statement per poll whether ten or ten thousand streams watch; each event is
@@ -19,7 +19,7 @@ from jobwire.db.rows import record_from_row, row_from_snapshot
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc import convert
-from jobwire.tail import EventTail
+from jobwire.runtime.tail import EventTail
 from jobwire.v1 import job_pb2
 
 log = logging.getLogger(__name__)

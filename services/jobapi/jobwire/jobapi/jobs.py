@@ -21,8 +21,8 @@ from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc.auth import Principal
 from jobwire.rpc.batching import Batcher
-from jobwire.rpc.blocking import Blocking
-from jobwire.rpc.wakeup import Wakeup
+from jobwire.runtime.blocking import Blocking
+from jobwire.runtime.wakeup import Wakeup
 
 T = TypeVar("T")
 

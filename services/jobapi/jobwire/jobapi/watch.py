@@ -30,8 +30,8 @@ from jobwire.db import feed as feed_reads
 from jobwire.db.engine import Database
 from jobwire.domain.errors import InvalidArgument, JobNotFound, JobwireError, OutOfRange, ResourceExhausted
 from jobwire.jobapi.feed import ChangeFeed, Unsubscribe, Update
-from jobwire.rpc.blocking import Blocking
-from jobwire.rpc.shares import TenantShares
+from jobwire.runtime.blocking import Blocking
+from jobwire.runtime.shares import TenantShares
 from jobwire.v1 import job_pb2
 
 T = TypeVar("T")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobwire.serving import run_server
+from jobwire.runtime.serving import run_server
 from jobwire.worker.server.app import add_worker_service
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobwire.serving import Runtime
+from jobwire.runtime.parts import Runtime
 from jobwire.v1 import worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
 from jobwire.worker.server.runnable import RunnableWatcher

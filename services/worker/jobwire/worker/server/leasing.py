@@ -21,8 +21,8 @@ from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.lease import Lease, LeaseStatus
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
-from jobwire.rpc.shares import TenantShares
-from jobwire.rpc.wakeup import Waiter, Wakeup
+from jobwire.runtime.shares import TenantShares
+from jobwire.runtime.wakeup import Waiter, Wakeup
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,7 +49,7 @@ class Leasing:
         self.commits = commits
         self.wakeup = wakeup
         # Long polls are held per tenant share: one tenant's thousands of idle workers must
-        # not leave another's without a place to wait (jobwire.rpc.shares).
+        # not leave another's without a place to wait (jobwire.runtime.shares).
         self.waiting = TenantShares(MAX_WAITING_CLAIMS, tenants)
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._handing_back: set[asyncio.Future[Any]] = set()

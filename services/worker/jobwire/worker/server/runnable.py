@@ -2,9 +2,9 @@
 
 Without this, a Claim learns of work submitted through another process (another jobapi
 replica, the split deployment) only by polling, and database load grows with the number
-of idle workers, which DESIGN §8 rules out. The process's event tail (jobwire.tail)
+of idle workers, which DESIGN §8 rules out. The process's event tail (jobwire.runtime.tail)
 hands this watcher every event; for each job that became QUEUED it wakes a waiting claim
-of this process that can take it (jobwire.rpc.wakeup): at once if the job is runnable, or
+of this process that can take it (jobwire.runtime.wakeup): at once if the job is runnable, or
 when its run_after comes (a retry's backoff, a submit for later), timed by the database
 clock. So waiting claims poll nobody; the claim loop keeps only a slow safety poll.
 """
@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from jobwire.db.feed import FeedRow
-from jobwire.rpc.wakeup import Wakeup
-from jobwire.tail import EventTail
+from jobwire.runtime.tail import EventTail
+from jobwire.runtime.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 MARGIN_S = 0.005  # wake a claim this long after run_after has passed on the database clock

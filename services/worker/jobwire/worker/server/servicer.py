@@ -10,8 +10,8 @@ from jobwire.domain.errors import InvalidArgument, JobwireError
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
 from jobwire.domain.stages import validate_plan
 from jobwire.rpc import auth, convert
-from jobwire.rpc.config import Settings
 from jobwire.rpc.errors import status_proto
+from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
 

@@ -40,10 +40,10 @@ from prometheus_client import multiprocess
 
 from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
-from jobwire.rpc.config import Settings
 from jobwire.rpc.metrics import FamilyMetrics, MetricsEndpoint
+from jobwire.runtime.settings import Settings
 
-log = logging.getLogger("jobwire.family")
+log = logging.getLogger("jobwire.runtime.family")
 
 PARENT_ENV = "JOBWIRE_FAMILY_PARENT"  # set in a child: its parent's pid
 PORT_ENV = "JOBWIRE_FAMILY_PORT"  # set in a child: the port the family serves

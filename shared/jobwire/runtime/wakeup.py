@@ -11,7 +11,7 @@ passes the wake on, so a job never waits with nobody woken for it. News that arr
 twice (the submit itself, a sibling's relay, then the event tail) wakes at most one more
 claim, which finds nothing and waits again.
 
-A relay passes the news to the sibling processes of a family (jobwire.family) at once;
+A relay passes the news to the sibling processes of a family (jobwire.runtime.family) at once;
 other replicas learn of it from the change feed (worker.server's runnable-work watcher).
 """
 

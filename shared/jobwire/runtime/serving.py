@@ -1,80 +1,26 @@
-"""What every jobwire server process is made of: one store, one DB thread pool, one host.
+"""A server process's entry: flags and settings, logging, one process or a family of them.
 
-Services add themselves to a Runtime (`add_jobapi(rt)`, `add_worker_service(rt)`); the
-entry points choose which, so the embedded server and the split services share one path.
+`python -m jobwire.jobapi`, `python -m jobwire.worker.server` and `python -m jobwire serve`
+are each `run_server` with the services they host (jobwire.runtime.parts).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import uvloop
 
-from jobwire import family, reaping
-from jobwire.db.feed import FeedReader
-from jobwire.db.store import JobStore, Work, open_store
 from jobwire.rpc.auth import load_tokens
-from jobwire.rpc.batching import Batcher
-from jobwire.rpc.blocking import Blocking
-from jobwire.rpc.config import Settings
 from jobwire.rpc.serve import configure_logging, serve_until_signalled
-from jobwire.rpc.server import ServerHost
-from jobwire.rpc.wakeup import Wakeup
-from jobwire.tail import EventTail
+from jobwire.runtime import family
+from jobwire.runtime.parts import AddService, open_runtime
+from jobwire.runtime.settings import Settings
 
 T = TypeVar("T")
-# Write transactions in flight at once: two, so one batch is built while the other waits
-# on the database; more calls wait for the next batch instead (group commit).
-COMMIT_LANES = 2
-MAX_BATCH = 256  # calls per transaction: bounds its locks and its statement size
-
-
-@dataclass
-class Runtime:
-    settings: Settings
-    store: JobStore
-    blocking: Blocking
-    commits: Batcher[Work, Any]  # every write: submits, claims and changes share transactions
-    wakeup: Wakeup
-    tail: EventTail  # the one reader of job_event, for watch streams and waiting claims
-    host: ServerHost
-
-    async def stop(self, grace: float = 5.0) -> None:
-        await self.host.stop(grace)
-        await self.commits.shutdown()
-        self.blocking.shutdown()
-        await self.store.db.close()
-
-
-def open_runtime(settings: Settings) -> Runtime:
-    store = open_store(
-        settings.database_url, pool_size=settings.db_pool_size, job_prefix=settings.job_prefix, migrate=settings.migrate
-    )
-    rt = Runtime(
-        settings=settings,
-        store=store,
-        blocking=Blocking(settings.db_pool_size),
-        commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH),
-        wakeup=Wakeup(),
-        tail=EventTail(FeedReader(store.db), settings.feed_poll_seconds),
-        host=ServerHost(settings, ping=store.db.ping),
-    )
-    rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
-    relay = family.sibling_relay(lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False))
-    if relay is not None:
-        rt.wakeup.relay = relay
-        rt.host.add_stop_hook(relay.close)
-    if family.keeps_house():
-        reaping.start(rt)  # the lease reaper and retention, stopped with the host
-    return rt
-
-
-AddService = Callable[[Runtime], None]
 
 
 def server_flags(parser: argparse.ArgumentParser) -> None:
@@ -121,7 +67,7 @@ def run_server(prog: str, *services: AddService, argv: Sequence[str] | None = No
 
 
 def serve_processes(settings: Settings, *services: AddService) -> None:
-    """Serve in this process, or as the parent of `settings.processes` (jobwire.family)."""
+    """Serve in this process, or as the parent of `settings.processes` (jobwire.runtime.family)."""
     configure_logging()
     child = family.child_settings(settings)
     if child is not None:

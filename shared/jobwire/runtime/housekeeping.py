@@ -4,10 +4,10 @@ Every `JOBWIRE_REAPER_INTERVAL_SECONDS` (jittered, so replicas do not tick in st
 reaper marks expired leases stalled and applies the lease-lost policies past
 `JOBWIRE_STALL_GRACE_SECONDS`; then retention purges terminal jobs past their time,
 workers not seen for `JOBWIRE_RETENTION_WORKER_DAYS`, and old commit markers
-(jobwire.db.commit_markers). All run on the runtime's database
-thread pool. Every action is a guarded UPDATE or DELETE, so
-any number of replicas may do this at once. A database outage is logged and waited out:
-the loop never dies of an error. An interval of 0 turns housekeeping off.
+(jobwire.db.commit_markers). All run on the runtime's database thread pool. Every
+action is a guarded UPDATE or DELETE, so any number of replicas may do this at once. A
+database outage is logged and waited out: the loop never dies of an error. An interval of
+0 turns housekeeping off.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import secrets
 import socket
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.engine import Connection
 
@@ -29,11 +29,8 @@ from jobwire.db import commit_markers
 from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
 from jobwire.db.store import JobStore
 from jobwire.domain.errors import StoreUnavailable
-from jobwire.rpc.blocking import Blocking
-from jobwire.rpc.config import Settings
-
-if TYPE_CHECKING:
-    from jobwire.serving import Runtime
+from jobwire.runtime.blocking import Blocking
+from jobwire.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,10 +103,9 @@ class Housekeeping:
             log.info("retention: %s", purged)
 
 
-def start(rt: Runtime) -> None:
-    """Run housekeeping in the background of `rt`; the host cancels it when it stops."""
-    settings = rt.settings
+def start(store: JobStore, blocking: Blocking, settings: Settings) -> asyncio.Task[None] | None:
+    """Housekeeping as a background task for its host to stop; None when the interval is 0."""
     if settings.reaper_interval_seconds <= 0:
-        return
-    keeper = Housekeeping(rt.store, rt.blocking, settings, deleter=load_deleter(settings.artifact_deleter))
-    rt.host.add_task(asyncio.get_running_loop().create_task(keeper.run(), name="jobwire-housekeeping"))
+        return None
+    keeper = Housekeeping(store, blocking, settings, deleter=load_deleter(settings.artifact_deleter))
+    return asyncio.get_running_loop().create_task(keeper.run(), name="jobwire-housekeeping")

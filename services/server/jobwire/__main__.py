@@ -8,7 +8,7 @@ from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
 from jobwire.jobapi.app import add_jobapi
 from jobwire.rpc.serve import configure_logging
-from jobwire.serving import serve_processes, server_flags, settings_from
+from jobwire.runtime.serving import serve_processes, server_flags, settings_from
 from jobwire.worker.server.app import add_worker_service
 
 

@@ -44,7 +44,7 @@ class Settings:
     result_schemes: frozenset[str] = DEFAULT_RESULT_SCHEMES
     # serving processes on one port (JOBWIRE_PROCESSES; the entry points default to the cores)
     processes: int = 1
-    share_port: bool = False  # a child of a family: join the port its parent holds (jobwire.family)
+    share_port: bool = False  # a child of a family: join the port its parent holds (jobwire.runtime.family)
     migrate: bool = True  # create or upgrade the schema at start (a family's parent does it for all)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,7 @@
+"""The runtime of a server process, apart from gRPC and SQL: what it is made of and how it runs.
+
+settings (JOBWIRE_*), parts (the Runtime a process assembles), serving (its entry, one
+process or a family), family (processes on one port), housekeeping (reaper, retention),
+tail (the one reader of job_event), wakeup (waiting claims), shares (per-tenant capacity),
+blocking (the database thread pool).
+"""

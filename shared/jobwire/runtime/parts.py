@@ -1,0 +1,80 @@
+"""What every jobwire server process is made of: one store, one DB thread pool, one host.
+
+Services add themselves to a Runtime (`add_jobapi(rt)`, `add_worker_service(rt)`); the
+entry points (jobwire.runtime.serving) choose which, so the embedded server and the split
+services share one path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jobwire.db.feed import FeedReader
+from jobwire.db.store import JobStore, Work, open_store
+from jobwire.rpc.batching import Batcher
+from jobwire.rpc.server import Endpoint, ServerHost
+from jobwire.runtime import family, housekeeping
+from jobwire.runtime.blocking import Blocking
+from jobwire.runtime.settings import Settings
+from jobwire.runtime.tail import EventTail
+from jobwire.runtime.wakeup import Wakeup
+
+# Write transactions in flight at once: two, so one batch is built while the other waits
+# on the database; more calls wait for the next batch instead (group commit).
+COMMIT_LANES = 2
+MAX_BATCH = 256  # calls per transaction: bounds its locks and its statement size
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: JobStore
+    blocking: Blocking
+    commits: Batcher[Work, Any]  # every write: submits, claims and changes share transactions
+    wakeup: Wakeup
+    tail: EventTail  # the one reader of job_event, for watch streams and waiting claims
+    host: ServerHost
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self.host.stop(grace)
+        await self.commits.shutdown()
+        self.blocking.shutdown()
+        await self.store.db.close()
+
+
+def open_runtime(settings: Settings) -> Runtime:
+    store = open_store(
+        settings.database_url, pool_size=settings.db_pool_size, job_prefix=settings.job_prefix, migrate=settings.migrate
+    )
+    rt = Runtime(
+        settings=settings,
+        store=store,
+        blocking=Blocking(settings.db_pool_size),
+        commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH),
+        wakeup=Wakeup(),
+        tail=EventTail(FeedReader(store.db), settings.feed_poll_seconds),
+        host=ServerHost(endpoint(settings), ping=store.db.ping),
+    )
+    rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
+    relay = family.sibling_relay(lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False))
+    if relay is not None:
+        rt.wakeup.relay = relay
+        rt.host.add_stop_hook(relay.close)
+    if family.keeps_house():  # the lease reaper and retention, stopped with the host
+        keeper = housekeeping.start(store, rt.blocking, settings)
+        if keeper is not None:
+            rt.host.add_task(keeper)
+    return rt
+
+
+AddService = Callable[[Runtime], None]
+
+
+def endpoint(settings: Settings) -> Endpoint:
+    return Endpoint(
+        listen=settings.listen, auth_file=settings.auth_file, tls_cert=settings.tls_cert, tls_key=settings.tls_key,
+        tls_client_ca=settings.tls_client_ca, metrics_listen=settings.metrics_listen, share_port=settings.share_port,
+    )  # fmt: skip

@@ -238,3 +238,29 @@ def test_a_port_in_use_is_refused_by_name(family: Family, tmp_path: object) -> N
         port = held.getsockname()[1]
         for processes in ("2", "1"):
             assert f"port {port} is in use" in _refused(other, port, processes)
+
+
+def _time_wait_port() -> int:
+    """A port that only closed connections name: a server that just stopped leaves it so."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server's side closes first: its end waits in TIME_WAIT on `port`
+        client.close()
+    return port
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_port_a_server_just_left_is_free_again(database_url: str) -> None:
+    """Found in `make run` after a stop: connections in TIME_WAIT made the port look held for a minute."""
+    port = _time_wait_port()
+    started = start_family(database_url, listen=f"127.0.0.1:{port}")
+    try:
+        assert started.port == port
+        _get(started.target)
+    finally:
+        assert stop(started) == 0

@@ -80,10 +80,12 @@ def _sockets(host: str, port: int) -> list[tuple[int, tuple[object, ...]]]:
     return out
 
 
-def _bind(family: int, address: tuple[object, ...], port: int, *, share: bool) -> socket.socket:
+def _bind(family: int, address: tuple[object, ...], port: int, *, share: bool, after_close: bool) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     if share:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if after_close:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if family == socket.AF_INET6:
         # As grpc binds "[::]": both stacks, so an IPv4 holder of the port is seen too.
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -96,14 +98,21 @@ def _bind(family: int, address: tuple[object, ...], port: int, *, share: bool) -
 
 
 def reserve(listen: str) -> tuple[int, list[socket.socket]]:
-    """The port `listen` names (a free one for port 0), held for this family; PortInUse if taken."""
+    """The port `listen` names (a free one for port 0), held for this family; PortInUse if taken.
+
+    A server stopped a moment ago leaves its closed connections in TIME_WAIT on the port, which
+    refuses a plain bind for a minute; a port that only such connections name is free, and is
+    then bound with SO_REUSEADDR (as grpc binds). Anything else on it, listening or merely
+    bound, is another holder.
+    """
     host, port = split_listen(listen)
     addresses = _sockets(host, port)
+    after_close = bool(port) and _only_closed_connections(port)
     probes: list[socket.socket] = []
     try:
         for family, address in addresses:
             try:
-                probe = _bind(family, address, port, share=False)
+                probe = _bind(family, address, port, share=False, after_close=after_close)
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
                     raise PortInUse(listen, port) from None
@@ -113,8 +122,23 @@ def reserve(listen: str) -> tuple[int, list[socket.socket]]:
     finally:
         for probe in probes:
             probe.close()
-    held = [_bind(family, address, port, share=True) for family, address in addresses]
+    held = [_bind(family, address, port, share=True, after_close=after_close) for family, address in addresses]
     return port, held
+
+
+_TIME_WAIT = "06"  # the state column of /proc/net/tcp
+
+
+def _only_closed_connections(port: int) -> bool:
+    """True when sockets name `port` locally and every one of them is in TIME_WAIT."""
+    states = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    states.append(fields[3])
+    return bool(states) and all(state == _TIME_WAIT for state in states)
 
 
 @dataclass

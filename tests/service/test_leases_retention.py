@@ -21,9 +21,9 @@ from service_support import artifact, claim, submit
 from jobwire.db.reads import clock
 from jobwire.db.retention import ExpiredArtifact, Retention
 from jobwire.db.store import JobStore, Submit
-from jobwire.db.submit import NewJob
 from jobwire.db.tables import artifact as artifact_table
 from jobwire.db.tables import job, job_event
+from jobwire.domain.commands import NewJob
 from jobwire.domain.states import Status
 from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, worker_pb2

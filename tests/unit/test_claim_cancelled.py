@@ -8,8 +8,9 @@ from datetime import datetime
 
 import pytest
 
-from jobwire.db.leases import Claimant, Release
+from jobwire.db.leases import Release
 from jobwire.db.store import Call, Claim, Work
+from jobwire.domain.commands import Claimant
 from jobwire.domain.lease import Lease
 from jobwire.domain.stages import DEFAULT_PLAN
 from jobwire.rpc.batching import Batcher

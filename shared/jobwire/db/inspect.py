@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import timedelta
-from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -13,19 +12,16 @@ from jobwire.db.engine import db_now
 from jobwire.db.reads import Row, clock
 from jobwire.db.sql import BLOBS
 from jobwire.db.tables import job
-from jobwire.domain.states import LEASED, TERMINAL
+from jobwire.domain.evidence import Finding, FindingKind
+from jobwire.domain.states import LEASED, TERMINAL, Status
 
 MAX_FINDINGS = 1000
+# Without the blobs (a payload of up to 1 MiB each, the checkpoint): a finding shows only
+# whether a checkpoint exists.
 _COLUMNS = [
     *(column for column in job.c if column.name not in BLOBS),
     job.c.checkpoint.is_not(None).label("has_checkpoint"),
 ]
-
-
-class FindingKind(StrEnum):
-    STALLED = "STALLED"
-    RUNNING_WITHOUT_LEASE = "RUNNING_WITHOUT_LEASE"
-    TERMINAL_WITH_TOKEN = "TERMINAL_WITH_TOKEN"
 
 
 def _conditions(kind: FindingKind, stalled_after: timedelta, now: sa.ColumnElement) -> list[sa.ColumnElement[bool]]:  # type: ignore[type-arg]
@@ -44,17 +40,27 @@ def findings(
     stalled_after: timedelta = timedelta(0),
     queue: str = "",
     kinds: Collection[FindingKind] = (),
-) -> list[tuple[FindingKind, Row]]:
-    """Each finding with its job row; a lease counts as stalled `stalled_after` past expiry."""
+) -> list[Finding]:
+    """Each finding; a lease counts as stalled `stalled_after` past expiry."""
     now = clock(conn)
     cutoff = sa.literal(now - stalled_after, type_=job.c.lease_expires_at.type)
-    out: list[tuple[FindingKind, Row]] = []
+    out: list[Finding] = []
     for kind in kinds or list(FindingKind):
         where = [job.c.tenant == tenant, *_conditions(kind, stalled_after, cutoff)]
         if queue:
             where.append(job.c.queue == queue)
-        # Without the blobs (a payload of up to 1 MiB each, the checkpoint): a finding shows
-        # only whether a checkpoint exists.
         query = sa.select(*_COLUMNS, db_now().label("db_now")).where(*where).order_by(job.c.id).limit(MAX_FINDINGS)
-        out += [(kind, dict(r)) for r in conn.execute(query).mappings()]
+        out += [_finding(kind, dict(r)) for r in conn.execute(query).mappings()]
     return out
+
+
+def _finding(kind: FindingKind, row: Row) -> Finding:
+    lease = row["lease_expires_at"]
+    return Finding(
+        kind=kind, job_no=row["job_no"], queue=row["queue"], status=Status(row["status"]), stage=row["stage"],
+        attempt=row["attempt"], worker_id=row["worker_id"], processed_units=row["processed_units"],
+        total_units=row["total_units"], checkpoint_present=bool(row["has_checkpoint"]),
+        heartbeat_at=row["heartbeat_at"], lease_expires_at=lease,
+        overdue_s=(row["db_now"] - lease).total_seconds() if lease is not None else None,
+        marked_stalled=bool(row["stalled"]), on_lease_lost=row["on_lease_lost"],
+    )  # fmt: skip

@@ -23,8 +23,9 @@ from jobwire.db.changes import UNSTAGED, Change, JobOp, LateCall, Row
 from jobwire.db.rows import plan_of, record_from_row
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain import stages as stage_plans
+from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
-from jobwire.domain.job import Artifact, ErrorCategory, JobRecord, plain_message
+from jobwire.domain.job import Artifact, JobRecord, plain_message
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.domain.progress import Progress, apply_report
@@ -33,15 +34,6 @@ from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Action, Status
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Claimant:
-    tenant: str
-    worker_id: str
-    queues: Sequence[str]
-    plans: Mapping[str, tuple[StageDef, ...]]  # job type -> its stage plan
-    lease_seconds: float
 
 
 def new_token(epoch: int, key: str | None) -> str:
@@ -246,6 +238,13 @@ class Report(_OnLease[LeaseStatus]):
     checkpoint: bytes | None = None
     note: str = ""
 
+    @classmethod
+    def of(cls, report: ProgressReport) -> Report:
+        return cls(
+            tenant=report.tenant, job_no=report.job_no, token=report.token, stage=report.stage,
+            processed=report.processed, total=report.total, checkpoint=report.checkpoint, note=report.note,
+        )  # fmt: skip
+
     def decide(self, row: Row | None, now: datetime) -> Change:
         held(row, self.token)
         assert row is not None
@@ -299,14 +298,6 @@ class Complete(_Ending):
         assert row is not None
         values = {**_ended(row, "COMPLETE", Status.READY), "finished_at": now}
         return Change(action=Action.COMPLETE, kind="COMPLETED", values=values, fenced=True, artifact=self.result)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Failure:
-    category: ErrorCategory
-    message: str
-    retryable: bool
-    detail: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,6 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,7 +20,9 @@ from jobwire.db.engine import db_now
 from jobwire.db.sql import ARTIFACT_COLUMNS, BLOBS
 from jobwire.db.tables import artifact, job, job_event
 from jobwire.db.tables import worker as worker_table
+from jobwire.domain.commands import JobFilter
 from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.evidence import JobEvent, WorkerInfo
 from jobwire.domain.states import LEASED, Status
 
 Row = dict[str, Any]
@@ -186,14 +187,6 @@ def decode_page_token(token: str) -> int | None:
     return after
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobFilter:
-    tenant: str
-    owner: str = ""
-    statuses: Sequence[Status] = ()
-    job_type: str = ""
-
-
 def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: str) -> tuple[list[Row], str]:
     """Newest first; the token is the last id seen, so pages stay stable under inserts."""
     before = decode_page_token(page_token)
@@ -213,7 +206,7 @@ def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: st
 
 def list_events(
     conn: Connection, tenant: str, job_no: str, page_size: int, page_token: str
-) -> tuple[list[Row], str] | None:
+) -> tuple[list[JobEvent], str] | None:
     """A job's evidence trail in order; None for an unknown job."""
     row = load_job(conn, tenant, job_no)
     if row is None:
@@ -226,12 +219,24 @@ def list_events(
         .limit(page_size + 1)
     )
     events, last = _page([dict(r) for r in conn.execute(query).mappings()], page_size)
-    return events, "" if last is None else encode_page_token(last)
+    return [_event(e) for e in events], "" if last is None else encode_page_token(last)
+
+
+def _event(row: Row) -> JobEvent:
+    def status(value: str | None) -> Status | None:
+        return Status(value) if value else None
+
+    return JobEvent(
+        version=row["version"], kind=row["kind"], from_status=status(row["from_status"]),
+        to_status=status(row["to_status"]), stage=row["stage"], processed_units=row["processed_units"],
+        total_units=row["total_units"], worker_id=row["worker_id"], attempt=row["attempt"], detail=row["detail"],
+        created_at=row["created_at"],
+    )  # fmt: skip
 
 
 def list_workers(
     conn: Connection, tenant: str, queue: str, page_size: int, page_token: str
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[WorkerInfo], str]:
     """A page of the tenant's workers by id (of those serving `queue`, if given), with leases held."""
     after = decode_worker_token(page_token)
     clauses = [worker_table.c.tenant == tenant, worker_table.c.worker_id > after]
@@ -254,12 +259,13 @@ def list_workers(
     )
     counts = {r.worker_id: r.n for r in conn.execute(held)}
     workers = [
-        {
-            **r,
-            "queues": json.loads(r["queues"]),
-            "job_types": json.loads(r["job_types"]),
-            "leases_held": counts.get(r["worker_id"], 0),
-        }
+        WorkerInfo(
+            worker_id=r["worker_id"],
+            queues=json.loads(r["queues"]),
+            job_types=json.loads(r["job_types"]),
+            last_seen_at=r["last_seen_at"],
+            leases_held=counts.get(r["worker_id"], 0),
+        )
         for r in rows
     ]
     return workers, "" if last is None else encode_worker_token(last)

@@ -26,7 +26,9 @@ from jobwire.db.migrate import upgrade
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
 from jobwire.db.wire import Statement, Wire
+from jobwire.domain.commands import Claimant, JobFilter, NewJob
 from jobwire.domain.errors import JobNotFound, JobwireError
+from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
 
@@ -46,14 +48,14 @@ class Call:
 class Submit:
     """New jobs: each one's (job, created) or refusal."""
 
-    news: Sequence[submit.NewJob]
+    news: Sequence[NewJob]
 
 
 @dataclass(frozen=True)
 class Claim:
     """Leases for a worker: the leases granted (possibly none)."""
 
-    who: leases.Claimant
+    who: Claimant
     max_jobs: int
     seen: bool = True  # remember the worker for ListWorkers
 
@@ -80,7 +82,7 @@ class JobStore:
         return await self.db.transact(lambda wire: self._apply(wire, work, numbered))
 
     async def _apply(
-        self, wire: Wire, work: Sequence[Work], numbered: dict[int, list[tuple[submit.NewJob, str]]]
+        self, wire: Wire, work: Sequence[Work], numbered: dict[int, list[tuple[NewJob, str]]]
     ) -> list[Any]:
         now = self.db.clock.now()
         results: list[Any] = [None] * len(work)
@@ -122,26 +124,24 @@ class JobStore:
         row, position = found
         return record_from_row(row, queue_position=position)
 
-    def list_jobs(self, where: reads.JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
+    def list_jobs(self, where: JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
         rows, token = self.db.read(lambda c: reads.list_jobs(c, where, page_size, page_token))
         return [record_from_row(r) for r in rows], token
 
-    def list_events(self, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[Row], str]:
+    def list_events(self, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[JobEvent], str]:
         found = self.db.read(lambda c: reads.list_events(c, tenant, job_no, page_size, page_token))
         if found is None:
             raise JobNotFound()
         return found
 
     def inspect(
-        self, tenant: str, *, stalled_after: timedelta, queue: str, kinds: Collection[inspect_queries.FindingKind]
-    ) -> list[tuple[inspect_queries.FindingKind, Row]]:
+        self, tenant: str, *, stalled_after: timedelta, queue: str, kinds: Collection[FindingKind]
+    ) -> list[Finding]:
         return self.db.read(
             lambda c: inspect_queries.findings(c, tenant, stalled_after=stalled_after, queue=queue, kinds=kinds)
         )
 
-    def list_workers(
-        self, tenant: str, queue: str, page_size: int, page_token: str
-    ) -> tuple[list[dict[str, Any]], str]:
+    def list_workers(self, tenant: str, queue: str, page_size: int, page_token: str) -> tuple[list[WorkerInfo], str]:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token))
 
     def purge_workers(self, older_than: timedelta) -> int:

@@ -8,10 +8,8 @@ UNIQUE(tenant, key) index refuses one, so a fresh key costs nothing extra.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -19,35 +17,9 @@ from jobwire.db.changes import Row, event_values
 from jobwire.db.leases import new_lease_key
 from jobwire.db.wire import Statement, Wire
 from jobwire.db.writer import RetryTransaction
+from jobwire.domain.commands import NewJob
 from jobwire.domain.errors import IdempotencyKeyReused, JobwireError
-from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.states import Status
-
-
-@dataclass(frozen=True, kw_only=True)
-class NewJob:
-    tenant: str
-    job_type: str
-    queue: str
-    payload: bytes
-    idempotency_key: str | None = None
-    priority: int = 0
-    run_after: datetime | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    owner: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-    locale: str = "en"
-
-    def fingerprint(self) -> str:
-        """What makes two submits with one idempotency key "the same request"."""
-        h = hashlib.sha256()
-        for part in (self.job_type, self.queue, str(self.priority), self.owner,
-                     json.dumps(self.labels, sort_keys=True)):  # fmt: skip
-            h.update(part.encode())
-            h.update(b"\0")
-        h.update(self.payload)
-        return h.hexdigest()
-
 
 Submitted = tuple[Row, bool] | JobwireError  # (the job's row, created) or the refusal
 

@@ -6,9 +6,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from jobwire.db.reads import JobFilter
-from jobwire.db.submit import NewJob
 from jobwire.domain import limits
+from jobwire.domain.commands import JobFilter, NewJob
 from jobwire.domain.errors import InvalidArgument
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.watch import Watches

@@ -9,14 +9,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from jobwire.db import reads
 from jobwire.db.changes import JobOp
-from jobwire.db.inspect import FindingKind
-from jobwire.db.reads import Row
 from jobwire.db.store import Call, JobStore, Submit, Work
-from jobwire.db.submit import NewJob
 from jobwire.db.user_actions import Cancel, Requeue, Retry
+from jobwire.domain.commands import JobFilter, NewJob
 from jobwire.domain.errors import JobwireError
+from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc.auth import Principal
@@ -68,7 +66,7 @@ class Jobs:
             raise outcome
         return outcome  # type: ignore[no-any-return]
 
-    async def list_jobs(self, where: reads.JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
+    async def list_jobs(self, where: JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
         return await self.blocking(self.store.list_jobs, where, page_size, page_token)
 
     async def requeue(self, who: Principal, job_no: str, reason: str) -> JobRecord:
@@ -76,17 +74,19 @@ class Jobs:
         self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
 
-    async def list_events(self, who: Principal, job_no: str, page_size: int, page_token: str) -> tuple[list[Row], str]:
+    async def list_events(
+        self, who: Principal, job_no: str, page_size: int, page_token: str
+    ) -> tuple[list[JobEvent], str]:
         return await self.blocking(self.store.list_events, who.tenant, job_no, page_size, page_token)
 
     async def inspect(
         self, who: Principal, stalled_after: timedelta, queue: str, kinds: list[FindingKind]
-    ) -> list[tuple[FindingKind, Row]]:
+    ) -> list[Finding]:
         return await self.blocking(
             self.store.inspect, who.tenant, stalled_after=stalled_after, queue=queue, kinds=kinds
         )
 
     async def list_workers(
         self, who: Principal, queue: str, page_size: int, page_token: str
-    ) -> tuple[list[dict[str, Any]], str]:
+    ) -> tuple[list[WorkerInfo], str]:
         return await self.blocking(self.store.list_workers, who.tenant, queue, page_size, page_token)

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
-from jobwire.db.leases import Claimant, Complete, ConfirmCancel, Fail, Failure, Release, Report
+from jobwire.db.leases import Complete, ConfirmCancel, Fail, Release, Report
 from jobwire.db.store import Call, Claim, JobStore, Work, heartbeat_call, lease_states
+from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import JobwireError, ResourceExhausted
 from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.lease import Lease, LeaseStatus
@@ -118,13 +119,13 @@ class Leasing:
         call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id))
         return lease_states(held, await self.commits(call))
 
-    async def reports(self, reports: Sequence[Report]) -> list[LeaseStatus | JobwireError]:
+    async def reports(self, reports: Sequence[ProgressReport]) -> list[LeaseStatus | JobwireError]:
         """Several reports (one worker's batch) in one call: each its status or its refusal."""
-        outcomes: list[LeaseStatus | JobwireError] = await self.commits(Call(reports))
+        outcomes: list[LeaseStatus | JobwireError] = await self.commits(Call([Report.of(r) for r in reports]))
         return outcomes
 
-    async def report(self, report: Report) -> LeaseStatus:
-        return await self._one(report)
+    async def report(self, report: ProgressReport) -> LeaseStatus:
+        return await self._one(Report.of(report))
 
     async def complete(self, tenant: str, job_no: str, token: str, result: Artifact) -> JobRecord:
         return await self._one(Complete(tenant=tenant, job_no=job_no, token=token, result=result))

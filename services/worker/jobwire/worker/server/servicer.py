@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import grpc
 
-from jobwire.db.leases import Claimant, Failure, Report
 from jobwire.domain import limits
+from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import InvalidArgument, JobwireError
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
 from jobwire.domain.stages import validate_plan
@@ -77,11 +77,11 @@ def _lease(lease: Lease) -> worker_pb2.Lease:
     )
 
 
-def decode_report(request: worker_pb2.ReportStageRequest, tenant: str) -> Report:
+def decode_report(request: worker_pb2.ReportStageRequest, tenant: str) -> ProgressReport:
     checkpoint = request.checkpoint if request.HasField("checkpoint") else None
     if checkpoint is not None:
         limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES)
-    return Report(
+    return ProgressReport(
         tenant=tenant,
         job_no=limits.job_no(request.job_no),
         token=_token(request.worker_token),
@@ -93,7 +93,7 @@ def decode_report(request: worker_pb2.ReportStageRequest, tenant: str) -> Report
     )
 
 
-def _decoded(request: worker_pb2.ReportStageRequest, tenant: str) -> Report | JobwireError:
+def _decoded(request: worker_pb2.ReportStageRequest, tenant: str) -> ProgressReport | JobwireError:
     try:
         return decode_report(request, tenant)
     except JobwireError as refused:
@@ -163,7 +163,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             raise InvalidArgument("reports", f"at most {MAX_BATCH_REPORTS} per call")
         tenant = auth.current().tenant
         decoded = [_decoded(item, tenant) for item in request.reports]  # one bad report is refused alone
-        reports = [d for d in decoded if isinstance(d, Report)]
+        reports = [d for d in decoded if isinstance(d, ProgressReport)]
         applied = iter(await self.leasing.reports(reports) if reports else [])
         results = [d if isinstance(d, JobwireError) else next(applied) for d in decoded]
         return worker_pb2.BatchReportStageResponse(results=[report_result(r) for r in results])

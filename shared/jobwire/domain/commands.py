@@ -1,0 +1,82 @@
+"""What callers ask of the store, as values: decoded and validated by a servicer, carried out by the store.
+
+Servicers build these from requests and never import jobwire.db; the store turns them into
+rows and guarded statements.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from jobwire.domain.job import ErrorCategory
+from jobwire.domain.retry import RetryPolicy
+from jobwire.domain.stages import StageDef
+from jobwire.domain.states import Status
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewJob:
+    tenant: str
+    job_type: str
+    queue: str
+    payload: bytes
+    idempotency_key: str | None = None
+    priority: int = 0
+    run_after: datetime | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    owner: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    locale: str = "en"
+
+    def fingerprint(self) -> str:
+        """What makes two submits with one idempotency key "the same request"."""
+        h = hashlib.sha256()
+        for part in (self.job_type, self.queue, str(self.priority), self.owner,
+                     json.dumps(self.labels, sort_keys=True)):  # fmt: skip
+            h.update(part.encode())
+            h.update(b"\0")
+        h.update(self.payload)
+        return h.hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobFilter:
+    tenant: str
+    owner: str = ""
+    statuses: Sequence[Status] = ()
+    job_type: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claimant:
+    tenant: str
+    worker_id: str
+    queues: Sequence[str]
+    plans: Mapping[str, tuple[StageDef, ...]]  # job type -> its stage plan
+    lease_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    category: ErrorCategory
+    message: str
+    retryable: bool
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgressReport:
+    """A worker's ReportStage: where its lease's job is now, with an optional checkpoint."""
+
+    tenant: str
+    job_no: str
+    token: str
+    stage: str
+    processed: int
+    total: int | None = None
+    checkpoint: bytes | None = None
+    note: str = ""

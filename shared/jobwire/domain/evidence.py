@@ -1,0 +1,74 @@
+"""What operators read: a job's evidence trail, the findings of Inspect, the workers seen.
+
+The store returns these values; AdminService only encodes them, and the explanation a
+finding carries is decided here, from facts, not rebuilt from columns in a servicer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from jobwire.domain.states import Status
+
+
+class FindingKind(StrEnum):
+    STALLED = "STALLED"  # a lease past its expiry
+    RUNNING_WITHOUT_LEASE = "RUNNING_WITHOUT_LEASE"  # a broken invariant: must stay empty
+    TERMINAL_WITH_TOKEN = "TERMINAL_WITH_TOKEN"  # a broken invariant: must stay empty
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    kind: FindingKind
+    job_no: str
+    queue: str
+    status: Status
+    stage: str | None
+    attempt: int
+    worker_id: str | None
+    processed_units: int
+    total_units: int | None
+    checkpoint_present: bool
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+    overdue_s: float | None  # how long ago the lease expired, by the database clock
+    marked_stalled: bool
+    on_lease_lost: str  # the job's policy: INSPECT or RETRY
+
+    @property
+    def detail(self) -> str:
+        """What the reaper has done and will do, so an operator can decide with the evidence."""
+        if self.overdue_s is None or self.overdue_s <= 0:
+            return ""
+        then = "ends CANCELLED" if self.status is Status.CANCEL_REQUESTED else f"policy {self.on_lease_lost}"
+        marked = "marked stalled" if self.marked_stalled else "not yet marked stalled"
+        return f"lease expired {self.overdue_s:.1f}s ago; {marked}; {then}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobEvent:
+    """One row of a job's evidence trail: a change, or a call refused as late."""
+
+    version: int
+    kind: str
+    from_status: Status | None
+    to_status: Status | None
+    stage: str | None
+    processed_units: int | None
+    total_units: int | None
+    worker_id: str | None
+    attempt: int | None
+    detail: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerInfo:
+    worker_id: str
+    queues: Sequence[str]
+    job_types: Sequence[str]
+    last_seen_at: datetime
+    leases_held: int

@@ -44,7 +44,7 @@ async def watches_over(
     feed = ChangeFeed(tail)
     task = asyncio.create_task(tail.run())
     rt = served.runtime
-    return Watches(feed, rt.store.db, rt.blocking, StreamRegistry(100, inbox_limit=inbox_limit)), reader, task
+    return Watches(feed, rt.store, rt.blocking, StreamRegistry(100, inbox_limit=inbox_limit)), reader, task
 
 
 async def collect(stream: AsyncIterator[job_pb2.JobUpdate], timeout: float = 10.0) -> list[job_pb2.Job]:

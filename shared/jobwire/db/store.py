@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from jobwire.db import feed, leases, reads, reaper, retention, submit
 from jobwire.db import inspect as inspect_queries
-from jobwire.db import leases, reads, reaper, retention, submit
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
 from jobwire.db.engine import Database
@@ -143,6 +143,23 @@ class JobStore:
 
     def list_workers(self, tenant: str, queue: str, page_size: int, page_token: str) -> tuple[list[WorkerInfo], str]:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token))
+
+    # -- what watching reads (jobwire.jobapi.watch): the store is the only door to SQL --------
+    def watch_start(self, tenant: str, job_no: str, after_version: int) -> feed.WatchStart | None:
+        return self.db.read(lambda c: feed.watch_start(c, tenant, job_no, after_version))
+
+    def owner_jobs(self, tenant: str, owner: str, after_id: int) -> list[tuple[Row, int | None]]:
+        return self.db.read(lambda c: feed.owner_jobs(c, tenant, owner, after_id=after_id))
+
+    def jobs_by_number(self, tenant: str, job_nos: Sequence[str]) -> list[tuple[Row, int | None]]:
+        return self.db.read(lambda c: feed.jobs_by_number(c, tenant, job_nos))
+
+    def replay(self, job_id: int, after: int, upto: int | None) -> list[feed.FeedRow]:
+        return self.db.read(lambda c: feed.replay(c, job_id, after, upto))
+
+    def now(self) -> datetime:
+        """The database clock, as this process keeps it (jobwire.db.clock)."""
+        return self.db.clock.now()
 
     def purge_workers(self, older_than: timedelta) -> int:
         return self.db.write(lambda c: reads.purge_workers(c, older_than))

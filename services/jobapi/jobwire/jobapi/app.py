@@ -30,4 +30,4 @@ def add_watching(rt: Runtime) -> Watches:
     feed = ChangeFeed(rt.tail)
     registry = StreamRegistry(rt.settings.max_streams, tenants=rt.host.tenants)
     rt.host.add_stop_hook(registry.stop)  # streams end UNAVAILABLE before the server drains
-    return Watches(feed, rt.store.db, rt.blocking, registry)
+    return Watches(feed, rt.store, rt.blocking, registry)

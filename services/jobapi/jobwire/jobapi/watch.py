@@ -21,13 +21,10 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy.engine import Connection
-
-from jobwire.db import feed as feed_reads
-from jobwire.db.engine import Database
+from jobwire.db.feed import OWNER_PAGE
+from jobwire.db.store import JobStore
 from jobwire.domain.errors import InvalidArgument, JobNotFound, JobwireError, OutOfRange, ResourceExhausted
 from jobwire.jobapi.feed import ChangeFeed, Unsubscribe, Update
 from jobwire.runtime.blocking import Blocking
@@ -205,9 +202,9 @@ class _Sent:
 class Watches:
     """The use cases behind WatchStatus and WatchJobs."""
 
-    def __init__(self, feed: ChangeFeed, db: Database, blocking: Blocking, registry: StreamRegistry) -> None:
+    def __init__(self, feed: ChangeFeed, store: JobStore, blocking: Blocking, registry: StreamRegistry) -> None:
         self.feed = feed
-        self.db = db
+        self.store = store
         self.blocking = blocking
         self.registry = registry
 
@@ -219,7 +216,7 @@ class Watches:
             await box.until(self.feed.ready())
             unsubscribe = self.feed.subscribe_job(tenant, job_no, box)
             try:
-                start = await self._read(lambda c: feed_reads.watch_start(c, tenant, job_no, after_version))
+                start = await self._read(self.store.watch_start, tenant, job_no, after_version)
                 if start is None:
                     raise JobNotFound()
                 if after_version > start.row["version"]:
@@ -261,16 +258,14 @@ class Watches:
                     # waits for one page, not for every job the owner has.
                     after = 0
                     while True:
-                        page = await self._read(
-                            partial(feed_reads.owner_jobs, tenant=tenant, owner=owner, after_id=after)
-                        )
+                        page = await self._read(self.store.owner_jobs, tenant, owner, after)
                         for row, position in page:
                             yield sent.mark(Update.from_row(row, position))
-                        if len(page) < feed_reads.OWNER_PAGE:
+                        if len(page) < OWNER_PAGE:
                             break
                         after = page[-1][0]["id"]
                 else:
-                    initial = await self._read(lambda c: feed_reads.jobs_by_number(c, tenant, wanted))
+                    initial = await self._read(self.store.jobs_by_number, tenant, wanted)
                     if len(initial) != len(wanted):
                         raise JobNotFound()
                     for row, position in initial:
@@ -315,11 +310,12 @@ class Watches:
         return [*await self._replay(update.job_id, last, work.first - 1), update]
 
     async def _replay(self, job_id: int, after: int, upto: int | None) -> list[Update]:
-        rows = await self._read(lambda c: feed_reads.replay(c, job_id, after, upto))
+        rows = await self._read(self.store.replay, job_id, after, upto)
         return [Update.from_feed(r) for r in rows]
 
-    async def _read(self, fn: Callable[[Connection], T]) -> T:
-        read: Awaitable[T] = self.blocking(self.db.read, fn)
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """A store read on the database thread pool."""
+        read: Awaitable[T] = self.blocking(fn, *args)
         return await read
 
 

@@ -40,6 +40,7 @@ visible events it missed), in one read transaction.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -53,6 +54,7 @@ from sqlalchemy.exc import DBAPIError
 
 from jobwire.db.engine import Database, db_now
 from jobwire.db.reads import Row, load, queue_position, queue_positions, select_jobs
+from jobwire.db.rows import row_from_snapshot
 from jobwire.db.tables import job, job_event
 from jobwire.domain.errors import StoreUnavailable
 from jobwire.domain.states import TERMINAL
@@ -72,7 +74,7 @@ _FEED_COLUMNS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class FeedRow:
     """One visible event: the user-visible job (`snapshot`, JSON) after `version`."""
 
@@ -84,6 +86,12 @@ class FeedRow:
     kind: str
     to_status: str  # the status after it: who needs only that reads no snapshot
     snapshot: str
+
+    @functools.cached_property
+    def job(self) -> dict[str, Any]:
+        """The snapshot decoded, once for every subscriber of the tail that asks (watch streams,
+        waiting claims): ValueError if it does not decode."""
+        return row_from_snapshot(self.snapshot)
 
 
 class FeedCursor:

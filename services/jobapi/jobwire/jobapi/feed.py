@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 
 from jobwire.db.feed import FeedRow
 from jobwire.db.reads import Row
-from jobwire.db.rows import record_from_row, row_from_snapshot
+from jobwire.db.rows import record_from_row
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc import convert
@@ -42,7 +42,7 @@ class Update:
 
     @classmethod
     def from_feed(cls, row: FeedRow, seq: int = UNSEQUENCED) -> Update:
-        return cls(row.job_id, record_from_row(row_from_snapshot(row.snapshot)), seq)
+        return cls(row.job_id, record_from_row(row.job), seq)
 
     @classmethod
     def from_row(cls, row: Row, position: int | None) -> Update:

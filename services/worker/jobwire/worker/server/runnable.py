@@ -12,7 +12,6 @@ clock. So waiting claims poll nobody; the claim loop keeps only a slow safety po
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -39,13 +38,13 @@ class RunnableWatcher:
 
     def _queued(self, row: FeedRow) -> None:
         try:
-            job = json.loads(row.snapshot)
+            job = row.job  # decoded once for every subscriber of the tail
             queue, job_type, run_after = str(job["queue"]), str(job["job_type"]), job.get("run_after")
         except (ValueError, KeyError, TypeError):
             log.warning("runnable-work watcher: cannot read event %d", row.id)
             return
         # Every process reads the tail itself: no need to relay what it read.
-        wait = (datetime.fromisoformat(run_after) - self._now()).total_seconds() if run_after else 0.0
+        wait = (run_after - self._now()).total_seconds() if run_after else 0.0
         if wait <= 0:
             self._wakeup.notify(row.tenant, queue, job_type, relay=False)
         else:

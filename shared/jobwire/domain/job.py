@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
@@ -109,7 +109,6 @@ class JobRecord:
     version: int = 1
     locale: str = "en"
     queue_position: int | None = None
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def stage_def(self) -> StageDef | None:

@@ -1,6 +1,6 @@
 """Run one leased job: set up its attempt, call the handler, and end the attempt honestly.
 
-Endings (issue 4, item 5): a returned Result is delivered and verified, then Complete; a
+Endings: a returned Result is delivered and verified, then Complete; a
 cancel at a safe point removes the temporary folder, then ConfirmCancel; a lost lease
 stops everything and tells nobody; an exception becomes Fail with a category; a shutdown
 at a safe point becomes Release with the latest checkpoint. The temporary folder is

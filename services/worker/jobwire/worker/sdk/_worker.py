@@ -1,6 +1,6 @@
 """The Worker: claims jobs, runs them through JobRunner, and shuts down gracefully.
 
-Shutdown (issue 4, item 6): stop claiming; every running job is asked to stop at its next
+Shutdown: stop claiming; every running job is asked to stop at its next
 safe point and is released with its latest checkpoint; whatever has not ended when the
 grace period runs out is abandoned (its lease expires and the job's lease policy decides).
 A second shutdown request ends the grace period at once. While the server is unreachable,

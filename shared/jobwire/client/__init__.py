@@ -20,9 +20,11 @@ from jobwire.client.errors import (
     ResourceExhaustedError,
     UnauthenticatedError,
     UnavailableError,
+    status_code,
 )
 from jobwire.client.jobs import JobClient, Submitted
-from jobwire.client.retry import Backoff, RetrySettings
+from jobwire.client.retry import Backoff, Pauses, RetrySettings
+from jobwire.client.status import error_reason, status_info
 
 __all__ = [
     "AbortedError",
@@ -36,6 +38,7 @@ __all__ = [
     "InvalidArgumentError",
     "JobClient",
     "NotFoundError",
+    "Pauses",
     "PermissionDeniedError",
     "ResourceExhaustedError",
     "RetrySettings",
@@ -43,6 +46,9 @@ __all__ = [
     "UnauthenticatedError",
     "UnavailableError",
     "aio_channel",
+    "error_reason",
     "is_terminal",
+    "status_code",
+    "status_info",
     "sync_channel",
 ]

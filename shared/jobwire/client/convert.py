@@ -12,6 +12,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 from jobwire.client.errors import InvalidArgumentError
+from jobwire.domain.states import TERMINAL
 from jobwire.v1 import admin_pb2, job_pb2
 
 M = TypeVar("M", bound=Message)
@@ -19,7 +20,8 @@ M = TypeVar("M", bound=Message)
 Payload = bytes | Mapping[str, Any] | None
 Seconds = float | timedelta
 
-TERMINAL_STATUSES = frozenset({job_pb2.Job.READY, job_pb2.Job.FAILED, job_pb2.Job.CANCELLED})
+# The domain's terminal states, as the wire numbers them.
+TERMINAL_STATUSES = frozenset(job_pb2.Job.Status.Value(status.value) for status in TERMINAL)
 
 
 def message(cls: type[M], **fields: Any) -> M:

@@ -44,6 +44,21 @@ class Backoff:
         return base * (1.0 - self.jitter * rand())
 
 
+class Pauses:
+    """The pauses of one retry loop: `next()` after each failure in a row, `reset()` after a success."""
+
+    def __init__(self, backoff: Backoff) -> None:
+        self.backoff = backoff
+        self._failures = 0
+
+    def next(self) -> float:
+        self._failures += 1
+        return self.backoff.delay(self._failures)
+
+    def reset(self) -> None:
+        self._failures = 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class RetrySettings:
     """How hard JobClient and AdminClient try before giving up.

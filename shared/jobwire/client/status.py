@@ -13,7 +13,8 @@ import grpc
 import grpc.aio
 from google.rpc import error_details_pb2, status_pb2
 
-ERROR_DOMAIN = "jobwire"
+from jobwire.domain.errors import ERROR_DOMAIN
+
 _DETAILS_KEY = "grpc-status-details-bin"
 
 

@@ -7,6 +7,8 @@ never a trace, a path or a host.
 
 from __future__ import annotations
 
+ERROR_DOMAIN = "jobwire"  # the domain of every ErrorInfo jobwire sends
+
 
 class JobwireError(Exception):
     """Something went wrong in jobwire."""

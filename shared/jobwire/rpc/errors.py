@@ -15,10 +15,9 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from jobwire.domain.errors import InvalidArgument, JobwireError
+from jobwire.domain.errors import ERROR_DOMAIN, InvalidArgument, JobwireError
 
 log = logging.getLogger(__name__)
-ERROR_DOMAIN = "jobwire"
 
 
 def status_proto(error: JobwireError) -> status_pb2.Status:

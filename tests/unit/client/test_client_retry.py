@@ -125,3 +125,14 @@ def test_a_bare_rpc_error_reads_as_unknown() -> None:
     error = from_rpc_error(grpc.RpcError())
     assert error.code == grpc.StatusCode.UNKNOWN
     assert type(error) is ClientError
+
+
+def test_pauses_grow_with_failures_in_a_row_and_start_over_after_a_success() -> None:
+    """One backoff policy for the client and the worker SDK; the SDK's loops count with Pauses."""
+    from jobwire.client import Pauses
+
+    pauses = Pauses(Backoff(initial=0.5, maximum=2.0, multiplier=2.0, jitter=0.5))
+    first, second, third, fourth = (pauses.next() for _ in range(4))
+    assert 0.25 <= first <= 0.5 and 0.5 <= second <= 1.0 and 1.0 <= third <= 2.0 and 1.0 <= fourth <= 2.0
+    pauses.reset()
+    assert 0.25 <= pauses.next() <= 0.5

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobwire.client.channel import ChannelConfig
+from jobwire.client import ChannelConfig
 from jobwire.domain import limits
 from jobwire.worker.sdk._result import check_base_url
 

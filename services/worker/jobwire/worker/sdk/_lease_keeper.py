@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import grpc
 
+from jobwire.client import Backoff, Pauses
 from jobwire.v1 import worker_pb2
 from jobwire.worker.sdk._context import StopReason
-from jobwire.worker.sdk._rpc import Backoff, WorkerStub, describe
+from jobwire.worker.sdk._rpc import WorkerStub, describe
 
 log = logging.getLogger("jobwire.worker")
 _STATE_STOPS = {
@@ -41,7 +42,7 @@ class LeaseKeeper:
         self._default_interval = default_interval
         self._held: dict[str, _Held] = {}
         self._changed = asyncio.Event()
-        self._backoff = Backoff(initial=0.5, maximum=default_interval)
+        self._backoff = Pauses(Backoff(initial=0.5, maximum=default_interval, jitter=0.5))
 
     def add(self, job_no: str, token: str, *, interval: float, on_stop: Callable[[StopReason], None]) -> None:
         """Keep renewing `job_no` until `remove`; `on_stop` hears CANCEL_REQUESTED and LOST."""

@@ -26,10 +26,10 @@ from collections.abc import Callable
 import grpc
 from google.rpc import code_pb2, status_pb2
 
-from jobwire.client.status import status_info
+from jobwire.client import Backoff, Pauses, status_info
 from jobwire.v1 import worker_pb2
 from jobwire.worker.sdk._context import Snapshot, StopReason
-from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, Backoff, WorkerStub, describe, is_transient
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerStub, describe, is_transient
 
 log = logging.getLogger("jobwire.worker")
 REPORT_INTERVAL_S = 0.25
@@ -178,7 +178,7 @@ class ReportSender:
         self._reporters: dict[str, JobReporter] = {}
         self._wake = asyncio.Event()
         self._now = asyncio.Event()  # a flush: do not wait for the interval
-        self._backoff = Backoff(initial=interval)
+        self._backoff = Pauses(Backoff(initial=interval, maximum=5.0, jitter=0.5))
         self._last_sent_at = float("-inf")
         self.calls = 0  # BatchReportStage calls made, for tests and logs
 

@@ -1,4 +1,4 @@
-"""Calling WorkerService: the stub's shape, which failures to retry, and backoff.
+"""Calling WorkerService: the stub's shape, which failures to retry, and how patiently.
 
 Every worker call is safe to repeat with the same token (DESIGN §4), so a call that fails
 with UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED is retried with backoff; the grpc channel
@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol, TypeVar
 
 import grpc
 
-from jobwire.client.status import error_reason
+from jobwire.client import Backoff, Pauses, error_reason, status_code
 from jobwire.domain.stages import StageDef
 from jobwire.v1 import job_pb2, worker_pb2
 
@@ -65,48 +64,28 @@ def stages_from_proto(stages: Iterable[worker_pb2.StageDef]) -> tuple[StageDef, 
     return tuple(StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable) for s in stages)
 
 
-def status_code(error: BaseException) -> grpc.StatusCode | None:
-    """The status code of a failed call (aio, sync, or a test's fake), else None."""
-    if not isinstance(error, grpc.RpcError):
-        return None
-    code = getattr(error, "code", None)
-    value = code() if callable(code) else None
-    return value if isinstance(value, grpc.StatusCode) else None
+def _code(error: BaseException) -> grpc.StatusCode | None:
+    """The status code of a failed call (aio, sync, or a test's fake); None for anything else."""
+    return status_code(error) if isinstance(error, grpc.RpcError) else None
 
 
 def is_transient(error: BaseException) -> bool:
-    return status_code(error) in TRANSIENT
+    return _code(error) in TRANSIENT
 
 
 def is_lease_lost(error: BaseException) -> bool:
-    if status_code(error) is not grpc.StatusCode.FAILED_PRECONDITION:
+    if _code(error) is not grpc.StatusCode.FAILED_PRECONDITION:
         return False
     return isinstance(error, grpc.RpcError) and error_reason(error) == "WORKER_LEASE_LOST"
 
 
 def describe(error: BaseException) -> str:
-    code = status_code(error)
+    code = _code(error)
     if code is None:
         return repr(error)
     details = getattr(error, "details", lambda: "")()
     reason = error_reason(error) if isinstance(error, grpc.RpcError) else None
     return f"{code.name}" + (f" {reason}" if reason else "") + (f": {details}" if details else "")
-
-
-class Backoff:
-    """Exponential backoff with full jitter, so a fleet does not retry in lockstep."""
-
-    def __init__(self, initial: float = 0.25, maximum: float = 5.0, factor: float = 2.0) -> None:
-        self.initial, self.maximum, self.factor = initial, maximum, factor
-        self._next = initial
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self.maximum, self._next * self.factor)
-        return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self._next = self.initial
 
 
 async def call_retrying(
@@ -123,7 +102,7 @@ async def call_retrying(
         give_up_at: A `time.monotonic()` deadline, or None for no deadline. Read before
             every retry, so a shutdown that starts mid-retry bounds it.
     """
-    backoff = Backoff()
+    backoff = Pauses(Backoff(initial=0.25, maximum=5.0, jitter=0.5))
     while True:
         try:
             return await call()

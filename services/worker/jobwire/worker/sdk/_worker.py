@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from jobwire.client.channel import aio_channel
+from jobwire.client import Backoff, Pauses, aio_channel
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.sdk._config import WorkerConfig
 from jobwire.worker.sdk._context import JobContext, StopReason
@@ -30,7 +30,7 @@ from jobwire.worker.sdk._handlers import Handlers, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
 from jobwire.worker.sdk._reporter import ReportSender
 from jobwire.worker.sdk._result import ResultStore
-from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, Backoff, WorkerStub, call_retrying, describe, stages_to_proto
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerStub, call_retrying, describe, stages_to_proto
 from jobwire.worker.sdk._runner import JobRunner, RunnerDeps
 
 log = logging.getLogger("jobwire.worker")
@@ -182,7 +182,7 @@ class Worker:
             self._claims_stopped.set()
 
     async def _claim_until_stopped(self, stub: WorkerStub, deps: RunnerDeps) -> None:
-        backoff = Backoff(initial=0.5, maximum=10.0)
+        backoff = Pauses(Backoff(initial=0.5, maximum=10.0, jitter=0.5))
         while not self._stopping:
             free = self.config.concurrency - len(self._running)
             if free <= 0:

@@ -38,6 +38,7 @@ from jobwire.db.sql import ARTIFACT_COLUMNS, Lock
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
+from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact
 from jobwire.domain.states import Action, Status, allowed
 
@@ -46,7 +47,6 @@ T = TypeVar("T")
 
 # A queued job shows no stage; the next attempt starts again at the first one.
 UNSTAGED: Mapping[str, Any] = {"stage": None, "stage_index": 0, "processed_units": 0, "total_units": None}
-LATE_CALL_REJECTED = "LATE_CALL_REJECTED"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +55,7 @@ class Change:
 
     Args:
         action: Checked against the transition table (jobwire.domain.states).
-        kind: The event kind recorded with it.
+        kind: The event recorded with it; None for a change nobody sees (a renewal).
         values: Columns to set; `version` and `updated_at` follow by themselves.
         fenced: A worker call: the UPDATE also names the holder's token and epoch.
         renew: The lease runs again from the database clock (lease_expires_at, heartbeat_at).
@@ -65,7 +65,7 @@ class Change:
     """
 
     action: Action
-    kind: str
+    kind: EventKind | None
     values: Mapping[str, Any] = field(default_factory=dict)
     detail: str | None = None
     fenced: bool = False
@@ -276,7 +276,7 @@ def _records(wire: Wire, jobs: Iterable[_Job], now: datetime, evidence: Evidence
         for step in job.steps:
             change = step.change
             if change is not None and change.versioned:
-                assert step.before is not None and step.after is not None
+                assert step.before is not None and step.after is not None and change.kind is not None
                 events.append(event_values(
                     step.after, change.kind, step.after["updated_at"], step.before["status"], detail=change.detail
                 ))  # fmt: skip
@@ -286,7 +286,7 @@ def _records(wire: Wire, jobs: Iterable[_Job], now: datetime, evidence: Evidence
                     )
             elif isinstance(step.error, LateCall) and step.before is not None and evidence.allow(step.before["id"]):
                 events.append(event_values(
-                    step.before, LATE_CALL_REJECTED, now, step.before["status"], visible=False,
+                    step.before, EventKind.LATE_CALL_REJECTED, now, step.before["status"], visible=False,
                     detail=step.error.detail, worker_id="",
                 ))  # fmt: skip
     out: list[Statement] = []
@@ -322,7 +322,7 @@ def artifact_values(result: Artifact) -> dict[str, Any]:
 
 def event_values(
     row: Mapping[str, Any],
-    kind: str,
+    kind: EventKind,
     at: datetime,
     from_status: str | None,
     *,
@@ -336,7 +336,7 @@ def event_values(
         "tenant": row["tenant"],
         "job_no": row["job_no"],
         "version": row["version"],
-        "kind": kind,
+        "kind": kind.value,
         "visible": visible,
         "from_status": from_status,
         "to_status": row["status"],

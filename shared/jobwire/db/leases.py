@@ -25,6 +25,7 @@ from jobwire.db.wire import Statement, Wire
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
+from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact, JobRecord, plain_message
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
@@ -140,7 +141,7 @@ class _Claim(JobOp[Lease]):
             "total_units": None,
             "started_at": row["started_at"] or now,
         }
-        return Change(action=Action.CLAIM, kind="CLAIMED", values=values, renew=True)
+        return Change(action=Action.CLAIM, kind=EventKind.CLAIMED, values=values, renew=True)
 
     def outcome(self, row: Row | None, change: Change | None) -> Lease:
         assert row is not None
@@ -222,9 +223,13 @@ class Renew(_OnLease[LeaseStatus]):
         if row["stalled"]:
             # A stalled lease revives: a version and an event, so watchers see it running again.
             return Change(
-                action=Action.HEARTBEAT, kind="LEASE_REVIVED", values={"stalled": False}, fenced=True, renew=True
+                action=Action.HEARTBEAT,
+                kind=EventKind.LEASE_REVIVED,
+                values={"stalled": False},
+                fenced=True,
+                renew=True,
             )
-        return Change(action=Action.HEARTBEAT, kind="", fenced=True, renew=True, versioned=False)
+        return Change(action=Action.HEARTBEAT, kind=None, fenced=True, renew=True, versioned=False)
 
     def outcome(self, row: Row | None, change: Change | None) -> LeaseStatus:
         return _status(row)
@@ -262,7 +267,7 @@ class Report(_OnLease[LeaseStatus]):
         }
         if self.checkpoint is not None:
             values["checkpoint"] = self.checkpoint
-        kind = "STAGE_CHANGED" if after.stage_index != current.stage_index else "PROGRESS"
+        kind = EventKind.STAGE_CHANGED if after.stage_index != current.stage_index else EventKind.PROGRESS
         return Change(action=Action.REPORT, kind=kind, values=values, detail=self.note or None, fenced=True, renew=True)
 
     def outcome(self, row: Row | None, change: Change | None) -> LeaseStatus:
@@ -297,7 +302,9 @@ class Complete(_Ending):
             return None
         assert row is not None
         values = {**_ended(row, "COMPLETE", Status.READY), "finished_at": now}
-        return Change(action=Action.COMPLETE, kind="COMPLETED", values=values, fenced=True, artifact=self.result)
+        return Change(
+            action=Action.COMPLETE, kind=EventKind.COMPLETED, values=values, fenced=True, artifact=self.result
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -313,11 +320,11 @@ class Fail(_Ending):
         failure = self.failure
         evidence = f"{failure.category.value}: {failure.message}\n{failure.detail}".strip()
 
-        def change(kind: str, values: Mapping[str, object]) -> Change:
+        def change(kind: EventKind, values: Mapping[str, object]) -> Change:
             return Change(action=Action.FAIL, kind=kind, values=values, fenced=True, detail=evidence)
 
         if row["status"] == Status.CANCEL_REQUESTED.value:
-            return change("CANCELLED", {**_ended(row, "FAIL", Status.CANCELLED), "finished_at": now})
+            return change(EventKind.CANCELLED, {**_ended(row, "FAIL", Status.CANCELLED), "finished_at": now})
         error = {
             "error_category": failure.category.value,
             "error_stage": row["stage"],
@@ -329,10 +336,10 @@ class Fail(_Ending):
         if failure.retryable and charged < row["max_attempts"]:
             delay = policy_of(row).backoff_after(charged)
             run_after = now + timedelta(seconds=delay)
-            return change("RETRY_SCHEDULED", {
+            return change(EventKind.RETRY_SCHEDULED, {
                 **_ended(row, "FAIL", Status.QUEUED), **error, **UNSTAGED, "run_after": run_after
             })  # fmt: skip
-        return change("FAILED", {**_ended(row, "FAIL", Status.FAILED), **error, "finished_at": now})
+        return change(EventKind.FAILED, {**_ended(row, "FAIL", Status.FAILED), **error, "finished_at": now})
 
 
 def policy_of(row: Row) -> RetryPolicy:
@@ -356,7 +363,7 @@ class ConfirmCancel(_Ending):
             raise CancelNotRequested()
         values = {**_ended(row, "CONFIRM_CANCEL", Status.CANCELLED), "finished_at": now}
         return Change(
-            action=Action.CONFIRM_CANCEL, kind="CANCELLED", values=values, fenced=True, detail=self.note or None
+            action=Action.CONFIRM_CANCEL, kind=EventKind.CANCELLED, values=values, fenced=True, detail=self.note or None
         )
 
 
@@ -374,7 +381,7 @@ class Release(_Ending):
         note = self.note or None
         if row["status"] == Status.CANCEL_REQUESTED.value:
             values = {**_ended(row, "RELEASE", Status.CANCELLED), "finished_at": now}
-            return Change(action=Action.RELEASE, kind="CANCELLED", values=values, fenced=True, detail=note)
+            return Change(action=Action.RELEASE, kind=EventKind.CANCELLED, values=values, fenced=True, detail=note)
         values = {
             **_ended(row, "RELEASE", Status.QUEUED), **UNSTAGED,
             "attempt_base": row["attempt_base"] + 1,
@@ -382,4 +389,4 @@ class Release(_Ending):
         }  # fmt: skip
         if self.checkpoint is not None:
             values["checkpoint"] = self.checkpoint
-        return Change(action=Action.RELEASE, kind="RELEASED", values=values, fenced=True, detail=note)
+        return Change(action=Action.RELEASE, kind=EventKind.RELEASED, values=values, fenced=True, detail=note)

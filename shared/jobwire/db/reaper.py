@@ -34,14 +34,15 @@ from jobwire.db.engine import Database, db_now
 from jobwire.db.sql import Lock
 from jobwire.db.tables import job
 from jobwire.domain.errors import Conflict
+from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import ErrorCategory
 from jobwire.domain.retry import OnLeaseLost
 from jobwire.domain.states import LEASED, Action, Status
 
-LEASE_EXPIRED = "LEASE_EXPIRED"  # marked stalled
-LEASE_REVOKED_REQUEUED = "LEASE_REVOKED_REQUEUED"  # RETRY with attempts left
-LEASE_REVOKED_FAILED = "LEASE_REVOKED_FAILED"  # RETRY with no attempts left: FAILED WORKER_LOST
-LEASE_REVOKED_CANCELLED = "LEASE_REVOKED_CANCELLED"  # a cancel was pending: CANCELLED
+LEASE_EXPIRED = EventKind.LEASE_EXPIRED
+LEASE_REVOKED_REQUEUED = EventKind.LEASE_REVOKED_REQUEUED
+LEASE_REVOKED_FAILED = EventKind.LEASE_REVOKED_FAILED
+LEASE_REVOKED_CANCELLED = EventKind.LEASE_REVOKED_CANCELLED
 REAPER_KINDS = (LEASE_EXPIRED, LEASE_REVOKED_REQUEUED, LEASE_REVOKED_FAILED, LEASE_REVOKED_CANCELLED)
 
 WORKER_LOST_MESSAGE = "The worker running this job stopped responding."
@@ -194,7 +195,7 @@ class ApplyPolicy(_ReaperOp):
         )  # fmt: skip
 
 
-def _policy(row: Row, now: datetime) -> tuple[str | None, dict[str, object]]:
+def _policy(row: Row, now: datetime) -> tuple[EventKind | None, dict[str, object]]:
     # Revoking the lease: no token, no expiry, and a new epoch so the old token can never match.
     revoked = {"worker_token": None, "lease_expires_at": None, "stalled": False, "lease_epoch": row["lease_epoch"] + 1}
     if row["status"] == Status.CANCEL_REQUESTED.value:

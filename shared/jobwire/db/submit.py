@@ -19,6 +19,7 @@ from jobwire.db.wire import Statement, Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import NewJob
 from jobwire.domain.errors import IdempotencyKeyReused, JobwireError
+from jobwire.domain.evidence import EventKind
 from jobwire.domain.states import Status
 
 Submitted = tuple[Row, bool] | JobwireError  # (the job's row, created) or the refusal
@@ -83,7 +84,7 @@ def _inserts(wire: Wire, rows: Sequence[Row], now: datetime) -> list[Statement]:
     for row in rows:
         values = {k: v for k, v in row.items() if k not in _NOT_INSERTED}
         out.append((wire.sql.insert_job, values))
-        out.append((wire.sql.insert_first_event, event_values(row, "SUBMITTED", now, None)))
+        out.append((wire.sql.insert_first_event, event_values(row, EventKind.SUBMITTED, now, None)))
     return out
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from jobwire.db.changes import UNSTAGED, Change, JobOp, Row
 from jobwire.db.rows import record_from_row
 from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotRetryable
+from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Action, Status
 
@@ -38,12 +39,12 @@ class Cancel(_UserAction):
             return None  # idempotent
         if status is Status.QUEUED:
             values = {"status": Status.CANCELLED.value, "finished_at": now}
-            return Change(action=Action.CANCEL, kind="CANCELLED", values=values)
+            return Change(action=Action.CANCEL, kind=EventKind.CANCELLED, values=values)
         if status is Status.RUNNING:
             if not record_from_row(row).cancellable:
                 raise JobNotCancellable("the job is in a stage that cannot be cancelled")
             return Change(
-                action=Action.CANCEL, kind="CANCEL_REQUESTED", values={"status": Status.CANCEL_REQUESTED.value}
+                action=Action.CANCEL, kind=EventKind.CANCEL_REQUESTED, values={"status": Status.CANCEL_REQUESTED.value}
             )
         raise JobNotCancellable(f"a {status.value} job cannot be cancelled")
 
@@ -68,7 +69,7 @@ class Retry(_UserAction):
             "finished_at": None,
             **UNSTAGED,
         }
-        return Change(action=Action.RETRY, kind="RETRIED", values=values)
+        return Change(action=Action.RETRY, kind=EventKind.RETRIED, values=values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,4 +105,4 @@ class Requeue(_UserAction):
             "run_after": now,
             **UNSTAGED,
         }
-        return Change(action=Action.REQUEUE, kind="REQUEUED", values=values, detail=self.reason or None)
+        return Change(action=Action.REQUEUE, kind=EventKind.REQUEUED, values=values, detail=self.reason or None)

@@ -14,6 +14,29 @@ from enum import StrEnum
 from jobwire.domain.states import Status
 
 
+class EventKind(StrEnum):
+    """Every kind of row in a job's evidence trail (job_event.kind), visible or evidence only."""
+
+    SUBMITTED = "SUBMITTED"
+    CLAIMED = "CLAIMED"
+    PROGRESS = "PROGRESS"  # a report within the current stage
+    STAGE_CHANGED = "STAGE_CHANGED"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    CANCELLED = "CANCELLED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"  # a retryable failure with attempts left: QUEUED after a backoff
+    RELEASED = "RELEASED"
+    RETRIED = "RETRIED"  # a user's Retry of a FAILED job
+    REQUEUED = "REQUEUED"  # an operator's Requeue of a stalled job
+    LEASE_REVIVED = "LEASE_REVIVED"  # a stalled lease's holder spoke again
+    LEASE_EXPIRED = "LEASE_EXPIRED"  # the reaper marked the lease stalled
+    LEASE_REVOKED_REQUEUED = "LEASE_REVOKED_REQUEUED"  # RETRY with attempts left
+    LEASE_REVOKED_FAILED = "LEASE_REVOKED_FAILED"  # RETRY with no attempts left: FAILED WORKER_LOST
+    LEASE_REVOKED_CANCELLED = "LEASE_REVOKED_CANCELLED"  # a cancel was pending: CANCELLED
+    LATE_CALL_REJECTED = "LATE_CALL_REJECTED"  # a once-real lease called after losing it (evidence only)
+
+
 class FindingKind(StrEnum):
     STALLED = "STALLED"  # a lease past its expiry
     RUNNING_WITHOUT_LEASE = "RUNNING_WITHOUT_LEASE"  # a broken invariant: must stay empty

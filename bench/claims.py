@@ -50,10 +50,8 @@ import asyncio
 import json
 import math
 import os
-import platform
 import secrets
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,7 +59,6 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +70,7 @@ import e2e  # noqa: E402
 import grpc  # noqa: E402
 import pymysql  # noqa: E402
 from google.protobuf.duration_pb2 import Duration  # noqa: E402
-from measure import CpuMeter, connect, find_pid, median, pct, wait_for_db  # noqa: E402
+from measure import CpuMeter, connect, describe_machine, find_pid, median, pct, wait_for_db  # noqa: E402
 from sqlalchemy import DateTime  # noqa: E402
 
 from jobwire.db.sql import statements_for  # noqa: E402
@@ -143,25 +140,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if any("=" not in kv for kv in args.server_env):
         p.error("--server-env takes NAME=VALUE")
     return args
-
-
-def describe_machine() -> list[str]:
-    def sh(*cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return "?"
-
-    with connect() as conn, conn.cursor() as cur:
-        cur.execute("SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@innodb_buffer_pool_size")
-        version, flush, pool = cur.fetchone()
-    dirty = len([line for line in sh("git", "status", "--porcelain").splitlines() if line.strip()])
-    return [
-        f"commit {sh('git', 'rev-parse', '--short', 'HEAD')} ({dirty} paths changed or untracked in the work tree)",
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; Python {platform.python_version()},"
-        f" grpcio {metadata.version('grpcio')}, PyMySQL {metadata.version('PyMySQL')},"
-        f" MariaDB {version} (innodb_flush_log_at_trx_commit={flush}, innodb_buffer_pool_size={int(pool) >> 20} MiB)",
-    ]
 
 
 # -- the fill ------------------------------------------------------------------------------

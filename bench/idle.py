@@ -40,10 +40,8 @@ import argparse
 import asyncio
 import hashlib
 import os
-import platform
 import random
 import secrets
-import subprocess
 import sys
 import tempfile
 import threading
@@ -51,7 +49,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -62,7 +59,16 @@ import e2e  # noqa: E402
 import grpc  # noqa: E402
 import pymysql  # noqa: E402
 from google.protobuf.duration_pb2 import Duration  # noqa: E402
-from measure import CpuMeter, DbCounters, connect, descendants, find_pid, median, wait_for_db  # noqa: E402
+from measure import (  # noqa: E402
+    CpuMeter,
+    DbCounters,
+    connect,
+    descendants,
+    describe_machine,
+    find_pid,
+    median,
+    wait_for_db,
+)
 
 from jobwire.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc  # noqa: E402
 
@@ -340,27 +346,6 @@ def measure_until_clean(
         wait_for_db()
         counters.conn = connect()
     return w
-
-
-def describe_machine() -> list[str]:
-    """Commit, CPUs, load and versions (as bench/throughput.py prints them)."""
-
-    def sh(*cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return "?"
-
-    with connect() as conn, conn.cursor() as cur:
-        cur.execute("SELECT VERSION(), @@innodb_flush_log_at_trx_commit")
-        version, flush = cur.fetchone()
-    dirty = len([line for line in sh("git", "status", "--porcelain").splitlines() if line.strip()])
-    return [
-        f"commit {sh('git', 'rev-parse', '--short', 'HEAD')} ({dirty} paths changed or untracked in the work tree)",
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; Python {platform.python_version()},"
-        f" grpcio {metadata.version('grpcio')}, SQLAlchemy {metadata.version('SQLAlchemy')},"
-        f" PyMySQL {metadata.version('PyMySQL')}, MariaDB {version} (innodb_flush_log_at_trx_commit={flush})",
-    ]
 
 
 def report(

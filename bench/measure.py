@@ -8,10 +8,14 @@ sampled at t0 and t1, so "per job" figures divide deltas of the same window.
 from __future__ import annotations
 
 import os
+import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
 
 import pymysql
 
@@ -229,3 +233,28 @@ def in_window(stamps: Iterable[float], w: Window) -> int:
 def latencies_in(samples: Iterable[tuple[float, float]], w: Window) -> list[float]:
     """Latencies (ms) of calls that started inside the window; samples are (start, seconds)."""
     return [d * 1000 for s, d in samples if w.t0 <= s < w.t1]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def describe_machine() -> list[str]:
+    """The lines every report starts with: commit, CPUs, load, versions, MariaDB's durability."""
+
+    def sh(*cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "?"
+
+    with connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@innodb_buffer_pool_size")
+        version, flush, pool = cur.fetchone()
+    dirty = len([line for line in sh("git", "status", "--porcelain").splitlines() if line.strip()])
+    return [
+        f"commit {sh('git', 'rev-parse', '--short', 'HEAD')} ({dirty} paths changed or untracked in the work tree)",
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; Python {platform.python_version()},"
+        f" grpcio {metadata.version('grpcio')}, SQLAlchemy {metadata.version('SQLAlchemy')},"
+        f" PyMySQL {metadata.version('PyMySQL')}, MariaDB {version}"
+        f" (innodb_flush_log_at_trx_commit={flush}, innodb_buffer_pool_size={int(pool) >> 20} MiB)",
+    ]

@@ -54,6 +54,7 @@ from measure import (
     DbCounters,
     Window,
     connect,
+    describe_machine,
     drop_database,
     find_pid,
     in_window,
@@ -467,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.monotonic()
     wait_for_db()  # other sessions on this machine restart MariaDB now and then
-    machine = throughput.describe_machine()
+    machine = describe_machine()
     results = Results()
     with tempfile.TemporaryDirectory(prefix="jwbench-submit-") as tmp:
         workdir = Path(tempfile.mkdtemp(prefix="jwbench-submit-logs-")) if args.keep else Path(tmp)

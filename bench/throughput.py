@@ -22,16 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import secrets
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,7 +40,7 @@ import noop
 import peers
 import pymysql
 import sqlcount
-from measure import DbCounters, connect, median, pct, wait_for_db
+from measure import DbCounters, connect, describe_machine, median, pct, wait_for_db
 
 ROOT = Path(__file__).resolve().parent.parent
 # MEASURED.md, for the eye: this run's own baselines are what the ratios use.
@@ -102,28 +99,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if any("=" not in kv for kv in args.server_env):
         p.error("--server-env takes NAME=VALUE")
     return args
-
-
-def describe_machine() -> list[str]:
-    def sh(*cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return "?"
-
-    conn = connect()
-    with conn.cursor() as cur:
-        cur.execute("SELECT VERSION(), @@innodb_flush_log_at_trx_commit")
-        version, flush = cur.fetchone()
-    conn.close()
-    dirty = len([line for line in sh("git", "status", "--porcelain").splitlines() if line.strip()])
-    return [
-        f"commit {sh('git', 'rev-parse', '--short', 'HEAD')} ({dirty} paths changed or untracked in the work tree)",
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; Python {platform.python_version()},"
-        f" grpcio {metadata.version('grpcio')}, SQLAlchemy {metadata.version('SQLAlchemy')},"
-        f" PyMySQL {metadata.version('PyMySQL')},"
-        f" MariaDB {version} (innodb_flush_log_at_trx_commit={flush})",
-    ]
 
 
 def measure(args: argparse.Namespace, results: Results, workdir: Path) -> None:

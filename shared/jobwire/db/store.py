@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from jobwire.db import feed, leases, reads, reaper, retention, submit
+from jobwire.db import commit_markers, feed, leases, reads, reaper, retention, submit
 from jobwire.db import inspect as inspect_queries
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
@@ -160,6 +160,10 @@ class JobStore:
     def now(self) -> datetime:
         """The database clock, as this process keeps it (jobwire.db.clock)."""
         return self.db.clock.now()
+
+    def purge_commit_markers(self) -> int:
+        """Forget old commit markers (MySQL only: SQLite writes none, jobwire.db.commit_markers)."""
+        return self.db.write(commit_markers.purge) if self.db.is_mysql else 0
 
     def purge_workers(self, older_than: timedelta) -> int:
         return self.db.write(lambda c: reads.purge_workers(c, older_than))

@@ -25,7 +25,6 @@ from typing import TypeVar
 
 from sqlalchemy.engine import Connection
 
-from jobwire.db import commit_markers
 from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
 from jobwire.db.store import JobStore
 from jobwire.domain.errors import StoreUnavailable
@@ -84,8 +83,7 @@ class Housekeeping:
             reaped = await self.store.reap_leases(self.grace, by=self.by, read=self._read)
             purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
             await self.blocking(self.store.purge_workers, self.forget_workers_after)
-            if self.store.db.is_mysql:
-                await self.blocking(self.store.db.write, commit_markers.purge)
+            await self.blocking(self.store.purge_commit_markers)
         except StoreUnavailable:
             if self._reachable:
                 log.warning("housekeeping paused: the database is unreachable")

@@ -18,17 +18,11 @@ from fault_support import claim_request
 from served import eventually
 
 from jobwire.db.changes import JobOp
-from jobwire.db.reaper import (
-    LEASE_EXPIRED,
-    LEASE_REVOKED_CANCELLED,
-    LEASE_REVOKED_FAILED,
-    LEASE_REVOKED_REQUEUED,
-    ApplyPolicy,
-    MarkStalled,
-)
+from jobwire.db.reaper import ApplyPolicy, MarkStalled
 from jobwire.db.sql import Lock
 from jobwire.db.store import Call
 from jobwire.db.tables import job, job_event
+from jobwire.domain.evidence import EventKind
 from jobwire.v1 import job_pb2
 
 pytestmark = pytest.mark.timeout(60)
@@ -37,9 +31,9 @@ FAST = {"reaper_interval_seconds": 0.05, "stall_grace_seconds": 0.3}
 EACH = 15
 EXPECTED = {  # group -> (status when done, the policy event it gets, if any)
     "inspect": ("RUNNING", None),
-    "retry_last": ("FAILED", LEASE_REVOKED_FAILED),
-    "retry": ("QUEUED", LEASE_REVOKED_REQUEUED),
-    "cancel": ("CANCELLED", LEASE_REVOKED_CANCELLED),
+    "retry_last": ("FAILED", EventKind.LEASE_REVOKED_FAILED),
+    "retry": ("QUEUED", EventKind.LEASE_REVOKED_REQUEUED),
+    "cancel": ("CANCELLED", EventKind.LEASE_REVOKED_CANCELLED),
 }
 
 
@@ -81,11 +75,12 @@ async def test_two_reapers_handle_each_expired_lease_exactly_once(servers, datab
     with engine.connect() as conn:
         counted = Counter(conn.execute(sa.select(job_event.c.job_no, job_event.c.kind)).all())
         reapers = {d.rsplit("reaper ", 1)[1].split(";")[0] for (d,) in conn.execute(
-            sa.select(job_event.c.detail).where(job_event.c.kind == LEASE_EXPIRED)
+            sa.select(job_event.c.detail).where(job_event.c.kind == EventKind.LEASE_EXPIRED)
         )}  # fmt: skip
     for job_no, group in groups.items():
-        assert counted[job_no, LEASE_EXPIRED] == 1, job_no
-        for kind in (LEASE_REVOKED_REQUEUED, LEASE_REVOKED_FAILED, LEASE_REVOKED_CANCELLED):
+        assert counted[job_no, EventKind.LEASE_EXPIRED] == 1, job_no
+        revoked = (EventKind.LEASE_REVOKED_REQUEUED, EventKind.LEASE_REVOKED_FAILED, EventKind.LEASE_REVOKED_CANCELLED)
+        for kind in revoked:
             assert counted[job_no, kind] == (1 if kind == EXPECTED[group][1] else 0), (job_no, kind)
     assert 1 <= len(reapers) <= 2
 
@@ -108,11 +103,11 @@ async def test_the_guarded_update_alone_lets_one_of_many_reapers_act(servers, da
         return [done[0][0] for done in await asyncio.gather(*calls)]
 
     marked = await contend(lambda job_no, by: MarkStalled(tenant="default", job_no=job_no, by=by, lock=Lock.NONE))
-    assert marked.count(LEASE_EXPIRED) == len(nos) and marked.count(None) == 7 * len(nos)
+    assert marked.count(EventKind.LEASE_EXPIRED) == len(nos) and marked.count(None) == 7 * len(nos)
     acted = await contend(
         lambda job_no, by: ApplyPolicy(tenant="default", job_no=job_no, grace=timedelta(0), by=by, lock=Lock.NONE)
     )
-    assert acted.count(LEASE_REVOKED_REQUEUED) == len(nos) and acted.count(None) == 7 * len(nos)
+    assert acted.count(EventKind.LEASE_REVOKED_REQUEUED) == len(nos) and acted.count(None) == 7 * len(nos)
 
 
 def _quiet(engine: sa.Engine):  # type: ignore[no-untyped-def]

@@ -45,9 +45,6 @@ from jobwire.domain.states import Action, Status, allowed
 Row = dict[str, Any]
 T = TypeVar("T")
 
-# A queued job shows no stage; the next attempt starts again at the first one.
-UNSTAGED: Mapping[str, Any] = {"stage": None, "stage_index": 0, "processed_units": 0, "total_units": None}
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Change:

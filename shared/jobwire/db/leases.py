@@ -14,23 +14,32 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
-from jobwire.db.changes import UNSTAGED, Change, JobOp, LateCall, Row
-from jobwire.db.rows import plan_of, record_from_row
+from jobwire.db.changes import Change, JobOp, LateCall, Row
+from jobwire.db.rows import (
+    UNSTAGED,
+    attempts_of,
+    ending_values,
+    holding_of,
+    holding_values,
+    plan_of,
+    policy_of,
+    record_from_row,
+)
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
+from jobwire.domain.endings import on_fail
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
-from jobwire.domain.job import Artifact, JobRecord, plain_message
-from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
+from jobwire.domain.job import Artifact, JobFailure, JobRecord, plain_message
+from jobwire.domain.lease import Lease, LeaseState, LeaseStatus, end
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.domain.progress import Progress, apply_report
-from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Action, Status
 
@@ -275,13 +284,12 @@ class Report(_OnLease[LeaseStatus]):
 
 
 def _ended(row: Row, kind: str, status: Status) -> dict[str, object]:
+    """The holder ends its lease in `status`; a replay of this ending (same token, same kind) is recognised."""
     return {
+        **holding_values(end(holding_of(row))),
         "status": status.value,
-        "worker_token": None,
         "ended_token": row["worker_token"],
         "ended_kind": kind,
-        "lease_expires_at": None,
-        "stalled": False,
     }
 
 
@@ -318,37 +326,16 @@ class Fail(_Ending):
             return None
         assert row is not None
         failure = self.failure
+        told = JobFailure(
+            category=failure.category, stage=row["stage"], message=plain_message(failure.message),
+            retryable=failure.retryable,
+        )  # fmt: skip
+        ending = on_fail(Status(row["status"]), told, attempts_of(row), policy_of(row), now)
+        values = {**_ended(row, "FAIL", ending.status), **ending_values(ending, now)}
+        if ending.error is not None:
+            values["error_detail"] = failure.detail or None
         evidence = f"{failure.category.value}: {failure.message}\n{failure.detail}".strip()
-
-        def change(kind: EventKind, values: Mapping[str, object]) -> Change:
-            return Change(action=Action.FAIL, kind=kind, values=values, fenced=True, detail=evidence)
-
-        if row["status"] == Status.CANCEL_REQUESTED.value:
-            return change(EventKind.CANCELLED, {**_ended(row, "FAIL", Status.CANCELLED), "finished_at": now})
-        error = {
-            "error_category": failure.category.value,
-            "error_stage": row["stage"],
-            "error_message": plain_message(failure.message),
-            "error_retryable": failure.retryable,
-            "error_detail": failure.detail or None,
-        }
-        charged = row["attempt"] - row["attempt_base"]
-        if failure.retryable and charged < row["max_attempts"]:
-            delay = policy_of(row).backoff_after(charged)
-            run_after = now + timedelta(seconds=delay)
-            return change(EventKind.RETRY_SCHEDULED, {
-                **_ended(row, "FAIL", Status.QUEUED), **error, **UNSTAGED, "run_after": run_after
-            })  # fmt: skip
-        return change(EventKind.FAILED, {**_ended(row, "FAIL", Status.FAILED), **error, "finished_at": now})
-
-
-def policy_of(row: Row) -> RetryPolicy:
-    return RetryPolicy(
-        max_attempts=row["max_attempts"],
-        initial_backoff_s=row["initial_backoff_s"],
-        max_backoff_s=row["max_backoff_s"],
-        backoff_multiplier=row["backoff_multiplier"],
-    )
+        return Change(action=Action.FAIL, kind=ending.kind, values=values, fenced=True, detail=evidence)
 
 
 @dataclass(frozen=True, kw_only=True)

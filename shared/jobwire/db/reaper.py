@@ -29,23 +29,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from jobwire.db.changes import UNSTAGED, Change, JobOp, Row
+from jobwire.db.changes import Change, JobOp, Row
 from jobwire.db.engine import Database, db_now
+from jobwire.db.rows import attempts_of, ending_values, holding_of, holding_values, policy_of
 from jobwire.db.sql import Lock
 from jobwire.db.tables import job
+from jobwire.domain.endings import on_lease_lost
 from jobwire.domain.errors import Conflict
 from jobwire.domain.evidence import EventKind
-from jobwire.domain.job import ErrorCategory
+from jobwire.domain.lease import revoke
 from jobwire.domain.retry import OnLeaseLost
 from jobwire.domain.states import LEASED, Action, Status
 
-LEASE_EXPIRED = EventKind.LEASE_EXPIRED
-LEASE_REVOKED_REQUEUED = EventKind.LEASE_REVOKED_REQUEUED
-LEASE_REVOKED_FAILED = EventKind.LEASE_REVOKED_FAILED
-LEASE_REVOKED_CANCELLED = EventKind.LEASE_REVOKED_CANCELLED
-REAPER_KINDS = (LEASE_EXPIRED, LEASE_REVOKED_REQUEUED, LEASE_REVOKED_FAILED, LEASE_REVOKED_CANCELLED)
-
-WORKER_LOST_MESSAGE = "The worker running this job stopped responding."
 BATCH = 200  # jobs per step and run; the rest wait for the next run
 _LEASED = [s.value for s in LEASED]
 log = logging.getLogger(__name__)
@@ -78,10 +73,10 @@ async def reap(db: Database, read: Read, run: RunOps, grace: timedelta, *, by: s
     due = await read(partial(overdue, cutoff=cutoff, limit=batch))
     actions = Counter(await _each(run, [ApplyPolicy(tenant=t, job_no=n, grace=grace, by=by) for t, n in due]))
     return Reaped(
-        stalled=marks.count(LEASE_EXPIRED),
-        requeued=actions[LEASE_REVOKED_REQUEUED],
-        failed=actions[LEASE_REVOKED_FAILED],
-        cancelled=actions[LEASE_REVOKED_CANCELLED],
+        stalled=marks.count(EventKind.LEASE_EXPIRED),
+        requeued=actions[EventKind.LEASE_REVOKED_REQUEUED],
+        failed=actions[EventKind.LEASE_REVOKED_FAILED],
+        cancelled=actions[EventKind.LEASE_REVOKED_CANCELLED],
     )
 
 
@@ -160,7 +155,7 @@ class MarkStalled(_ReaperOp):
             return None
         expired = ("lease_expires_at < :g_expired_before", {"g_expired_before": clock})
         return Change(
-            action=Action.LEASE_EXPIRED, kind=LEASE_EXPIRED, values={"stalled": True}, fenced=True,
+            action=Action.LEASE_EXPIRED, kind=EventKind.LEASE_EXPIRED, values={"stalled": True}, fenced=True,
             detail=evidence(row, self.by), guards=(expired,),
         )  # fmt: skip
 
@@ -196,25 +191,14 @@ class ApplyPolicy(_ReaperOp):
 
 
 def _policy(row: Row, now: datetime) -> tuple[EventKind | None, dict[str, object]]:
-    # Revoking the lease: no token, no expiry, and a new epoch so the old token can never match.
-    revoked = {"worker_token": None, "lease_expires_at": None, "stalled": False, "lease_epoch": row["lease_epoch"] + 1}
-    if row["status"] == Status.CANCEL_REQUESTED.value:
-        return LEASE_REVOKED_CANCELLED, {**revoked, "status": Status.CANCELLED.value, "finished_at": now}
-    if row["on_lease_lost"] != OnLeaseLost.RETRY.value:
+    policy = policy_of(row).on_lease_lost
+    ending = on_lease_lost(Status(row["status"]), policy, attempts_of(row), row["stage"], now)
+    if ending is None:
         return None, {}
-    if row["attempt"] - row["attempt_base"] < row["max_attempts"]:
-        # The attempt stays charged; the checkpoint stays for the next one.
-        return LEASE_REVOKED_REQUEUED, {**revoked, **UNSTAGED, "status": Status.QUEUED.value, "run_after": now}
-    return LEASE_REVOKED_FAILED, {
-        **revoked,
-        "status": Status.FAILED.value,
-        "finished_at": now,
-        "error_category": ErrorCategory.WORKER_LOST.value,
-        "error_stage": row["stage"],
-        "error_message": WORKER_LOST_MESSAGE,
-        "error_retryable": True,
-        "error_detail": evidence(row, ""),
-    }
+    values = {**holding_values(revoke(holding_of(row))), **ending_values(ending, now)}
+    if ending.error is not None:
+        values["error_detail"] = evidence(row, "")
+    return ending.kind, values
 
 
 def evidence(row: Row, by: str) -> str:

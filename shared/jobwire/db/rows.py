@@ -14,8 +14,11 @@ from datetime import datetime
 from typing import Any
 
 from jobwire.domain import stages as stage_plans
+from jobwire.domain.endings import Attempts, Ending
 from jobwire.domain.job import Artifact, ErrorCategory, JobFailure, JobRecord
+from jobwire.domain.lease import Holding
 from jobwire.domain.progress import Progress
+from jobwire.domain.retry import OnLeaseLost, RetryPolicy
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
 
@@ -28,6 +31,8 @@ VISIBLE_COLUMNS = (
 )  # fmt: skip
 ARTIFACT_COLUMNS = ("uri", "size_bytes", "sha256", "content_type", "summary")
 TIME_COLUMNS = frozenset({"created_at", "updated_at", "started_at", "finished_at", "run_after"})
+# A queued job shows no stage; the next attempt starts again at the first one.
+UNSTAGED: Mapping[str, Any] = {"stage": None, "stage_index": 0, "processed_units": 0, "total_units": None}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -73,6 +78,55 @@ def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None
         version=row["version"],
         queue_position=queue_position if status is Status.QUEUED else None,
     )
+
+
+def attempts_of(row: Mapping[str, Any]) -> Attempts:
+    return Attempts(attempt=row["attempt"], base=row["attempt_base"], budget=row["max_attempts"])
+
+
+def policy_of(row: Mapping[str, Any]) -> RetryPolicy:
+    return RetryPolicy(
+        max_attempts=row["max_attempts"],
+        initial_backoff_s=row["initial_backoff_s"],
+        max_backoff_s=row["max_backoff_s"],
+        backoff_multiplier=row["backoff_multiplier"],
+        on_lease_lost=OnLeaseLost(row["on_lease_lost"]),
+    )
+
+
+def holding_of(row: Mapping[str, Any]) -> Holding:
+    return Holding(
+        epoch=row["lease_epoch"],
+        token=row["worker_token"],
+        expires_at=row["lease_expires_at"],
+        stalled=bool(row["stalled"]),
+    )
+
+
+def holding_values(holding: Holding) -> dict[str, Any]:
+    return {
+        "lease_epoch": holding.epoch,
+        "worker_token": holding.token,
+        "lease_expires_at": holding.expires_at,
+        "stalled": holding.stalled,
+    }
+
+
+def ending_values(ending: Ending, now: datetime) -> dict[str, Any]:
+    """The columns an Ending sets: its status, when it finished or may run again, and the error it tells."""
+    values: dict[str, Any] = {"status": ending.status.value}
+    if ending.status.terminal:
+        values["finished_at"] = now
+    if ending.status is Status.QUEUED:
+        values.update(UNSTAGED, run_after=ending.run_after)
+    if ending.error is not None:
+        values.update(
+            error_category=ending.error.category.value,
+            error_stage=ending.error.stage,
+            error_message=ending.error.message,
+            error_retryable=ending.error.retryable,
+        )
+    return values
 
 
 def _failure(row: Mapping[str, Any]) -> JobFailure | None:

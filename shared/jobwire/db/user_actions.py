@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobwire.db.changes import UNSTAGED, Change, JobOp, Row
-from jobwire.db.rows import record_from_row
+from jobwire.db.changes import Change, JobOp, Row
+from jobwire.db.rows import UNSTAGED, holding_of, holding_values, record_from_row
 from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotRetryable
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import JobRecord
+from jobwire.domain.lease import revoke
 from jobwire.domain.states import Action, Status
 
 
@@ -96,11 +97,8 @@ class Requeue(_UserAction):
                 "the job's lease is alive; cancel it or wait for the lease to expire", reason="LEASE_ACTIVE"
             )
         values = {
+            **holding_values(revoke(holding_of(row))),
             "status": Status.QUEUED.value,
-            "worker_token": None,
-            "lease_epoch": row["lease_epoch"] + 1,  # the old token can never match again
-            "lease_expires_at": None,
-            "stalled": False,
             "attempt_base": row["attempt_base"] + 1,
             "run_after": now,
             **UNSTAGED,

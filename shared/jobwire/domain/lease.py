@@ -37,3 +37,23 @@ class LeaseStatus:
     job_no: str
     state: LeaseState
     lease_expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Holding:
+    """Who holds a job's lease. `epoch` counts the leases ever issued; each token names its epoch."""
+
+    epoch: int
+    token: str | None
+    expires_at: datetime | None
+    stalled: bool
+
+
+def end(holding: Holding) -> Holding:
+    """The holder ended its own lease: nobody holds it; the epoch stays, so a replay of that ending is known."""
+    return Holding(epoch=holding.epoch, token=None, expires_at=None, stalled=False)
+
+
+def revoke(holding: Holding) -> Holding:
+    """The lease is taken from its holder: nobody holds it, and a new epoch so the old token never matches again."""
+    return Holding(epoch=holding.epoch + 1, token=None, expires_at=None, stalled=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import cast
 
@@ -12,10 +12,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import Artifact, ErrorCategory, JobRecord
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
-from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Status
 from jobwire.domain.view import render
-from jobwire.v1 import job_pb2, worker_pb2
+from jobwire.v1 import job_pb2
 
 _EPOCH = datetime(1970, 1, 1)
 
@@ -98,14 +97,6 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
             uri=r.uri, size_bytes=r.size_bytes, sha256=r.sha256, content_type=r.content_type, summary=r.summary,
         ))  # fmt: skip
     return out
-
-
-def stage_plan(defs: Iterable[worker_pb2.StageDef]) -> list[StageDef]:
-    return [StageDef(code=d.code, labels=dict(d.labels), cancellable=d.cancellable) for d in defs]
-
-
-def stage_defs(plan: Sequence[StageDef]) -> list[worker_pb2.StageDef]:
-    return [worker_pb2.StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable) for s in plan]
 
 
 def retry_policy(policy: job_pb2.RetryPolicy, present: bool) -> RetryPolicy:

@@ -339,8 +339,8 @@ async def test_claim_sends_each_handlers_stage_plan(config: WorkerConfig, fake: 
 
 
 def test_stage_plans_convert_both_ways_with_one_helper() -> None:
+    from jobwire.codec import stages_from_proto, stages_to_proto
     from jobwire.domain.stages import DEFAULT_PLAN
-    from jobwire.worker.sdk._rpc import stages_from_proto, stages_to_proto
 
     plan = (*registry["write"].stages, *DEFAULT_PLAN[:1])
     assert stages_from_proto(stages_to_proto(plan)) == plan

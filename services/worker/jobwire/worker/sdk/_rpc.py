@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 import grpc
 
 from jobwire.client import Backoff, Pauses, error_reason, status_code
-from jobwire.domain.stages import StageDef
 from jobwire.v1 import job_pb2, worker_pb2
 
 log = logging.getLogger("jobwire.worker")
@@ -52,16 +51,6 @@ class WorkerStub(Protocol):
     ) -> Awaitable[job_pb2.Job]: ...
 
     def Release(self, request: worker_pb2.ReleaseRequest, *, timeout: float | None = ...) -> Awaitable[job_pb2.Job]: ...
-
-
-def stages_to_proto(stages: Iterable[StageDef]) -> list[worker_pb2.StageDef]:
-    """A stage plan as sent with Claim."""
-    return [worker_pb2.StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable) for s in stages]
-
-
-def stages_from_proto(stages: Iterable[worker_pb2.StageDef]) -> tuple[StageDef, ...]:
-    """A stage plan as a lease carries it."""
-    return tuple(StageDef(code=s.code, labels=dict(s.labels), cancellable=s.cancellable) for s in stages)
 
 
 def _code(error: BaseException) -> grpc.StatusCode | None:

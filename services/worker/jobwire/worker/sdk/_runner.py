@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import grpc
 
+from jobwire.codec import stages_from_proto
 from jobwire.domain.job import ErrorCategory
 from jobwire.domain.stages import StageDef
 from jobwire.v1 import job_pb2, worker_pb2
@@ -45,7 +46,6 @@ from jobwire.worker.sdk._rpc import (
     describe,
     is_lease_lost,
     is_transient,
-    stages_from_proto,
 )
 
 log = logging.getLogger("jobwire.worker")

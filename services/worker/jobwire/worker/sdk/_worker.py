@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 
 from jobwire.client import Backoff, Pauses, aio_channel
+from jobwire.codec import stages_to_proto
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.sdk._config import WorkerConfig
 from jobwire.worker.sdk._context import JobContext, StopReason
@@ -30,7 +31,7 @@ from jobwire.worker.sdk._handlers import Handlers, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
 from jobwire.worker.sdk._reporter import ReportSender
 from jobwire.worker.sdk._result import ResultStore
-from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerStub, call_retrying, describe, stages_to_proto
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerStub, call_retrying, describe
 from jobwire.worker.sdk._runner import JobRunner, RunnerDeps
 
 log = logging.getLogger("jobwire.worker")

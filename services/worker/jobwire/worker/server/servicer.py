@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from jobwire.codec import stages_from_proto, stages_to_proto
 from jobwire.domain import limits
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import InvalidArgument, JobwireError
@@ -45,7 +46,7 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
         raise InvalidArgument("job_types", f"name 1 to {MAX_JOB_TYPES} job types this worker runs")
     plans = {
         limits.name("job_types.name", spec.name): validate_plan(
-            convert.stage_plan(spec.stages), field_name="job_types.stages"
+            stages_from_proto(spec.stages), field_name="job_types.stages"
         )
         for spec in request.job_types
     }
@@ -71,7 +72,7 @@ def _lease(lease: Lease) -> worker_pb2.Lease:
         attempt=lease.attempt,
         checkpoint=lease.checkpoint or b"",
         has_checkpoint=lease.checkpoint is not None,
-        stages=convert.stage_defs(lease.stages),
+        stages=stages_to_proto(lease.stages),
         lease_expires_at=convert.timestamp(lease.lease_expires_at),
         heartbeat_interval=convert.duration(lease.lease_seconds / 3),
     )

@@ -225,7 +225,7 @@ GARBAGE_TOKENS = [
     page_token(10**30),
     page_token(2**63),
     "A" * 5000,
-    # deeply nested JSON: the parser recursed into INTERNAL (security review, finding 6)
+    # deeply nested JSON: the parser recursed into INTERNAL
     base64.urlsafe_b64encode(b"[" * 100_000).decode(),
     base64.urlsafe_b64encode(b'{"after": ' * 30 + b"1" + b"}" * 30).decode(),
     base64.urlsafe_b64encode(b"[" * 40).decode(),
@@ -459,7 +459,7 @@ COMPLETE = [
     complete_case("negative size", "result", DI, result=result(size_bytes=-1)),
     complete_case("content_type of 256 chars", "result", DI, result=result(content_type="t" * 256)),
     complete_case("summary of 2001 chars", "result", DI, result=result(summary="s" * 2001)),
-    # security review, finding 12: a result page turns the URI into a link
+    # a result page turns the URI into a link
     complete_case("javascript: uri", "result", DI, result=result(uri="javascript:alert(1)")),
     complete_case("data: uri", "result", DI, result=result(uri="data:text/html,<b>x</b>")),
     complete_case("uri with ESC", "result", DI, result=result(uri="https://x/\x1b[2J")),

@@ -33,8 +33,8 @@ from typing import Any, Generic, TypeVar
 
 from jobwire.db.cache import RowCache
 from jobwire.db.evidence_limit import EvidenceLimit
-from jobwire.db.rows import snapshot
-from jobwire.db.sql import ARTIFACT_COLUMNS, Lock
+from jobwire.db.rows import ARTIFACT_COLUMNS, snapshot
+from jobwire.db.sql import Lock
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost

@@ -86,7 +86,7 @@ def fitting_reply(rows: Sequence[Row], budget: int = CLAIM_REPLY_BUDGET) -> list
     """The first of `rows` whose leases fit one Claim reply; always the first (one job always fits).
 
     A reply over the transport's limit fails after its leases committed, stranding them
-    until they stall (security review, finding 1); the jobs left out stay queued.
+    until they stall; the jobs left out stay queued.
     """
     taken: list[Row] = []
     used = 0

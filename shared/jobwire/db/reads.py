@@ -17,7 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.engine import db_now
-from jobwire.db.sql import ARTIFACT_COLUMNS, BLOBS
+from jobwire.db.rows import ARTIFACT_COLUMNS
+from jobwire.db.sql import BLOBS
 from jobwire.db.tables import artifact, job, job_event
 from jobwire.db.tables import worker as worker_table
 from jobwire.domain.commands import JobFilter
@@ -124,8 +125,8 @@ def queue_positions(conn: Connection, rows: Sequence[Row]) -> dict[int, int | No
 
 
 # Pages are bounded by size as well as by count: 120 jobs with 32 labels of the longest
-# kind each, or 500 events with long details, made replies over the 4 MiB message limit
-# (security review, finding 5). A row's size is estimated from its stored text, which its
+# kind each, or 500 events with long details, made replies over the 4 MiB message limit,
+# which the caller saw as an error after the read. A row's size is estimated from its stored text, which its
 # message never exceeds by more than ROW_OVERHEAD_BYTES (rendered status text, framing).
 PAGE_BYTES = 3 << 20
 ROW_OVERHEAD_BYTES = 2048

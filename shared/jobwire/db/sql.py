@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import DateTime
 
+from jobwire.db.rows import ARTIFACT_COLUMNS
 from jobwire.db.tables import artifact, job, job_event
 
 # Row reads leave out the blobs (a payload of up to 1 MiB, the checkpoint, internal detail):
@@ -26,7 +27,6 @@ from jobwire.db.tables import artifact, job, job_event
 # only whether a checkpoint exists.
 BLOBS = frozenset({"payload", "checkpoint", "error_detail"})
 JOB_COLUMNS = tuple(c.name for c in job.c if c.name not in BLOBS)
-ARTIFACT_COLUMNS = ("uri", "size_bytes", "sha256", "content_type", "summary")
 EVENT_COLUMNS = tuple(c.name for c in job_event.c if c.name != "id")
 ARTIFACT_INSERT_COLUMNS = tuple(c.name for c in artifact.c if c.name != "id")
 _TIMES = frozenset(c.name for t in (job, artifact) for c in t.c if isinstance(c.type, DateTime)) | {"db_now"}

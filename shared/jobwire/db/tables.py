@@ -93,7 +93,7 @@ job = Table(
     mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
 # The claim scans this index in order: same sort directions as ORDER BY priority DESC, id,
-# or MySQL falls back to a filesort and FOR UPDATE locks every queued row (MEASURED.md).
+# or MySQL falls back to a filesort and FOR UPDATE locks every queued row.
 Index(
     "ix_job_claim",
     job.c.tenant,

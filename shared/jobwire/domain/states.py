@@ -1,7 +1,8 @@
 """Job states and the transition table, as data.
 
-The store builds every conditional UPDATE from `sources(action)`, and the tests walk the
-table cell by cell, so the rules live here once.
+Every write the store makes passes `allowed(action, from, to)` before its guarded UPDATE
+(jobwire.db.changes), Claim included, and the tests walk the table cell by cell, so the
+rules live here once.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     # grpc.aio accepts new calls one at a time from the event loop, so a burst (thousands of
     # watchers reconnecting after a restart) waits in C-core's pending queue. Past a soft
     # limit (~1,000 by default, hard ~3,000) C-core rejects calls at random with CANCELLED,
-    # which clients do not retry: 2,000 streams opened at once lost 1-7% of them (MEASURED.md's
-    # "~1,830 of 2,000"). Our own cap (Settings.max_streams) bounds streams instead.
+    # which clients do not retry: 2,000 streams opened at once lost 1-7% of them (about 1,830 of
+    # 2,000 arrived on a 2-core machine). Our own cap (Settings.max_streams) bounds streams instead.
     ("grpc.server.max_pending_requests", 20_000),
     ("grpc.server.max_pending_requests_hard_limit", 40_000),
 )

@@ -1,9 +1,9 @@
 """Per-tenant shares of a server's capacity: watch streams, long-polling claims.
 
-One tenant's burst must not lock the others out (security review, finding 3: with three
-streams allowed, one tenant's three WatchJobs made another's WatchStatus fail). A tenant
-may hold at most capacity / min(tenants, 4) of it: half with two tenants, a quarter from
-four on, so a few busy tenants still leave room. A server with one tenant (no auth file,
+One tenant's burst must not lock the others out (with three streams allowed, one tenant's
+three WatchJobs made another's WatchStatus fail). A tenant may hold at most
+capacity / min(tenants, 4) of it: half with two tenants, a quarter from four on, so a few
+busy tenants still leave room. A server with one tenant (no auth file,
 or an auth file naming one) gives it everything.
 """
 

@@ -197,7 +197,7 @@ def test_plain_message_first_line_only() -> None:
             "connect to [fe80::1]:5432 failed",
             "fe80::1",
         ),  # an IPv6 address is a host address
-        # security review, finding 10: a single-label host with its port, a DSN with credentials
+        # a single-label host with its port, a DSN with credentials
         ("cannot reach db01:5432", "db01"),
         ("cannot reach db01:5432", "5432"),
         ("connect postgres://admin:hunter2@db01/prod failed", "hunter2"),

@@ -7,12 +7,12 @@ from datetime import datetime
 
 import pytest
 
-from jobwire.db.feed import FeedCursor, _coalesced
+from jobwire.db.feed import FeedCursor, coalesced
 from jobwire.domain.job import JobRecord
 from jobwire.domain.progress import Progress
 from jobwire.domain.states import Status
 from jobwire.jobapi.feed import Update
-from jobwire.jobapi.watch import Inbox, ServerStopping, _Lost, _Pending
+from jobwire.jobapi.watch import Inbox, Lost, Pending, ServerStopping
 
 NOW = datetime(2026, 10, 8, 12, 0, 0)
 STAGES = ("PREPARING", "PROCESSING", "VERIFYING", "DELIVERING")
@@ -29,9 +29,9 @@ def update(version: int, status: Status = Status.RUNNING, stage: str | None = "P
     return Update(1, record)
 
 
-def drain(box: Inbox) -> list[_Pending | _Lost]:
+def drain(box: Inbox) -> list[Pending | Lost]:
     out = []
-    while box._items or box._lost:
+    while box.backlog:
         out.append(asyncio.run(box.next()))
     return out
 
@@ -41,7 +41,7 @@ def test_progress_within_a_stage_is_coalesced_to_the_newest() -> None:
     for version, units in ((2, 10), (3, 20), (4, 30)):
         box.offer(update(version, units=units))
     (item,) = drain(box)
-    assert isinstance(item, _Pending) and (item.update.version, item.first) == (4, 2)
+    assert isinstance(item, Pending) and (item.update.version, item.first) == (4, 2)
     assert box.coalesced == 2
 
 
@@ -54,7 +54,7 @@ def test_status_stage_attempt_and_end_are_never_coalesced() -> None:
     box.offer(update(6, status=Status.QUEUED, stage=None))
     box.offer(update(7, stage="PREPARING", attempt=2))
     box.offer(update(8, status=Status.READY, stage=None, attempt=2))
-    kept = [(i.update.version, i.first) for i in drain(box) if isinstance(i, _Pending)]
+    kept = [(i.update.version, i.first) for i in drain(box) if isinstance(i, Pending)]
     assert kept == [(2, 2), (4, 3), (5, 5), (6, 6), (7, 7), (8, 8)]
 
 
@@ -63,7 +63,7 @@ def test_old_and_repeated_versions_are_ignored() -> None:
     box.offer(update(3, units=3))
     box.offer(update(3, units=3))
     box.offer(update(2, units=2))
-    assert [i.update.version for i in drain(box) if isinstance(i, _Pending)] == [3]
+    assert [i.update.version for i in drain(box) if isinstance(i, Pending)] == [3]
 
 
 def test_an_item_being_sent_is_not_changed_by_later_progress() -> None:
@@ -71,9 +71,9 @@ def test_an_item_being_sent_is_not_changed_by_later_progress() -> None:
     box.offer(update(2, units=1))
     (taken,) = drain(box)
     box.offer(update(3, units=2))
-    assert isinstance(taken, _Pending) and taken.update.version == 2
+    assert isinstance(taken, Pending) and taken.update.version == 2
     (following,) = drain(box)
-    assert isinstance(following, _Pending) and (following.update.version, following.first) == (3, 3)
+    assert isinstance(following, Pending) and (following.update.version, following.first) == (3, 3)
 
 
 def test_a_full_inbox_drops_the_oldest_and_asks_for_a_replay() -> None:
@@ -82,8 +82,8 @@ def test_a_full_inbox_drops_the_oldest_and_asks_for_a_replay() -> None:
     for version, status in enumerate(statuses, start=10):
         box.offer(update(version, status=status, stage=None if status is Status.QUEUED else "PREPARING"))
     work = drain(box)
-    assert isinstance(work[0], _Lost) and work[0].after == 9  # replay everything after 9
-    assert [w.update.version for w in work[1:] if isinstance(w, _Pending)] == [13, 14, 15]
+    assert isinstance(work[0], Lost) and work[0].after == 9  # replay everything after 9
+    assert [w.update.version for w in work[1:] if isinstance(w, Pending)] == [13, 14, 15]
 
 
 def test_a_closed_inbox_raises_at_once() -> None:
@@ -136,4 +136,4 @@ def test_cursor_caps_its_gaps_dropping_the_oldest() -> None:
 def test_replay_keeps_the_last_progress_of_each_run() -> None:
     marks = [(1, "SUBMITTED"), (2, "CLAIMED"), (3, "PROGRESS"), (4, "PROGRESS"), (5, "STAGE_CHANGED"),
              (6, "PROGRESS"), (7, "PROGRESS"), (8, "PROGRESS")]  # fmt: skip
-    assert _coalesced(marks) == [1, 2, 4, 5, 8]
+    assert coalesced(marks) == [1, 2, 4, 5, 8]

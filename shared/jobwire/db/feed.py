@@ -54,9 +54,11 @@ from sqlalchemy.exc import DBAPIError
 
 from jobwire.db.engine import Database, db_now
 from jobwire.db.reads import Row, load, queue_position, queue_positions, select_jobs
-from jobwire.db.rows import row_from_snapshot
+from jobwire.db.rows import record_from_row, row_from_snapshot
 from jobwire.db.tables import job, job_event
 from jobwire.domain.errors import StoreUnavailable
+from jobwire.domain.evidence import EventKind
+from jobwire.domain.job import JobRecord
 from jobwire.domain.states import TERMINAL
 
 log = logging.getLogger(__name__)
@@ -88,10 +90,10 @@ class FeedRow:
     snapshot: str
 
     @functools.cached_property
-    def job(self) -> dict[str, Any]:
-        """The snapshot decoded, once for every subscriber of the tail that asks (watch streams,
-        waiting claims): ValueError if it does not decode."""
-        return row_from_snapshot(self.snapshot)
+    def record(self) -> JobRecord:
+        """The job at this version, decoded once for every subscriber of the tail that asks
+        (watch streams, waiting claims): ValueError, KeyError or TypeError if it does not decode."""
+        return record_from_row(row_from_snapshot(self.snapshot))
 
 
 class FeedCursor:
@@ -245,12 +247,23 @@ def _feed_row(r: Any) -> FeedRow:
 # -- what a watch reads when it starts --------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A job as a watch starts from it: its row id (the key of replays and pages) and its record."""
+
+    job_id: int
+    record: JobRecord
+
+
+def _located(row: Row, position: int | None) -> Located:
+    return Located(row["id"], record_from_row(row, queue_position=position))
+
+
 @dataclass(frozen=True, kw_only=True)
 class WatchStart:
     """A job as it is now (with its queue position) and the visible events after a version."""
 
-    row: Row
-    position: int | None
+    current: Located
     missed: list[FeedRow]
 
 
@@ -263,7 +276,7 @@ def watch_start(conn: Connection, tenant: str, job_no: str, after_version: int) 
     if 0 < after_version < row["version"] - 1:
         # The current version comes from the row itself (with its queue position).
         missed = replay(conn, row["id"], after_version, row["version"] - 1)
-    return WatchStart(row=row, position=queue_position(conn, row), missed=missed)
+    return WatchStart(current=_located(row, queue_position(conn, row)), missed=missed)
 
 
 def replay(conn: Connection, job_id: int, after: int, upto: int | None = None) -> list[FeedRow]:
@@ -278,7 +291,7 @@ def replay(conn: Connection, job_id: int, after: int, upto: int | None = None) -
     if upto is not None:
         where.append(job_event.c.version <= upto)
     marks = conn.execute(sa.select(job_event.c.version, job_event.c.kind).where(*where).order_by(job_event.c.version))
-    keep = _coalesced(list(marks))
+    keep = coalesced(list(marks))
     rows: list[FeedRow] = []
     for i in range(0, len(keep), GAP_CHUNK):
         chunk = keep[i : i + GAP_CHUNK]
@@ -287,22 +300,22 @@ def replay(conn: Connection, job_id: int, after: int, upto: int | None = None) -
     return rows
 
 
-def _coalesced(marks: Sequence[Any]) -> list[int]:
+def coalesced(marks: Sequence[Any]) -> list[int]:
     """Versions to keep: all but a PROGRESS event directly followed by another PROGRESS."""
     keep = []
     for i, (version, kind) in enumerate(marks):
         following = marks[i + 1][1] if i + 1 < len(marks) else None
-        if not (kind == "PROGRESS" and following == "PROGRESS"):
+        if not (kind == EventKind.PROGRESS and following == EventKind.PROGRESS):
             keep.append(version)
     return keep
 
 
 def owner_jobs(
     conn: Connection, tenant: str, owner: str, *, after_id: int = 0, limit: int = OWNER_PAGE
-) -> list[tuple[Row, int | None]]:
+) -> list[Located]:
     """A page of an owner's unfinished jobs after `after_id`, oldest first, with queue positions.
 
-    Two queries a page whatever its size (security review, finding 4: a count per job made
+    Two queries a page whatever its size (a count per job made
     an owner with 4,000 queued jobs wait 6.8 s for the first message).
     """
     query = (
@@ -317,10 +330,10 @@ def owner_jobs(
     )
     rows = [dict(r) for r in conn.execute(query).mappings()]
     positions = queue_positions(conn, rows)
-    return [(row, positions[row["id"]]) for row in rows]
+    return [_located(row, positions[row["id"]]) for row in rows]
 
 
-def jobs_by_number(conn: Connection, tenant: str, job_nos: Sequence[str]) -> list[tuple[Row, int | None]]:
+def jobs_by_number(conn: Connection, tenant: str, job_nos: Sequence[str]) -> list[Located]:
     """The named jobs of `tenant` that exist, in the order asked, each with its queue position."""
     found: dict[str, Row] = {}
     for i in range(0, len(job_nos), GAP_CHUNK):
@@ -328,4 +341,4 @@ def jobs_by_number(conn: Connection, tenant: str, job_nos: Sequence[str]) -> lis
         found.update((r["job_no"], dict(r)) for r in conn.execute(query).mappings())
     ordered = [found[no] for no in job_nos if no in found]
     positions = queue_positions(conn, ordered)
-    return [(row, positions[row["id"]]) for row in ordered]
+    return [_located(row, positions[row["id"]]) for row in ordered]

@@ -148,10 +148,10 @@ class JobStore:
     def watch_start(self, tenant: str, job_no: str, after_version: int) -> feed.WatchStart | None:
         return self.db.read(lambda c: feed.watch_start(c, tenant, job_no, after_version))
 
-    def owner_jobs(self, tenant: str, owner: str, after_id: int) -> list[tuple[Row, int | None]]:
+    def owner_jobs(self, tenant: str, owner: str, after_id: int) -> list[feed.Located]:
         return self.db.read(lambda c: feed.owner_jobs(c, tenant, owner, after_id=after_id))
 
-    def jobs_by_number(self, tenant: str, job_nos: Sequence[str]) -> list[tuple[Row, int | None]]:
+    def jobs_by_number(self, tenant: str, job_nos: Sequence[str]) -> list[feed.Located]:
         return self.db.read(lambda c: feed.jobs_by_number(c, tenant, job_nos))
 
     def replay(self, job_id: int, after: int, upto: int | None) -> list[feed.FeedRow]:

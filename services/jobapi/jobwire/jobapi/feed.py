@@ -13,9 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from jobwire.db.feed import FeedRow
-from jobwire.db.reads import Row
-from jobwire.db.rows import record_from_row
+from jobwire.db.feed import FeedRow, Located
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc import convert
@@ -42,11 +40,11 @@ class Update:
 
     @classmethod
     def from_feed(cls, row: FeedRow, seq: int = UNSEQUENCED) -> Update:
-        return cls(row.job_id, record_from_row(row.job), seq)
+        return cls(row.job_id, row.record, seq)
 
     @classmethod
-    def from_row(cls, row: Row, position: int | None) -> Update:
-        return cls(row["id"], record_from_row(row, queue_position=position))
+    def located(cls, job: Located) -> Update:
+        return cls(job.job_id, job.record)
 
     @property
     def job_no(self) -> str:

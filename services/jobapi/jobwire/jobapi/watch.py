@@ -52,13 +52,13 @@ class TooManyStreams(ResourceExhausted):
 
 
 @dataclass(slots=True)
-class _Pending:
+class Pending:
     update: Update
     first: int  # the oldest version this item stands for: newer progress replaced older
 
 
 @dataclass(frozen=True, slots=True)
-class _Lost:
+class Lost:
     """Updates of a job dropped from a full inbox: replay them after `after`."""
 
     job_no: str
@@ -71,10 +71,10 @@ class Inbox:
 
     def __init__(self, limit: int = INBOX_LIMIT) -> None:
         self._limit = limit
-        self._items: deque[_Pending] = deque()
-        self._tail: dict[str, _Pending] = {}  # a job's newest item while it is still pending
+        self._items: deque[Pending] = deque()
+        self._tail: dict[str, Pending] = {}  # a job's newest item while it is still pending
         self._offered: dict[str, int] = {}  # a job's newest version offered
-        self._lost: dict[str, _Lost] = {}
+        self._lost: dict[str, Lost] = {}
         self._wake = asyncio.Event()
         self._closed = asyncio.Event()
         self._error: JobwireError | None = None
@@ -95,7 +95,7 @@ class Inbox:
             tail.update = update  # same phase: only progress moved, the newest is enough
             self.coalesced += 1
         else:
-            item = _Pending(update, update.version)
+            item = Pending(update, update.version)
             self._items.append(item)
             self._tail[no] = item
             if len(self._items) > self._limit:
@@ -109,9 +109,9 @@ class Inbox:
             del self._tail[no]
         known = self._lost.get(no)
         after = old.first - 1 if known is None else min(known.after, old.first - 1)
-        self._lost[no] = _Lost(no, old.update.job_id, after)
+        self._lost[no] = Lost(no, old.update.job_id, after)
 
-    async def next(self) -> _Pending | _Lost:
+    async def next(self) -> Pending | Lost:
         """The next thing to send; raises the error the inbox was closed with."""
         while True:
             if self._error is not None:
@@ -125,6 +125,11 @@ class Inbox:
                 return item
             self._wake.clear()
             await self._wake.wait()
+
+    @property
+    def backlog(self) -> int:
+        """Things waiting to be sent: pending updates and jobs to replay."""
+        return len(self._items) + len(self._lost)
 
     def close(self, error: JobwireError) -> None:
         self._error = error
@@ -219,16 +224,14 @@ class Watches:
                 start = await self._read(self.store.watch_start, tenant, job_no, after_version)
                 if start is None:
                     raise JobNotFound()
-                if after_version > start.row["version"]:
+                current = Update.located(start.current)
+                if after_version > current.version:
                     # The caller claims a version the job never had: a silent stream until the
                     # job caught up (never, once it ended) would hide the mistake.
-                    raise OutOfRange(
-                        "after_version", f"is ahead of the job, which is at version {start.row['version']}"
-                    )
+                    raise OutOfRange("after_version", f"is ahead of the job, which is at version {current.version}")
                 sent = _Sent(locale)
                 if after_version > 0:
                     sent.last[job_no] = after_version
-                current = Update.from_row(start.row, start.position)
                 for update in [*map(Update.from_feed, start.missed), current]:
                     if sent.fresh(update):
                         yield sent.mark(update)
@@ -259,17 +262,17 @@ class Watches:
                     after = 0
                     while True:
                         page = await self._read(self.store.owner_jobs, tenant, owner, after)
-                        for row, position in page:
-                            yield sent.mark(Update.from_row(row, position))
+                        for located in page:
+                            yield sent.mark(Update.located(located))
                         if len(page) < OWNER_PAGE:
                             break
-                        after = page[-1][0]["id"]
+                        after = page[-1].job_id
                 else:
                     initial = await self._read(self.store.jobs_by_number, tenant, wanted)
                     if len(initial) != len(wanted):
                         raise JobNotFound()
-                    for row, position in initial:
-                        yield sent.mark(Update.from_row(row, position))
+                    for located in initial:
+                        yield sent.mark(Update.located(located))
                 async for message in self._drain(box, sent, end_on_terminal=False):
                     yield message
             finally:
@@ -298,9 +301,9 @@ class Watches:
                     if end_on_terminal and update.terminal:
                         return
 
-    async def _in_order(self, work: _Pending | _Lost, sent: _Sent) -> list[Update]:
+    async def _in_order(self, work: Pending | Lost, sent: _Sent) -> list[Update]:
         """The updates to send for `work`, with any hole before it filled from job_event."""
-        if isinstance(work, _Lost):
+        if isinstance(work, Lost):
             after = sent.last.get(work.job_no, work.after)
             return await self._replay(work.job_id, after, None)
         update = work.update

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from jobwire.db.feed import FeedRow
+from jobwire.domain.states import Status
 from jobwire.runtime.tail import EventTail
 from jobwire.runtime.wakeup import Wakeup
 
@@ -33,13 +34,13 @@ class RunnableWatcher:
 
     def notify(self, rows: Sequence[FeedRow], seq: int) -> None:
         for row in rows:
-            if row.to_status == "QUEUED":  # the snapshot (for queue and time) only for the few that are
+            if row.to_status == Status.QUEUED:  # the snapshot (for queue and time) only for the few that are
                 self._queued(row)
 
     def _queued(self, row: FeedRow) -> None:
         try:
-            job = row.job  # decoded once for every subscriber of the tail
-            queue, job_type, run_after = str(job["queue"]), str(job["job_type"]), job.get("run_after")
+            job = row.record  # decoded once for every subscriber of the tail
+            queue, job_type, run_after = job.queue, job.job_type, job.run_after
         except (ValueError, KeyError, TypeError):
             log.warning("runnable-work watcher: cannot read event %d", row.id)
             return

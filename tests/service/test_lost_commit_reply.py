@@ -1,6 +1,6 @@
 """A COMMIT whose reply was lost: the server finds out what happened and answers the truth.
 
-Security review, finding 2. The driver is made to lose the reply of one chosen COMMIT: the
+The driver is made to lose the reply of one chosen COMMIT: the
 packet with the COMMIT is sent (MariaDB commits it) and then the driver raises 2013, "Lost
 connection to server during query", as when a connection dies at that moment. Before
 commit markers, Submit answered ABORTED "retry the call" for a job that existed, Claim
@@ -133,12 +133,17 @@ async def test_a_reply_lost_before_the_commit_runs_the_transaction_again_once(
 
 
 async def test_when_nobody_can_tell_the_answer_says_so(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The database stays out of reach after the lost reply: UNAVAILABLE COMMIT_UNKNOWN, never a guess."""
+    """The database refuses connections after the lost reply: UNAVAILABLE COMMIT_UNKNOWN at once, never a guess.
+
+    At once: while the lookup waits, its write lane (and every write queued behind it) waits too.
+    """
     lose = LoseReply(monkeypatch)
     lose.after_commit("INSERT INTO job (")
-    monkeypatch.setattr(writer, "CONFIRM_BUDGET_S", 0.5)
+    refused = 0
 
     async def unreachable(self: writer.MySQLConnections) -> object:
+        nonlocal refused
+        refused += 1
         raise asyncmy.errors.OperationalError(2003, "Can't connect to MySQL server")
 
     connect = writer.MySQLConnections._connect
@@ -151,6 +156,30 @@ async def test_when_nobody_can_tell_the_answer_says_so(served: Served, monkeypat
     monkeypatch.setattr(writer.MySQLConnections, "_connect", connect_until_lost)
     code = await rpc_error(served.jobs.Submit(job_pb2.SubmitRequest(job_type="lost.unknown")))
     assert code == (grpc.StatusCode.UNAVAILABLE, "COMMIT_UNKNOWN")
+    assert refused == 1  # asked once, not for CONFIRM_BUDGET_S
+
+
+async def test_an_unanswered_lookup_keeps_asking_within_its_budget(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup that fails otherwise (a blip, a timeout) asks again until the database answers."""
+    lose = LoseReply(monkeypatch)
+    lose.after_commit("INSERT INTO job (")
+    monkeypatch.setattr(writer, "CONFIRM_PAUSE_S", 0.01)
+    blips = 0
+    connect = writer.MySQLConnections._connect
+
+    async def flaky(self: writer.MySQLConnections) -> object:
+        nonlocal blips
+        if lose.hits and blips < 3:
+            blips += 1
+            raise asyncmy.errors.OperationalError(2013, "Lost connection to MySQL server during query")
+        return await connect(self)
+
+    monkeypatch.setattr(writer.MySQLConnections, "_connect", flaky)
+    made = await submit(served, "lost.blip")
+    assert blips == 3 and lose.hits == 1
+    assert [r["job_no"] for r in await _jobs(served, "lost.blip")] == [made.job_no]
 
 
 async def test_housekeeping_purges_old_markers_only(served: Served) -> None:

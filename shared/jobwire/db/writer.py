@@ -36,6 +36,7 @@ T = TypeVar("T")
 
 RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
 DISCONNECT_MYSQL = {2003, 2006, 2013, 2055, 1927, 4031}
+CANNOT_CONNECT = 2003  # the connection was refused: the database is not running there
 MAX_TRIES = 6
 CONFIRM_BUDGET_S = 15.0  # how long a lost COMMIT reply is looked into before "unknown"
 CONFIRM_PAUSE_S = 0.25
@@ -189,7 +190,8 @@ class MySQLConnections(Connections):
 
         A statement's own error stops MySQL before the COMMIT, so only a lost connection
         leaves the answer open; it is asked on a new connection until CONFIRM_BUDGET_S runs
-        out, and then the caller is told the truth: nobody knows yet.
+        out or the database refuses connections, and then the caller is told the truth:
+        nobody knows yet.
         """
         if not self.broken(exc):
             return False
@@ -205,7 +207,9 @@ class MySQLConnections(Connections):
                 finally:
                     connection.close()
             except Exception as again:  # noqa: BLE001 - any failure here leaves the answer open
-                if time.monotonic() > deadline:
+                # Refused: no database is there to ask. Waiting for it would hold this write
+                # lane, and every write of the process queued behind it, for the whole budget.
+                if _code(again) == CANNOT_CONNECT or time.monotonic() > deadline:
                     log.error("a COMMIT's reply was lost and the database cannot say whether it happened: %s", again)
                     raise CommitUnknown() from exc
                 await asyncio.sleep(CONFIRM_PAUSE_S)

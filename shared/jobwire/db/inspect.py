@@ -63,4 +63,5 @@ def _finding(kind: FindingKind, row: Row) -> Finding:
         heartbeat_at=row["heartbeat_at"], lease_expires_at=lease,
         overdue_s=(row["db_now"] - lease).total_seconds() if lease is not None else None,
         marked_stalled=bool(row["stalled"]), on_lease_lost=row["on_lease_lost"],
+        token_present=row["worker_token"] is not None,
     )  # fmt: skip

@@ -60,10 +60,21 @@ class Finding:
     overdue_s: float | None  # how long ago the lease expired, by the database clock
     marked_stalled: bool
     on_lease_lost: str  # the job's policy: INSPECT or RETRY
+    token_present: bool = True  # whether a lease token is stored: the two invariants are about it
 
     @property
     def detail(self) -> str:
-        """What the reaper has done and will do, so an operator can decide with the evidence."""
+        """What is wrong, and what the reaper has done and will do, so an operator can decide with the evidence."""
+        status = self.status.value
+        if self.kind is FindingKind.RUNNING_WITHOUT_LEASE:
+            gaps = (("no lease token", not self.token_present), ("no lease expiry", self.lease_expires_at is None))
+            missing = [part for part, absent in gaps if absent]
+            return (
+                f"a {status} job has {' and '.join(missing)}: no worker can report on it and the reaper "
+                "cannot recover it; requeue or cancel it"
+            )
+        if self.kind is FindingKind.TERMINAL_WITH_TOKEN:
+            return f"a {status} job still holds a lease token: a finished job must hold none"
         if self.overdue_s is None or self.overdue_s <= 0:
             return ""
         then = "ends CANCELLED" if self.status is Status.CANCEL_REQUESTED else f"policy {self.on_lease_lost}"

@@ -70,15 +70,24 @@ class Endpoint:
     share_port: bool = False  # a child of a family: join the port its parent holds
 
 
+def check_exposure(listen: str, auth_file: Path | None) -> None:
+    """Refuse (SystemExit) to serve beyond loopback without authentication.
+
+    Entries call this before they open or migrate a database, so a refused server leaves
+    nothing behind; ServerHost calls it again for anyone who builds one directly.
+    """
+    if auth_file is None and not is_loopback(listen):
+        raise SystemExit(
+            f"refusing to listen on {listen} without JOBWIRE_AUTH_FILE: "
+            "only loopback addresses may serve without authentication"
+        )
+
+
 class ServerHost:
     """A grpc.aio server with jobwire's interceptors, health and reflection."""
 
     def __init__(self, endpoint: Endpoint, *, ping: Callable[[float], bool]) -> None:
-        if endpoint.auth_file is None and not is_loopback(endpoint.listen):
-            raise SystemExit(
-                f"refusing to listen on {endpoint.listen} without JOBWIRE_AUTH_FILE: "
-                "only loopback addresses may serve without authentication"
-            )
+        check_exposure(endpoint.listen, endpoint.auth_file)
         tokens = load_tokens(endpoint.auth_file) if endpoint.auth_file else None
         # how many tenants may call: capacity is shared among them (jobwire.runtime.shares)
         self.tenants = len({p.tenant for p in tokens.values()}) if tokens else 1

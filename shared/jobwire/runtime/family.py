@@ -41,6 +41,7 @@ from prometheus_client import multiprocess
 from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
 from jobwire.rpc.metrics import FamilyMetrics, MetricsEndpoint
+from jobwire.rpc.server import check_exposure
 from jobwire.runtime.settings import Settings
 
 log = logging.getLogger("jobwire.runtime.family")
@@ -336,6 +337,7 @@ def sibling_relay(deliver: Callable[[str, str, str], None]) -> SiblingRelay | No
 
 def run(settings: Settings) -> int:
     """Be the parent of `settings.processes` serving children; the exit code."""
+    check_exposure(settings.listen, settings.auth_file)  # before the port is held and the schema migrated
     try:
         port, held = reserve(settings.listen)
     except PortInUse as exc:

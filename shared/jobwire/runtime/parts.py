@@ -15,7 +15,7 @@ from typing import Any
 from jobwire.db.feed import FeedReader
 from jobwire.db.store import JobStore, Work, open_store
 from jobwire.rpc.batching import Batcher
-from jobwire.rpc.server import Endpoint, ServerHost
+from jobwire.rpc.server import Endpoint, ServerHost, check_exposure
 from jobwire.runtime import family, housekeeping
 from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.settings import Settings
@@ -46,6 +46,7 @@ class Runtime:
 
 
 def open_runtime(settings: Settings) -> Runtime:
+    check_exposure(settings.listen, settings.auth_file)  # before the database is touched
     store = open_store(
         settings.database_url, pool_size=settings.db_pool_size, job_prefix=settings.job_prefix, migrate=settings.migrate
     )

@@ -4,7 +4,9 @@ produces exactly `jobwire.db.tables.metadata` (autogenerate finds nothing to do)
 from __future__ import annotations
 
 import pprint
+import threading
 
+import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -87,3 +89,46 @@ def test_the_claim_index_sorts_like_the_claim(database_url: str) -> None:
         assert columns == [("tenant", False), ("queue", False), ("status", False), ("priority", True), ("id", False)]
     finally:
         db.dispose()
+
+
+def test_a_server_that_may_not_migrate_refuses_a_schema_that_is_not_current(database_url: str) -> None:
+    from jobwire.db.migrate import SchemaNotCurrent
+    from jobwire.db.store import open_store
+
+    with pytest.raises(SchemaNotCurrent, match=r"revision none .*python -m jobwire migrate"):
+        open_store(database_url, migrate=False)
+    db = Database(database_url)
+    try:
+        upgrade(db)
+    finally:
+        db.dispose()
+    store = open_store(database_url, migrate=False)  # current now: it opens, and creates nothing
+    store.db.dispose()
+
+
+@pytest.mark.mysql
+def test_upgrades_started_together_on_an_empty_database_both_succeed(mysql_url: str) -> None:
+    """A jobapi and a worker service starting at once both upgrade; MySQL DDL is not
+    transactional, so without the schema lock one failed on "table already exists"."""
+    dbs = [Database(mysql_url) for _ in range(4)]
+    start = threading.Barrier(len(dbs))
+    errors: list[BaseException] = []
+
+    def migrate(db: Database) -> None:
+        start.wait()
+        try:
+            upgrade(db)
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=migrate, args=(db,)) for db in dbs]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert errors == []
+        assert _differences(dbs[0]) == []
+    finally:
+        for db in dbs:
+            db.dispose()

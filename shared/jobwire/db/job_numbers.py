@@ -4,9 +4,12 @@ Taking the next number inside every Submit's transaction made all submits queue 
 counter row for the whole transaction (measured: one lock wait per Submit, ~80 ms each at
 32 clients). Here a process reserves a block in a tiny transaction of its own and hands
 numbers out from memory. Blocks grow while numbers go fast and shrink back to one when
-they do not, so a quiet system numbers 001, 002, 003 without gaps; numbers a process
-reserved but never used (it stopped, or an idempotent replay needed none) leave a gap.
-Numbers are unique and increase per process, not dense across replicas.
+they do not, so a quiet single process numbers 001, 002, 003 without gaps; numbers a
+process reserved but never used (it stopped, or an idempotent replay needed none) leave a
+gap. Numbers are unique and increase per process, not dense across processes: a family of
+serving processes or several replicas interleave their blocks (001, 002, 004, 003).
+The day is the process's UTC clock's; the counter row per day keeps numbers unique even
+when two processes' clocks straddle midnight.
 """
 
 from __future__ import annotations

@@ -1,15 +1,29 @@
-"""Create or upgrade the schema through Alembic (`python -m jobwire migrate`)."""
+"""Create or upgrade the schema through Alembic (`python -m jobwire migrate`), or check it is current.
+
+MySQL DDL is not transactional: two servers upgrading one empty database at once (a
+jobapi and a worker service starting together) collided on "table already exists". An
+upgrade on MySQL holds a named lock for its database, so a second one waits and then
+finds the schema current.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from jobwire.db.engine import Database
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+LOCK_WAIT_S = 120  # an upgrade of a large table may take this long; a waiting one gives up after
+
+
+class SchemaNotCurrent(Exception):
+    """The database's schema is not the one this server needs, and it may not upgrade it."""
 
 
 def alembic_config(db: Database) -> Config:
@@ -22,5 +36,32 @@ def alembic_config(db: Database) -> Config:
 def upgrade(db: Database, revision: str = "head") -> None:
     config = alembic_config(db)
     with db.engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, revision)
+        lock = _lock_name(db)
+        if (
+            lock is not None
+            and conn.execute(sa.text("SELECT GET_LOCK(:n, :s)"), {"n": lock, "s": LOCK_WAIT_S}).scalar() != 1
+        ):
+            raise SchemaNotCurrent(f"another upgrade of this database held its lock for {LOCK_WAIT_S} s")
+        try:
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+        finally:
+            if lock is not None:
+                conn.execute(sa.text("SELECT RELEASE_LOCK(:n)"), {"n": lock})
+
+
+def check_current(db: Database) -> None:
+    """Raise SchemaNotCurrent unless the database is at this code's head revision."""
+    head = ScriptDirectory.from_config(alembic_config(db)).get_current_head()
+    with db.engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    if current != head:
+        raise SchemaNotCurrent(
+            f"the database schema is at revision {current or 'none'} and this server needs {head}: "
+            "run `python -m jobwire migrate` (or start with JOBWIRE_MIGRATE=1)"
+        )
+
+
+def _lock_name(db: Database) -> str | None:
+    # Per database: upgrades of two databases on one server need not wait for each other.
+    return f"jobwire-schema:{db.url.database}"[:64] if db.is_mysql else None

@@ -22,7 +22,7 @@ from jobwire.db.changes import JobOp, Outcome, apply_ops
 from jobwire.db.engine import Database
 from jobwire.db.evidence_limit import EvidenceLimit
 from jobwire.db.job_numbers import JobNumbers
-from jobwire.db.migrate import upgrade
+from jobwire.db.migrate import check_current, upgrade
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
 from jobwire.db.wire import Statement, Wire
@@ -207,12 +207,14 @@ def lease_states(held: Sequence[tuple[str, str]], outcomes: Sequence[Outcome]) -
 
 
 def open_store(url: str, *, pool_size: int = 8, job_prefix: str = "PT", migrate: bool = True) -> JobStore:
-    """The store for `url`, its schema created or upgraded first when `migrate`."""
+    """The store for `url`, its schema created or upgraded first when `migrate`, else checked current."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     db = Database(url, pool_size=pool_size)
     if migrate:
         upgrade(db)
+    else:
+        check_current(db)
     return JobStore(db, job_prefix=job_prefix)
 
 

@@ -39,7 +39,7 @@ import uvloop
 from prometheus_client import multiprocess
 
 from jobwire.db.engine import Database
-from jobwire.db.migrate import upgrade
+from jobwire.db.migrate import check_current, upgrade
 from jobwire.rpc.metrics import FamilyMetrics, MetricsEndpoint
 from jobwire.rpc.server import check_exposure
 from jobwire.runtime.settings import Settings
@@ -344,8 +344,13 @@ def run(settings: Settings) -> int:
         print(f"jobwire: {exc}", file=sys.stderr)
         return 1
     db = Database(settings.database_url)
-    upgrade(db)  # once, here: children starting together must not race on the schema
-    db.dispose()
+    try:
+        if settings.migrate:  # once, here: children starting together must not race on the schema
+            upgrade(db)
+        else:
+            check_current(db)
+    finally:
+        db.dispose()
     metrics_dir = tempfile.mkdtemp(prefix="jobwire-metrics-")
     try:
         family = Family(settings, [sys.executable, *sys.orig_argv[1:]], port, metrics_dir)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import uvloop
 
+from jobwire.db.migrate import SchemaNotCurrent
 from jobwire.rpc.auth import load_tokens
 from jobwire.rpc.serve import configure_logging, serve_until_signalled
 from jobwire.runtime import family
@@ -70,12 +71,15 @@ def serve_processes(settings: Settings, *services: AddService) -> None:
     """Serve in this process, or as the parent of `settings.processes` (jobwire.runtime.family)."""
     configure_logging()
     child = family.child_settings(settings)
-    if child is not None:
-        run_loop(serve(child, *services))
-    elif settings.processes > 1:
-        raise SystemExit(family.run(settings))
-    else:
-        run_loop(serve(settings, *services))
+    try:
+        if child is not None:
+            run_loop(serve(child, *services))
+        elif settings.processes > 1:
+            raise SystemExit(family.run(settings))
+        else:
+            run_loop(serve(settings, *services))
+    except SchemaNotCurrent as exc:
+        raise SystemExit(f"jobwire: {exc}") from None
 
 
 def run_loop(main: Coroutine[Any, Any, T]) -> T:

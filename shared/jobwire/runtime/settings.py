@@ -45,7 +45,10 @@ class Settings:
     # serving processes on one port (JOBWIRE_PROCESSES; the entry points default to the cores)
     processes: int = 1
     share_port: bool = False  # a child of a family: join the port its parent holds (jobwire.runtime.family)
-    migrate: bool = True  # create or upgrade the schema at start (a family's parent does it for all)
+    # create or upgrade the schema at start (a family's parent does it for all); when False
+    # (JOBWIRE_MIGRATE=0: `python -m jobwire migrate` does it, and the serving account needs
+    # no DDL rights) a server refuses to start on a schema that is not current
+    migrate: bool = True
 
     def __post_init__(self) -> None:
         # A bad setting stops the server at start, naming the variable, rather than failing
@@ -85,6 +88,14 @@ class Settings:
         def number(name: str, default: float) -> float:
             return float(env.get(name, default))
 
+        def flag(name: str, default: bool) -> bool:
+            value = env.get(name, "").strip().lower()
+            if not value:
+                return default
+            if value not in {"1", "true", "yes", "0", "false", "no"}:
+                raise ValueError(f"{name} must be 1/true/yes or 0/false/no, not {value!r}")
+            return value in {"1", "true", "yes"}
+
         def schemes(name: str) -> frozenset[str]:
             value = env.get(name)
             return frozenset(x.strip() for x in value.split(",") if x.strip()) if value else DEFAULT_RESULT_SCHEMES
@@ -111,5 +122,6 @@ class Settings:
             artifact_deleter=env.get("JOBWIRE_ARTIFACT_DELETER", ""),
             result_schemes=schemes("JOBWIRE_RESULT_SCHEMES"),
             processes=int(env.get("JOBWIRE_PROCESSES") or os.cpu_count() or 1),
+            migrate=flag("JOBWIRE_MIGRATE", True),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]

@@ -1,15 +1,20 @@
-"""Small helpers the service tests share: submit, claim, read errors."""
+"""Small helpers the service tests share: submit, claim, read errors, wait for a claim to wait."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import TypeVar
+
 import grpc
 from google.protobuf.duration_pb2 import Duration
-from served import Served
+from served import Served, eventually
 
 from jobwire.client.status import error_reason
 from jobwire.v1 import admin_pb2_grpc, job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
+from jobwire.worker.server.leasing import POLL_INTERVAL_S
 
 SHA = "ab" * 32
+T = TypeVar("T")
 
 
 def spec(name: str = "frames", stages: list[worker_pb2.StageDef] | None = None) -> worker_pb2.JobTypeSpec:
@@ -192,3 +197,29 @@ async def open_stubs(target: str, n: int) -> list[Stubs]:
 
 async def stop_server(served: Served) -> None:
     await served.close()
+
+
+# --- long polls: a claim known to wait (the server's jobwire_claims_waiting gauge), then woken ----
+
+# Long enough that only a wake-up, never the claim's safety poll (POLL_INTERVAL_S) or the end
+# of its wait, can hand it a job before the test gives up (WOKEN_WITHIN_S).
+LONG_WAIT_S = POLL_INTERVAL_S * 2
+WOKEN_WITHIN_S = POLL_INTERVAL_S / 2
+
+
+async def until_waiting(served: Served, task: asyncio.Future[object], claims: int = 1) -> None:
+    """Until `claims` claims wait for work in `served` (its gauge says so); `task` must not have returned."""
+
+    async def waiting() -> bool:
+        assert not task.done(), f"the claim returned before it waited: {task.result()!r}"
+        return served.runtime.host.metrics.claims_waiting() >= claims
+
+    await eventually(waiting, what=f"{claims} claim(s) waiting (jobwire_claims_waiting)")
+
+
+async def woken(task: asyncio.Future[T]) -> T:
+    """The result of a waiting claim that a wake-up must end (its safety poll would come far later)."""
+    try:
+        return await asyncio.wait_for(task, WOKEN_WITHIN_S)
+    except TimeoutError:
+        raise AssertionError(f"the waiting claim was not woken within {WOKEN_WITHIN_S}s") from None

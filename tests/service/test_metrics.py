@@ -17,13 +17,13 @@ from typing import Any
 import grpc
 import pytest
 from served import start_server
-from service_support import claim, rpc_error, stop_server, submit
+from service_support import LONG_WAIT_S, claim, rpc_error, stop_server, submit, woken
 from watch_support import complete, next_job, read_to_end, watch
 
 from jobwire.rpc.auth import Authenticator
 from jobwire.rpc.handlers import Wrapping
 from jobwire.rpc.metrics import BUCKETS, Metrics
-from jobwire.v1 import job_pb2
+from jobwire.v1 import job_pb2, worker_pb2
 
 SUBMIT, GET, WATCH = "jobwire.v1.JobService/Submit", "jobwire.v1.JobService/Get", "jobwire.v1.JobService/WatchStatus"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -129,6 +129,35 @@ async def test_stream_the_caller_leaves_is_counted_cancelled(metered) -> None:  
     samples = await scrape_until(metered, lambda s: sample(s, "jobwire_streams_open", method=WATCH) == 0)
     assert sample(samples, "jobwire_streams_open", method=WATCH) == 0
     assert sample(samples, "jobwire_rpc_total", method=WATCH, code="CANCELLED") == 1
+
+
+async def test_a_waiting_claim_is_counted_until_it_returns(metered) -> None:  # type: ignore[no-untyped-def]
+    status, _, body = await asyncio.to_thread(_get, metered.runtime.host.metrics_port, "/metrics")
+    assert status == 200
+    assert "# HELP jobwire_claims_waiting Claims waiting for work (long polls) in this server.\n" in body
+    assert "# TYPE jobwire_claims_waiting gauge\n" in body
+    assert sample(parse(body), "jobwire_claims_waiting") == 0
+
+    waiting = asyncio.create_task(claim(metered, "frames", wait=LONG_WAIT_S))
+    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_claims_waiting") == 1)
+    assert sample(samples, "jobwire_claims_waiting") == 1, "the waiting claim is not counted"
+    assert not waiting.done()
+    job = await submit(metered, "frames")
+    leases = await woken(waiting)
+    assert [lease.job_no for lease in leases] == [job.job_no]
+    # The claim left its wait before its reply was sent: no lag to wait out.
+    assert sample(await scrape(metered), "jobwire_claims_waiting") == 0
+    assert metered.runtime.host.metrics.claims_waiting() == 0
+
+    # and a claim whose caller leaves while it waits is no longer counted either
+    request = worker_pb2.ClaimRequest(worker_id="w2", job_types=[worker_pb2.JobTypeSpec(name="frames")])
+    request.wait.FromSeconds(int(LONG_WAIT_S))
+    call = metered.workers.Claim(request)
+    await scrape_until(metered, lambda s: sample(s, "jobwire_claims_waiting") == 1)
+    assert metered.runtime.host.metrics.claims_waiting() == 1
+    call.cancel()
+    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_claims_waiting") == 0)
+    assert sample(samples, "jobwire_claims_waiting") == 0, "a claim whose caller left is still counted"
 
 
 async def test_other_paths_and_methods_are_refused_and_the_server_serves_on(metered) -> None:  # type: ignore[no-untyped-def]

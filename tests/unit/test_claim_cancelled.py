@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 import pytest
+from served import eventually
 
 from jobwire.db.leases import Release
 from jobwire.db.store import Call, Claim, Work
@@ -14,6 +15,7 @@ from jobwire.domain.commands import Claimant
 from jobwire.domain.lease import Lease
 from jobwire.domain.stages import DEFAULT_PLAN
 from jobwire.rpc.batching import Batcher
+from jobwire.rpc.metrics import Metrics
 from jobwire.runtime.wakeup import Wakeup
 from jobwire.worker.server.leasing import Leasing
 
@@ -48,9 +50,16 @@ class SlowStore:
 WHO = Claimant(tenant="t", worker_id="w1", queues=["default"], plans={"frames": DEFAULT_PLAN}, lease_seconds=30)
 
 
+def _applied(store: SlowStore) -> Callable[[], Awaitable[list[object]]]:
+    async def probe() -> list[object]:
+        return store.applied
+
+    return probe
+
+
 def _leasing(store: SlowStore) -> tuple[Leasing, Batcher[Work, object]]:
     commits: Batcher[Work, object] = Batcher(store.apply, lanes=2, max_items=10)
-    return Leasing(store, commits, Wakeup()), commits  # type: ignore[arg-type]
+    return Leasing(store, commits, Wakeup(), metrics=Metrics()), commits  # type: ignore[arg-type]
 
 
 async def test_a_cancelled_claim_releases_what_it_leased() -> None:
@@ -62,10 +71,7 @@ async def test_a_cancelled_claim_releases_what_it_leased() -> None:
     store.proceed.set()
     with pytest.raises(asyncio.CancelledError):
         await call
-    for _ in range(200):
-        if store.applied:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(_applied(store), what="the lease claimed for a caller that left was not released")
     assert store.applied == [
         Release(tenant="t", job_no=LEASE.job_no, token="1.secret", note="claim not delivered: the caller left")
     ]
@@ -100,12 +106,13 @@ async def test_a_reply_cancelled_on_its_way_hands_its_leases_back(cancelled: boo
     store = SlowStore()
     leasing, commits = _leasing(store)
     WorkerServicer(leasing, Settings())._check_delivered(_Ended(cancelled), "t", [LEASE])  # type: ignore[arg-type]
-    for _ in range(200):
-        if store.applied or not released:
-            break
-        await asyncio.sleep(0.01)
+    # A release of our own, started after the check: once it and every batch in flight are
+    # done, a hand-back the check started (before it) has reached the store too.
+    marker = Release(tenant="t", job_no="PT-20261129-999", token="1.marker", note="marker")
+    await asyncio.wait_for(asyncio.ensure_future(commits(Call([marker]))), 5)
+    await commits.shutdown()
     expected = Release(
         tenant="t", job_no=LEASE.job_no, token="1.secret", note="claim not delivered: the reply was not delivered"
     )
-    assert store.applied == [expected] * released
-    await commits.shutdown()
+    assert store.applied[:-1] == [expected] * released
+    assert store.applied[-1] == marker

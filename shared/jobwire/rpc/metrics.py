@@ -1,4 +1,5 @@
-"""Prometheus metrics: RPC counts and latency of every handler (jobwire.rpc.handlers), at GET /metrics.
+"""Prometheus metrics: RPC counts and latency of every handler (jobwire.rpc.handlers), open
+streams, health and waiting claims, at GET /metrics.
 
 Values are kept by prometheus-client (text format 0.0.4); the endpoint is a small HTTP/1.1
 server on the event loop, so a scrape never needs a thread and a slow client holds up
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -57,6 +59,10 @@ class Metrics:
             "jobwire_database_up", "1 when the last database ping succeeded (in every process).",
             multiprocess_mode="livemin", registry=self.registry,
         )  # fmt: skip
+        self._claims_waiting = Gauge(
+            "jobwire_claims_waiting", "Claims waiting for work (long polls) in this server.",
+            multiprocess_mode="livesum", registry=self.registry,
+        )  # fmt: skip
         # .labels() takes a lock and builds a key on every call: keep the children.
         self._by_call: dict[tuple[str, str], Any] = {}
         self._by_method: dict[str, tuple[Any, Any]] = {}
@@ -83,6 +89,19 @@ class Metrics:
     def set_health(self, *, serving: bool, database_up: bool) -> None:
         self._up.set(int(serving))
         self._database_up.set(int(database_up))
+
+    @contextlib.contextmanager
+    def claim_waiting(self) -> Iterator[None]:
+        """Count one claim as waiting for work while the block runs."""
+        self._claims_waiting.inc()
+        try:
+            yield
+        finally:
+            self._claims_waiting.dec()
+
+    def claims_waiting(self) -> float:
+        """Claims waiting for work now (this process)."""
+        return float(self.registry.get_sample_value("jobwire_claims_waiting") or 0.0)
 
     def count(self, method: str, code: str) -> float:
         """Calls of `method` that ended with `code` (this process)."""

@@ -12,6 +12,7 @@ from jobwire.worker.server.servicer import WorkerServicer
 def add_worker_service(rt: Runtime) -> None:
     """WorkerService and its runnable-work watcher (call inside the running loop)."""
     RunnableWatcher(rt.tail, rt.wakeup, rt.store.now)
-    servicer = WorkerServicer(Leasing(rt.store, rt.commits, rt.wakeup, tenants=rt.host.tenants), rt.settings)
+    leasing = Leasing(rt.store, rt.commits, rt.wakeup, metrics=rt.host.metrics, tenants=rt.host.tenants)
+    servicer = WorkerServicer(leasing, rt.settings)
     name = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
     rt.host.add_servicer(worker_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, name)

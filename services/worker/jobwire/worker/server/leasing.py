@@ -22,6 +22,7 @@ from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.lease import Lease, LeaseStatus
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
+from jobwire.rpc.metrics import Metrics
 from jobwire.runtime.shares import TenantShares
 from jobwire.runtime.wakeup import Waiter, Wakeup
 
@@ -45,10 +46,13 @@ class TooManyWaitingClaims(ResourceExhausted):
 
 
 class Leasing:
-    def __init__(self, store: JobStore, commits: Batcher[Work, Any], wakeup: Wakeup, *, tenants: int = 1) -> None:
+    def __init__(
+        self, store: JobStore, commits: Batcher[Work, Any], wakeup: Wakeup, *, metrics: Metrics, tenants: int = 1
+    ) -> None:
         self.store = store
         self.commits = commits
         self.wakeup = wakeup
+        self.metrics = metrics  # the server's: counts the claims waiting here (jobwire_claims_waiting)
         # Long polls are held per tenant share: one tenant's thousands of idle workers must
         # not leave another's without a place to wait (jobwire.runtime.shares).
         self.waiting = TenantShares(MAX_WAITING_CLAIMS, tenants)
@@ -69,7 +73,7 @@ class Leasing:
             remaining = deadline - time.monotonic()
             if leases or remaining <= 0:
                 return leases
-            with self.waiting.hold(who.tenant, TooManyWaitingClaims):
+            with self.waiting.hold(who.tenant, TooManyWaitingClaims), self.metrics.claim_waiting():
                 woken = await self.wakeup.wait(who.tenant, who.queues, who.plans, min(remaining, POLL_INTERVAL_S))
             if woken.woken_by is None and time.monotonic() >= deadline:
                 # Nothing came: the caller's next Claim looks at once, so a last look now would

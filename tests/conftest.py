@@ -1,4 +1,4 @@
-"""Fixtures every level shares: database URLs for SQLite and MariaDB/MySQL.
+"""Fixtures every level shares: database URLs for SQLite and MariaDB/MySQL, in-process servers.
 
 MySQL tests skip on a laptop without a server, but fail when JOBWIRE_REQUIRE_MYSQL=1
 (CI sets it): a CI run that silently skipped them would prove nothing about MySQL.
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from served import Served, start_server
 
 MYSQL_SERVER_URL = os.environ.get("JOBWIRE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306")
 REQUIRE_MYSQL = os.environ.get("JOBWIRE_REQUIRE_MYSQL") == "1"
@@ -66,6 +67,42 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def mysql_url(mysql_server: str) -> Iterator[str]:
     """A fresh MySQL database, for tests that are about MySQL only."""
     yield from fresh_mysql_database(mysql_server)
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
+    """`await servers(url, **settings)` starts an all-in-one server (tests/served.py); all stop when the test ends.
+
+    tests/service/conftest.py builds `serve` and `served` on it for this test's database.
+    """
+    started: list[Served] = []
+
+    async def open_server(database_url: str, **settings: object) -> Served:
+        s = await start_server(database_url, **settings)
+        started.append(s)
+        return s
+
+    try:
+        yield open_server
+    finally:
+        for s in reversed(started):
+            await s.close()
+
+
+# -- markers by folder: `pytest -m "not e2e and not fault and not slow"` runs the fast part ------
+_FOLDER_MARKS = {"e2e": "e2e", "fault": "fault", "soak": "slow", "fuzz": "slow"}
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            folder = item.path.resolve().relative_to(_TESTS).parts[0]
+        except ValueError:  # not under tests/
+            continue
+        mark = _FOLDER_MARKS.get(folder)
+        if mark is not None:
+            item.add_marker(mark)
 
 
 # -- CI guard: a run that requires MySQL must have passed at least one MySQL test -----------

@@ -26,12 +26,14 @@ import pytest
 import sqlalchemy as sa
 from google.protobuf.duration_pb2 import Duration
 from proc_support import alive, children
+from processes import ServerProcess, start_server_process
+from served import eventually
 
 from jobwire.db.tables import job, job_event
+from jobwire.runtime.family import READY as READY_LINE
 from jobwire.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
-READY_LINE = "jobwire serving on port "
 JOBS, CLAIMERS = 500, 8
 SHA = hashlib.sha256(b"").hexdigest()
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]  # grpc shares one per process otherwise
@@ -39,15 +41,22 @@ OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]  # grpc shares one per 
 
 @dataclass
 class Family:
-    process: subprocess.Popen[str]
-    port: int
+    server: ServerProcess  # the parent
+
+    @property
+    def process(self) -> subprocess.Popen[str]:
+        return self.server.proc
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     @property
     def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return self.server.target
 
     def children(self) -> list[int]:
-        return children(self.process.pid)
+        return children(self.server.pid)
 
 
 def _server(database_url: str, *args: str) -> subprocess.Popen[str]:
@@ -59,25 +68,21 @@ def _server(database_url: str, *args: str) -> subprocess.Popen[str]:
 
 
 def start_family(database_url: str, listen: str = "127.0.0.1:0") -> Family:
-    process = _server(database_url, "--processes", "2", "--listen", listen)
-    assert process.stdout is not None
-    line = process.stdout.readline()  # the parent prints it once both children serve
-    if not line.startswith(READY_LINE):
-        process.kill()
-        raise AssertionError(f"the family did not start: {line!r} {process.communicate(timeout=10)[1][-2000:]}")
-    family = Family(process, int(line.removeprefix(READY_LINE)))
-    assert len(family.children()) == 2
+    # The parent prints its one serving line once both children serve (theirs it keeps to
+    # itself): so both must be there as soon as it is read.
+    server = start_server_process(
+        ["jobwire", "serve", "--processes", "2", "--listen", listen], {"JOBWIRE_DATABASE_URL": database_url}
+    )
+    family = Family(server)
+    assert len(family.children()) == 2, server.tail()
     return family
 
 
 def stop(family: Family) -> int:
-    if family.process.poll() is None:
-        family.process.send_signal(signal.SIGTERM)
     try:
-        return family.process.wait(30)
+        return family.server.terminate(30)
     finally:
-        family.process.kill()
-        family.process.communicate(timeout=10)
+        family.server.kill()
 
 
 @pytest.fixture
@@ -140,12 +145,19 @@ async def test_every_job_is_leased_once_across_the_family(family: Family, databa
                 *(jobs.Submit(job_pb2.SubmitRequest(job_type="bulk")) for _ in range(start, start + 50))
             )
     claimers = [asyncio.create_task(_claim_all(family.target)) for _ in range(CLAIMERS)]
-    await asyncio.sleep(0.5)
-    per_child = {pid: _connections(pid, family.port) for pid in family.children()}
+    seen: list[dict[int, int]] = []
+
+    async def both_serving() -> bool:  # while the claimers hold their connections
+        seen.append({pid: _connections(pid, family.port) for pid in family.children()})
+        return len(seen[-1]) == 2 and all(count > 0 for count in seen[-1].values())
+
+    try:
+        await eventually(both_serving, what="both processes serving a claimer")
+    except AssertionError as exc:
+        raise AssertionError(f"one process served nobody: {seen[-1]}") from exc
     leased = [n for found in await asyncio.gather(*claimers) for n in found]
 
     assert len(leased) == JOBS and len(set(leased)) == JOBS, "a job leased twice, or one not at all"
-    assert all(count > 0 for count in per_child.values()), f"one process served nobody: {per_child}"
     engine = sa.create_engine(database_url)
     with engine.connect() as conn:
         ready = conn.execute(sa.select(sa.func.count()).where(job.c.status == "READY")).scalar_one()

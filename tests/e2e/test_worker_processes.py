@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import queue
 import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +20,7 @@ from urllib.parse import unquote, urlparse
 
 import grpc
 import pytest
+from processes import ServerProcess, start_server_process
 
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
@@ -82,49 +80,34 @@ class Stack:
         return list(reply.events)
 
 
-def _start_server(root: Path) -> tuple[subprocess.Popen[str], int]:
+def _start_server(root: Path) -> ServerProcess:
     env = {
-        **os.environ,
         "JOBWIRE_DATABASE_URL": f"sqlite:///{root / 'jobwire.db'}",
         "JOBWIRE_LISTEN": "127.0.0.1:0",
         "JOBWIRE_REAPER_INTERVAL_SECONDS": "0.5",
         "JOBWIRE_STALL_GRACE_SECONDS": "1",
     }
-    log = (root / "server.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "jobwire", "serve"], env=env, stdout=subprocess.PIPE,
-                              stderr=log, text=True)  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in server.stdout or ()], daemon=True).start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            if server.poll() is not None:
-                break
-            continue
-        if line.startswith("jobwire serving on port"):
-            return server, int(line.rsplit(" ", 1)[1])
-    server.kill()
-    raise AssertionError(f"the server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
+    return start_server_process(["jobwire", "serve"], env)
 
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
-    server, port = _start_server(tmp_path)
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    s = Stack(f"127.0.0.1:{port}", tmp_path, job_pb2_grpc.JobServiceStub(channel),
+    server = _start_server(tmp_path)
+    channel = grpc.insecure_channel(server.target)
+    s = Stack(server.target, tmp_path, job_pb2_grpc.JobServiceStub(channel),
               admin_pb2_grpc.AdminServiceStub(channel))  # fmt: skip
     s.tmp.mkdir()
     try:
         yield s
     finally:
-        for proc in [*s.workers, server]:
+        for proc in s.workers:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)
+        server.kill()
         channel.close()
-        for log in sorted(tmp_path.glob("*.log")):  # shown when a test fails
+        print(f"----- server\n{server.tail()}")  # shown when a test fails
+        for log in sorted(tmp_path.glob("*.log")):
             print(f"----- {log.name}\n{log.read_text(errors='replace')[-4000:]}")
 
 

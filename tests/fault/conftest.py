@@ -1,35 +1,19 @@
-"""Fault-test fixtures: servers with chosen settings, stopped at the end of each test."""
+"""Fault-test fixtures: databases that survive a restart, a migrated MariaDB handle.
+
+Servers with chosen settings come from tests/conftest.py's `servers`.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
 from fault_support import mariadb_reachable, start_mariadb
-from served import Served as Server
-from served import start_server as start
 
 from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
-
-
-@pytest.fixture
-async def servers() -> AsyncIterator[Callable[..., Awaitable[Server]]]:
-    """`await servers(url, **settings)` starts a server; every one stops when the test ends."""
-    started: list[Server] = []
-
-    async def open_server(database_url: str, **settings: object) -> Server:
-        s = await start(database_url, **settings)
-        started.append(s)
-        return s
-
-    try:
-        yield open_server
-    finally:
-        for s in reversed(started):
-            await s.close()
 
 
 @pytest.fixture

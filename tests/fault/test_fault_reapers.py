@@ -93,9 +93,14 @@ async def test_the_guarded_update_alone_lets_one_of_many_reapers_act(servers, da
         (await s.jobs.Submit(job_pb2.SubmitRequest(job_type="frames", retry_policy=policy))).job.job_no
         for _ in range(5)
     ]
-    await s.workers.Claim(claim_request(lease=1.0, max_jobs=5))
+    leases = (await s.workers.Claim(claim_request(lease=1.0, max_jobs=5))).leases
     store = s.runtime.store
-    await asyncio.sleep(1.1)
+    expiry = max(lease.lease_expires_at.ToDatetime() for lease in leases)
+
+    async def expired() -> bool:  # on the database's clock, which the reapers' guards read
+        return await asyncio.to_thread(store.now) > expiry
+
+    await eventually(expired, what="every lease past its expiry")
 
     async def contend(make: Callable[[str, str], JobOp[Any]]) -> list[object]:
         """Eight contenders per job, each in a transaction of its own, reading without a lock."""

@@ -44,13 +44,14 @@ async def test_a_paused_worker_cannot_finish_a_job_another_took_over(servers, da
     policy = job_pb2.RetryPolicy(max_attempts=3, on_lease_lost=job_pb2.RetryPolicy.RETRY)
     job = (await s.jobs.Submit(job_pb2.SubmitRequest(job_type="frames", retry_policy=policy))).job
     zombie = await asyncio.create_subprocess_exec(
-        sys.executable, str(ZOMBIE), s.target, "frames", str(LEASE_S), "1.0", stdout=asyncio.subprocess.PIPE
-    )
+        sys.executable, str(ZOMBIE), s.target, "frames", str(LEASE_S),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
     try:
         claimed = await line(zombie, "claimed")
         assert claimed["job_no"] == job.job_no and claimed["attempt"] == 1
         await line(zombie, "reported")
-        os.kill(zombie.pid, signal.SIGSTOP)  # frozen mid-job: no heartbeats, no reports
+        os.kill(zombie.pid, signal.SIGSTOP)  # frozen mid-job, waiting for stdin: no heartbeats, no reports
 
         async def requeued() -> job_pb2.Job | None:
             got = await s.jobs.Get(job_pb2.GetRequest(job_no=job.job_no))
@@ -64,6 +65,9 @@ async def test_a_paused_worker_cannot_finish_a_job_another_took_over(servers, da
         ))  # fmt: skip
 
         os.kill(zombie.pid, signal.SIGCONT)
+        assert zombie.stdin is not None
+        zombie.stdin.write(b"go on\n")  # it waits for this after its first report
+        await zombie.stdin.drain()
         late_report = await line(zombie, "report")
         late_complete = await line(zombie, "complete")
         assert (late_report["code"], late_report["reason"]) == ("FAILED_PRECONDITION", "WORKER_LEASE_LOST")

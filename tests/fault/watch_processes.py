@@ -1,77 +1,26 @@
-"""Real server processes for the watch fault tests: start, find the port, stop or kill."""
+"""Real server processes for the watch fault tests (tests/processes.py), and blocking stubs to drive a job."""
 
 from __future__ import annotations
 
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
+from processes import ServerProcess, start_server_process
 
 from jobwire.v1 import job_pb2, worker_pb2
 
-READY_TIMEOUT_S = 30.0
-BANNER = "jobwire serving on port "
-
-
-@dataclass
-class ServerProcess:
-    """`python -m jobwire serve` as a child process, its output kept for a failing test."""
-
-    proc: subprocess.Popen[str]
-    port: int
-    output: list[str] = field(default_factory=list)
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def terminate(self, timeout: float = 15.0) -> int:
-        """SIGTERM: the graceful stop (streams end UNAVAILABLE)."""
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, nothing ends cleanly."""
-        self.proc.kill()
-        self.proc.wait(10)
+__all__ = ["ServerProcess", "Stubs", "start_server"]
 
 
 def start_server(database_url: str, listen: str = "127.0.0.1:0") -> ServerProcess:
-    env = {**os.environ, "JOBWIRE_DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        # One process: these tests crash and restart "the server"; a family's children
-        # would outlive a SIGKILLed parent for their drain (tests/e2e/test_family.py).
-        [sys.executable, "-m", "jobwire", "serve", "--listen", listen, "--processes", "1"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    output: list[str] = []
+    """`python -m jobwire serve` as one process, once it serves.
 
-    def pump() -> None:  # keeps the pipe drained for the life of the process
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            output.append(line)
-            lines.put(line)
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.2)
-        except queue.Empty:
-            if proc.poll() is not None:
-                break
-            continue
-        if line.startswith(BANNER):
-            return ServerProcess(proc, int(line.removeprefix(BANNER)), output)
-    proc.kill()
-    raise AssertionError("the server did not start:\n" + "".join(output))
+    One process: these tests crash and restart "the server"; a family's children would
+    outlive a SIGKILLed parent for their drain (tests/e2e/test_family.py).
+    """
+    return start_server_process(
+        ["jobwire", "serve", "--listen", listen, "--processes", "1"], {"JOBWIRE_DATABASE_URL": database_url}
+    )
 
 
 @dataclass

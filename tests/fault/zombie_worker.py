@@ -1,10 +1,11 @@
 """A worker that claims, reports, pauses, then tries to finish anyway: a zombie in the making.
 
-    python zombie_worker.py TARGET JOB_TYPE LEASE_SECONDS PAUSE_SECONDS
+    python zombie_worker.py TARGET JOB_TYPE LEASE_SECONDS
 
-It heartbeats every third of its lease from a thread, as a real worker does. The test
-freezes the whole process (SIGSTOP) during the pause, past the lease, and thaws it
-(SIGCONT) after another worker took the job over. Each step is one JSON line on stdout.
+It heartbeats every third of its lease from a thread, as a real worker does. After its
+first report it waits for a line on stdin: the test freezes the whole process (SIGSTOP)
+there, past the lease, thaws it (SIGCONT) after another worker took the job over, and
+then writes the line that lets it try to finish. Each step is one JSON line on stdout.
 Raw gRPC stubs only: this is what any worker on the network could send.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from typing import Any
 
 import grpc
@@ -54,7 +54,7 @@ def heartbeats(stub: Any, lease: Any, every: float, stop: threading.Event) -> No
             say("heartbeat", state=exc.code().name)  # type: ignore[attr-defined]
 
 
-def main(target: str, job_type: str, lease_s: float, pause_s: float) -> None:
+def main(target: str, job_type: str, lease_s: float) -> None:
     with grpc.insecure_channel(target) as channel:
         stub = worker_pb2_grpc.WorkerServiceStub(channel)
         request = worker_pb2.ClaimRequest(
@@ -75,7 +75,7 @@ def main(target: str, job_type: str, lease_s: float, pause_s: float) -> None:
 
         report(2)
         say("reported")
-        time.sleep(pause_s)  # frozen here by the test, for longer than the lease
+        sys.stdin.readline()  # frozen here by the test, past the lease; it says when to go on
         stop.set()
         say("report", **outcome(lambda: report(9)))
         artifact = job_pb2.Artifact(uri="file:///results/zombie.bin", size_bytes=1, sha256=SHA)
@@ -84,4 +84,4 @@ def main(target: str, job_type: str, lease_s: float, pause_s: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], float(sys.argv[3]))

@@ -1,37 +1,30 @@
-"""Real gRPC servers on port 0 over real databases (SQLite and MariaDB), plus stubs."""
+"""Real gRPC servers on port 0 over real databases (SQLite and MariaDB), plus stubs.
+
+Both fixtures stand on tests/conftest.py's `servers`, bound to this test's database.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
-from served import Served, start_server
+from served import Served
 
 
 @pytest.fixture
-async def served(database_url: str) -> AsyncIterator[Served]:
-    """One server per test over a fresh database of each kind."""
-    s = await start_server(database_url)
-    try:
-        yield s
-    finally:
-        await s.channel.close()
-        await s.runtime.stop(grace=1.0)
+def serve(database_url: str, servers: Callable[..., Awaitable[Served]]) -> Callable[..., Awaitable[Served]]:
+    """Start servers with chosen Settings over this test's database; all stop at the end.
 
-
-@pytest.fixture
-async def serve(database_url: str) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
-    """Start servers with chosen Settings over this test's database; all stop at the end."""
-    started: list[Served] = []
+    The database comes first, so the servers stop before it is dropped.
+    """
 
     async def start(**settings: object) -> Served:
-        s = await start_server(database_url, **settings)
-        started.append(s)
-        return s
+        return await servers(database_url, **settings)
 
-    try:
-        yield start
-    finally:
-        for s in started:
-            await s.channel.close()
-            await s.runtime.stop(grace=1.0)
+    return start
+
+
+@pytest.fixture
+async def served(serve: Callable[..., Awaitable[Served]]) -> Served:
+    """One server per test over a fresh database of each kind."""
+    return await serve()

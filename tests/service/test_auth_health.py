@@ -7,13 +7,13 @@ reason, same message. A worker of another tenant gets WORKER_LEASE_LOST like any
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+from auth_files import Token, write_auth_file
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from served import start_server
@@ -69,40 +69,33 @@ async def test_reflection_lists_the_three_services(served) -> None:  # type: ign
 
 # -- auth ----------------------------------------------------------------------------------------
 
-TOKENS = {
-    # name: (tenant, role, queues)
-    "acme-client": ("acme", "client", ["*"]),
-    "acme-worker": ("acme", "worker", ["*"]),
-    "acme-admin": ("acme", "admin", ["*"]),
-    "acme-bulk-client": ("acme", "client", ["bulk"]),
-    "acme-bulk-worker": ("acme", "worker", ["bulk"]),
-    "globex-client": ("globex", "client", ["*"]),
-    "globex-worker": ("globex", "worker", ["*"]),
-    "globex-admin": ("globex", "admin", ["*"]),
-}
-
 
 def _secret(name: str) -> str:
     return f"secret-{name}-7f3a9c"
 
 
+TOKENS = {
+    name: Token(_secret(name), tenant, role, queues)
+    for name, (tenant, role, queues) in {
+        "acme-client": ("acme", "client", ("*",)),
+        "acme-worker": ("acme", "worker", ("*",)),
+        "acme-admin": ("acme", "admin", ("*",)),
+        "acme-bulk-client": ("acme", "client", ("bulk",)),
+        "acme-bulk-worker": ("acme", "worker", ("bulk",)),
+        "globex-client": ("globex", "client", ("*",)),
+        "globex-worker": ("globex", "worker", ("*",)),
+        "globex-admin": ("globex", "admin", ("*",)),
+    }.items()
+}
+
+
 def _auth(name: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {_secret(name)}"),)
-
-
-def write_auth_file(path: Path) -> Path:
-    entries = []
-    for name, (tenant, role, queues) in TOKENS.items():
-        digest = hashlib.sha256(_secret(name).encode()).hexdigest()
-        quoted = ", ".join(f'"{q}"' for q in queues)
-        entries.append(f'[[token]]\nsha256 = "{digest}"\ntenant = "{tenant}"\nrole = "{role}"\nqueues = [{quoted}]\n')
-    path.write_text("\n".join(entries), encoding="utf-8")
-    return path
+    return TOKENS[name].metadata
 
 
 @pytest.fixture
 async def authed(database_url: str, tmp_path: Path) -> AsyncIterator[object]:
-    served = await start_server(database_url, auth_file=write_auth_file(tmp_path / "auth.toml"))
+    served = await start_server(database_url, auth_file=write_auth_file(tmp_path / "auth.toml", TOKENS.values()))
     try:
         yield served
     finally:

@@ -1,8 +1,13 @@
-"""JobClient, AdminClient and jobctl against a real gRPC server with fake servicers.
+"""JobClient, AdminClient and jobctl against scripted servicers on a real gRPC server.
 
-The servicers below script what a jobapi would answer (job histories, dropped streams,
-errors with google.rpc.ErrorInfo), so the client's retry, resume and decoding behaviour is
-tested over real HTTP/2 before the real servers exist.
+The servicers below script what jobapi answers in cases the real server cannot be made to
+produce on demand (streams dropped after N updates, a server stopped and started again on
+its port, errors with google.rpc.ErrorInfo and BadRequest), so the client's retry, resume
+and decoding behaviour is tested over real HTTP/2 on loopback.
+
+A service test, not a unit test: every test here does network I/O through a grpc server
+on 127.0.0.1 (and restarts it), though no database. tests/unit/client/ tests the same
+client parts with no network at all.
 """
 
 from __future__ import annotations

@@ -80,10 +80,8 @@ async def test_a_retryable_failure_is_retried_after_its_backoff_with_its_checkpo
     assert abs(backoff - 0.4) < 0.005, backoff  # run_after = the failure's time + initial_backoff
     assert queued.stage == "" and queued.progress.stage_index == 0
 
-    # not claimable before run_after
-    assert await claim(served, "import", lease=LEASE_S) == []
-    assert (await get(served, job.job_no)).status == Job.QUEUED
-
+    # Not claimable before run_after. Whether a claim comes before it depends on the machine's
+    # speed, so the order is asserted on the database's own clock: no lease starts before it.
     second = await _claim_when_due(served, "import")
     claimed_at = _seconds(second.lease_expires_at) - LEASE_S
     assert claimed_at >= _seconds(queued.run_after) - 0.001, "leased before its backoff elapsed"

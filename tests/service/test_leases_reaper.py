@@ -1,8 +1,9 @@
 """Leases that expire: stalled jobs, the lease-lost policies, fencing of late workers.
 
 Short leases (1 s, the minimum) and a fast reaper (every 0.2 s, grace 0.5 s), over real
-gRPC on SQLite and MariaDB. Waits poll with a deadline; only the checks that something did
-*not* happen wait a bounded time, long enough for the reaper to have acted several times.
+gRPC on SQLite and MariaDB. Waits poll with a deadline. A check that something did *not*
+happen waits until the reaper has provably run a whole round past the moment that matters
+(`a_whole_reaper_round`: witness leases of its own), never for a time thought long enough.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-import grpc
 import pytest
 import sqlalchemy as sa
 from served import eventually
-from service_support import artifact, claim, rpc_error, submit
+from service_support import LEASE_LOST, assert_invariants, claim, complete_request, get, rpc_error, submit
 
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
@@ -46,13 +46,19 @@ def statements_of(engine: sa.Engine) -> Iterator[list[str]]:
         sa.event.remove(engine, "before_cursor_execute", record)
 
 
-async def reaper_rounds(n: int = 3) -> None:
-    """Long enough past the grace for the reaper to have run `n` times (jitter included)."""
-    await asyncio.sleep(GRACE_S + n * INTERVAL_S * 1.2)
+async def a_whole_reaper_round(s: Any) -> None:
+    """Until the reaper has run one whole round that began at least a lease after this call.
 
-
-async def get(s: Any, job_no: str) -> job_pb2.Job:
-    return await s.jobs.Get(job_pb2.GetRequest(job_no=job_no))
+    A witness lease taken now is marked stalled by a round that began after it expired; a
+    second one, taken once the first shows stalled, by a later round, so the first of those
+    rounds had ended (rounds follow one another). It began more than LEASE_S (> GRACE_S)
+    after anything this test saw expire, so that was past its grace there too.
+    """
+    for _ in range(2):
+        witness = await submit(s, "witness")
+        [lease] = await claim(s, "witness", worker_id="witness", lease=LEASE_S)
+        assert lease.job_no == witness.job_no
+        await eventually(when(s, witness.job_no, lambda j: j.stalled), what="the reaper marks a witness lease stalled")
 
 
 def when(s: Any, job_no: str, test: Callable[[job_pb2.Job], bool]) -> Callable[[], Awaitable[job_pb2.Job | None]]:
@@ -87,19 +93,12 @@ async def heartbeat(s: Any, lease: worker_pb2.Lease, worker_id: str = "w1") -> w
     return reply.leases[0]
 
 
-def complete(s: Any, lease: worker_pb2.Lease, uri: str = "file:///results/out.bin") -> Any:
-    request = worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token, result=artifact(uri))
-    return s.workers.Complete(request)
+def complete(s: Any, lease: worker_pb2.Lease) -> Any:
+    return s.workers.Complete(complete_request(lease))
 
 
 async def assert_lease_lost(call: Any) -> None:
-    assert await rpc_error(call) == (grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST")
-
-
-async def assert_invariants_hold(s: Any) -> None:
-    broken = [admin_pb2.Finding.RUNNING_WITHOUT_LEASE, admin_pb2.Finding.TERMINAL_WITH_TOKEN]
-    reply = await s.admin.Inspect(admin_pb2.InspectRequest(kinds=broken))
-    assert list(reply.findings) == []
+    assert await rpc_error(call) == LEASE_LOST
 
 
 async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None:  # type: ignore[no-untyped-def]
@@ -128,7 +127,7 @@ async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None
     assert all(fact in expired.detail for fact in facts), expired.detail
 
     # INSPECT waits for an operator: never re-run by itself.
-    await reaper_rounds()
+    await a_whole_reaper_round(s)
     assert await claim(s, worker_id="w2") == []
     still = await get(s, job.job_no)
     assert still.status == job_pb2.Job.RUNNING and still.stalled and still.version == stalled.version
@@ -144,7 +143,7 @@ async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None
     trail = await kinds(s, job.job_no)
     assert trail.count("LEASE_EXPIRED") == 1 and trail.count("REQUEUED") == 1
     assert trail.count("LATE_CALL_REJECTED") == 2 and trail.count("COMPLETED") == 1
-    await assert_invariants_hold(s)
+    await assert_invariants(s)
 
 
 async def test_a_stalled_lease_revives_when_its_holder_speaks_again(serve) -> None:  # type: ignore[no-untyped-def]
@@ -193,7 +192,7 @@ async def test_retry_policy_requeues_then_fails_worker_lost(serve) -> None:  # t
     assert trail.count("LEASE_EXPIRED") == 2
     assert trail.count("LEASE_REVOKED_REQUEUED") == 1 and trail.count("LEASE_REVOKED_FAILED") == 1
     assert trail.count("COMPLETED") == 0
-    await assert_invariants_hold(s)
+    await assert_invariants(s)
 
     retried = await s.jobs.Retry(job_pb2.RetryRequest(job_no=job.job_no))  # WORKER_LOST is retryable
     assert retried.status == job_pb2.Job.QUEUED
@@ -214,6 +213,7 @@ async def test_heartbeats_every_third_of_a_lease_keep_a_job_alive_for_ten_leases
         for job in jobs:
             current = await get(s, job.job_no)
             assert current.status == job_pb2.Job.RUNNING and not current.stalled
+        # Time passing is what is tested: a heartbeat every third of a lease, for ten leases.
         await asyncio.sleep(LEASE_S / 3 - (time.monotonic() - start) % (LEASE_S / 3))
     for lease in leases:
         assert (await complete(s, lease)).status == job_pb2.Job.READY
@@ -237,7 +237,7 @@ async def test_cancel_requested_with_a_dead_worker_ends_cancelled(serve) -> None
     trail = await kinds(s, job.job_no)
     assert trail.count("LEASE_EXPIRED") == 1 and trail.count("LEASE_REVOKED_CANCELLED") == 1
     assert trail.index("LEASE_EXPIRED") < trail.index("LEASE_REVOKED_CANCELLED")
-    await assert_invariants_hold(s)
+    await assert_invariants(s)
 
 
 async def test_a_stalled_job_keeps_its_lease_until_the_grace_is_over(serve) -> None:  # type: ignore[no-untyped-def]
@@ -245,7 +245,7 @@ async def test_a_stalled_job_keeps_its_lease_until_the_grace_is_over(serve) -> N
     job = await submit(s, retry_policy=retry_policy(max_attempts=3))
     [lease] = await claim(s, lease=LEASE_S)
     await eventually(when(s, job.job_no, lambda j: j.stalled), what="the job shows stalled")
-    await asyncio.sleep(3 * INTERVAL_S * 1.2)
+    await a_whole_reaper_round(s)  # past the expiry, not past the grace
     assert (await get(s, job.job_no)).status == job_pb2.Job.RUNNING  # RETRY waits for the grace
     assert (await report(s, lease, stage="PROCESSING", processed_units=1)).lease_expires_at.seconds > 0
     assert not (await get(s, job.job_no)).stalled

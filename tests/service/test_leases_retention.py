@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-import time
 from datetime import timedelta
 from typing import Any
 
 import grpc
 import pytest
 import sqlalchemy as sa
+from served import eventually
 from service_support import artifact, claim, submit
 
 from jobwire.db.reads import clock
@@ -67,14 +67,19 @@ def remaining(store: JobStore, nos: list[str]) -> tuple[int, int, int]:
 
 
 class Deleter:
-    """Records what it deletes, slowly, and cannot delete STUCK_URI."""
+    """Records what it deletes and cannot delete STUCK_URI. Its first call holds the purge
+    mid-run (between a batch's read and its write) until the test lets it go on."""
 
     def __init__(self) -> None:
         self.deleted: list[str] = []
         self.lock = threading.Lock()
+        self.holding = threading.Event()
+        self.go_on = threading.Event()
 
     def __call__(self, expired: ExpiredArtifact) -> None:
-        time.sleep(0.002)
+        if not self.holding.is_set():
+            self.holding.set()
+            assert self.go_on.wait(30), "the test never let the purge go on"
         if expired.uri == STUCK_URI:
             raise OSError("permission denied")
         with self.lock:
@@ -94,16 +99,20 @@ async def test_retention_purges_only_what_is_due_in_batches_while_claims_continu
 
     deleter = Deleter()
     purge = asyncio.create_task(asyncio.to_thread(store.purge_expired, Retention(), deleter, batch=25))
-    completed = 0
-    while not purge.done():  # a worker keeps going while the purge runs
+
+    async def a_worker_cycle() -> None:
         fresh = await submit(s, job_type="fresh")
         [lease] = await claim(s, "fresh")
         request = worker_pb2.CompleteRequest(job_no=fresh.job_no, worker_token=lease.worker_token, result=artifact())
         assert (await s.workers.Complete(request)).status == job_pb2.Job.READY
-        completed += 1
-    purged = await purge
 
-    assert completed >= 1
+    assert await asyncio.to_thread(deleter.holding.wait, 10), "the purge never reached its first file"
+    await a_worker_cycle()  # a worker goes on while the purge is mid-run
+    deleter.go_on.set()
+    while not purge.done():  # and while it runs on
+        await a_worker_cycle()
+    purged = await asyncio.wait_for(purge, 30)
+
     assert (purged.jobs, purged.kept) == (119 + 20 + 15, 1)
     assert purged.artifacts == 119 and purged.events >= purged.jobs
     assert purged.batches == math.ceil(120 / 25) + 1 + 1  # READY, CANCELLED, FAILED: 25 jobs a transaction
@@ -135,10 +144,10 @@ async def test_every_server_purges_by_the_configured_retention(serve) -> None:  
     [other] = await claim(s, "other")
     await s.workers.Fail(worker_pb2.FailRequest(job_no=failing.job_no, worker_token=other.worker_token, message="no"))
 
-    deadline = time.monotonic() + 10
-    while (code := await _get_code(s, job.job_no)) is grpc.StatusCode.OK and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    assert code is grpc.StatusCode.NOT_FOUND
+    async def purged() -> bool:
+        return await _get_code(s, job.job_no) is grpc.StatusCode.NOT_FOUND
+
+    await eventually(purged, what="the READY job purged by the server's own housekeeping")
     assert [d.job_no for d in deleted_by_setting] == [job.job_no]
     assert (await s.jobs.Get(job_pb2.GetRequest(job_no=failing.job_no))).status == job_pb2.Job.FAILED
 

@@ -7,13 +7,13 @@ without filters, on any page.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
 import pytest
+from auth_files import Token, write_auth_file
 from served import start_server
 from service_support import artifact, claim, get, stop_server, submit
 
@@ -168,25 +168,19 @@ async def test_paging_is_stable_when_jobs_arrive_between_pages(served) -> None: 
 
 # -- tenants -------------------------------------------------------------------------------------
 
-TOKENS = {"acme-client": ("acme", "client"), "globex-client": ("globex", "client")}
-
-
-def _secret(name: str) -> str:
-    return f"list-jobs-{name}-51c2"
+TOKENS = {
+    "acme-client": Token("list-jobs-acme-client-51c2", tenant="acme"),
+    "globex-client": Token("list-jobs-globex-client-51c2", tenant="globex"),
+}
 
 
 def _auth(name: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {_secret(name)}"),)
+    return TOKENS[name].metadata
 
 
 @pytest.fixture
 async def tenants(database_url: str, tmp_path: Path) -> AsyncIterator[object]:
-    entries = []
-    for name, (tenant, role) in TOKENS.items():
-        digest = hashlib.sha256(_secret(name).encode()).hexdigest()
-        entries.append(f'[[token]]\nsha256 = "{digest}"\ntenant = "{tenant}"\nrole = "{role}"\nqueues = ["*"]\n')
-    auth_file = tmp_path / "auth.toml"
-    auth_file.write_text("\n".join(entries), encoding="utf-8")
+    auth_file = write_auth_file(tmp_path / "auth.toml", TOKENS.values())
     served = await start_server(database_url, auth_file=auth_file)
     try:
         yield served

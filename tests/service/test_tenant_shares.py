@@ -8,12 +8,12 @@ one token were all woken by one Submit.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+from auth_files import Token, write_auth_file
 from served import Served, eventually, start_server
 from service_support import rpc_error, spec
 from watch_support import next_job
@@ -23,24 +23,19 @@ from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.server import leasing
 
 pytestmark = pytest.mark.timeout(60)
-ACME = (("authorization", "Bearer acme-token"),)
-GLOBEX = (("authorization", "Bearer globex-token"),)
+# Each tenant a client token and a worker token (an auth file gives each token one role).
+TOKENS = {
+    (tenant, role): Token(f"{tenant}-token" + ("-w" if role == "worker" else ""), tenant=tenant, role=role)
+    for tenant in ("acme", "globex")
+    for role in ("client", "worker")
+}
+ACME = TOKENS["acme", "client"].metadata
+GLOBEX = TOKENS["globex", "client"].metadata
 
 
 @pytest.fixture
 def auth_file(tmp_path: Path) -> Path:
-    entries = []
-    for tenant in ("acme", "globex"):
-        digest = hashlib.sha256(f"{tenant}-token".encode()).hexdigest()
-        for role in ("client", "worker"):
-            # one token, two entries: the file maps a digest to one role, so each role gets its own token
-            token_digest = digest if role == "client" else hashlib.sha256(f"{tenant}-token-w".encode()).hexdigest()
-            entries.append(
-                f'[[token]]\nsha256 = "{token_digest}"\ntenant = "{tenant}"\nrole = "{role}"\nqueues = ["*"]\n'
-            )
-    path = tmp_path / "auth.toml"
-    path.write_text("\n".join(entries))
-    return path
+    return write_auth_file(tmp_path / "auth.toml", TOKENS.values())
 
 
 @pytest.fixture
@@ -55,7 +50,7 @@ async def served(database_url: str, auth_file: Path, monkeypatch: pytest.MonkeyP
 
 
 def _worker(tenant: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {tenant}-token-w"),)
+    return TOKENS[tenant, "worker"].metadata
 
 
 async def test_one_tenants_streams_leave_room_for_another(served: Served) -> None:

@@ -1,20 +1,26 @@
-"""TLS and mutual TLS (JOBWIRE_TLS_CERT / _KEY / _CLIENT_CA) with certificates made by `openssl` at test time.
+"""TLS and mutual TLS (JOBWIRE_TLS_CERT / _KEY / _CLIENT_CA) with certificates made at test time.
 
 A CA signs the server's certificate (SAN 127.0.0.1 and localhost) and a client's; a
-second CA signs a client certificate the server must not accept.
+second CA signs a client certificate the server must not accept. The certificates come
+from the `cryptography` package (installed with jobwire's db extra), not from an
+`openssl` binary the machine may lack: these tests never skip.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
+import datetime
+import ipaddress
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from served import Served, start_server
 from service_support import stop_server
 
@@ -23,10 +29,7 @@ from jobwire.client.channel import ChannelConfig, aio_channel
 from jobwire.client.retry import RetrySettings
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-
 NO_RETRY = RetrySettings(unary_attempts=1)
-NEW_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")  # EC: quick to make
 
 
 @dataclass(frozen=True)
@@ -41,37 +44,81 @@ class Pki:
     stranger_key: Path
 
 
-def _openssl(*args: str | Path) -> None:
-    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
+@dataclass(frozen=True)
+class _Issuer:
+    name: x509.Name
+    key: ec.EllipticCurvePrivateKey
 
 
-def _make_ca(folder: Path, name: str) -> tuple[Path, Path]:
-    cert, key = folder / f"{name}.crt", folder / f"{name}.key"
-    ca_extensions = ("-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    _openssl(
-        "req", "-x509", *NEW_KEY, "-keyout", key, "-out", cert, "-days", "2", "-subj", f"/CN={name}", *ca_extensions
+def _write(folder: Path, name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> tuple[Path, Path]:
+    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
-    return cert, key
+    return cert_path, key_path
 
 
-def _issue(folder: Path, ca: tuple[Path, Path], name: str, extensions: str) -> tuple[Path, Path]:
-    cert, key, csr, ext = (folder / f"{name}.{s}" for s in ("crt", "key", "csr", "ext"))
-    _openssl("req", *NEW_KEY, "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
-    ext.write_text(f"basicConstraints=CA:FALSE\n{extensions}\n", encoding="utf-8")
-    signer = ("-CA", ca[0], "-CAkey", ca[1], "-CAcreateserial")
-    _openssl("x509", "-req", "-in", csr, *signer, "-out", cert, "-days", "2", "-sha256", "-extfile", ext)
-    return cert, key
+def _certificate(
+    name: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: _Issuer | None,
+    extensions: list[tuple[x509.ExtensionType, bool]],
+) -> x509.Certificate:
+    """Signed by `issuer`, or by its own key when None (a CA). EC P-256: quick to make."""
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer.name if issuer else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+    )
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    return builder.sign(issuer.key if issuer else key, hashes.SHA256())
+
+
+def _make_ca(folder: Path, name: str) -> tuple[Path, _Issuer]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    usage = x509.KeyUsage(
+        digital_signature=False, content_commitment=False, key_encipherment=False, data_encipherment=False,
+        key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False,
+    )  # fmt: skip
+    cert = _certificate(name, key, None, [(x509.BasicConstraints(ca=True, path_length=None), True), (usage, True)])
+    cert_path, _ = _write(folder, name, cert, key)
+    return cert_path, _Issuer(cert.subject, key)
+
+
+def _issue(
+    folder: Path, ca: _Issuer, name: str, usage: x509.ObjectIdentifier, *, names: list[x509.GeneralName] | None = None
+) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    extensions: list[tuple[x509.ExtensionType, bool]] = [
+        (x509.BasicConstraints(ca=False, path_length=None), False),
+        (x509.ExtendedKeyUsage([usage]), False),
+    ]
+    if names:
+        extensions.append((x509.SubjectAlternativeName(names), False))
+    return _write(folder, name, _certificate(name, key, ca, extensions), key)
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     folder = tmp_path_factory.mktemp("pki")
-    ca = _make_ca(folder, "jobwire-test-ca")
-    server = _issue(folder, ca, "server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth")
-    client = _issue(folder, ca, "client", "extendedKeyUsage=clientAuth")
-    other_ca = _make_ca(folder, "other-ca")
-    stranger = _issue(folder, other_ca, "stranger", "extendedKeyUsage=clientAuth")
-    return Pki(ca[0], *server, *client, other_ca[0], *stranger)
+    ca_cert, ca = _make_ca(folder, "jobwire-test-ca")
+    server_names: list[x509.GeneralName] = [
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.DNSName("localhost"),
+    ]
+    server = _issue(folder, ca, "server", ExtendedKeyUsageOID.SERVER_AUTH, names=server_names)
+    client = _issue(folder, ca, "client", ExtendedKeyUsageOID.CLIENT_AUTH)
+    other_cert, other_ca = _make_ca(folder, "other-ca")
+    stranger = _issue(folder, other_ca, "stranger", ExtendedKeyUsageOID.CLIENT_AUTH)
+    return Pki(ca_cert, *server, *client, other_cert, *stranger)
 
 
 @pytest.fixture

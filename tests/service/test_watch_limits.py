@@ -47,14 +47,13 @@ async def test_shutdown_ends_streams_with_unavailable_at_once(tmp_path: Path) ->
     status = watch(served, job.job_no)
     many = served.jobs.WatchJobs(job_pb2.WatchJobsRequest(owner="nobody"))
     assert await next_job(status) is not None
-    started = asyncio.get_running_loop().time()
     stopping = asyncio.create_task(served.runtime.stop(grace=30.0))
     try:
         for call in (status, many):
+            # next_job gives up after STEP_TIMEOUT_S (10 s), well inside the 30 s grace: a
+            # stream that waited to be cancelled at the grace's end fails here.
             code, reason = await rpc_error(next_job(call))
             assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVER_STOPPING")
-        # Well inside the grace period: the streams did not wait to be cancelled.
-        assert asyncio.get_running_loop().time() - started < 5.0
         await asyncio.wait_for(stopping, 10)
     finally:
         await served.channel.close()

@@ -22,7 +22,6 @@ CHANNELS = 4
 async def test_a_thousand_watchers_all_receive_the_terminal_state(tmp_path: Path) -> None:
     served = await start_server(f"sqlite:///{tmp_path / 'jobwire.db'}")
     channels = [grpc.aio.insecure_channel(served.target) for _ in range(CHANNELS)]
-    started = time.monotonic()
     try:
         jobs = [await submit(served) for _ in range(JOBS)]
         stubs = [type(served)(served.runtime, served.target, ch, *_stubs(ch)) for ch in channels]
@@ -48,8 +47,7 @@ async def test_a_thousand_watchers_all_receive_the_terminal_state(tmp_path: Path
             assert versions == sorted(set(versions))
         # The database saw one feed, not a thousand: reads of job_event track time, not watchers.
         polls = (time.monotonic() - changing) / served.runtime.settings.feed_poll_seconds
-        assert len(feed_reads) <= polls + 5, (len(feed_reads), polls)
-        assert time.monotonic() - started < 30
+        assert len(feed_reads) <= polls + 5, (len(feed_reads), polls)  # a ceiling: load only lowers the count
     finally:
         for ch in channels:
             await ch.close()

@@ -51,12 +51,14 @@ from typing import Any
 import grpc
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: run as a script too (make soak)
+from processes import ServerProcess, start_server_process
+
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 MYSQL = os.environ.get("JOBWIRE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306")
 MARIADBD = "/usr/sbin/mariadbd"
-READY_LINE = "jobwire serving on port "
 LEASE_S = 3
 REAPER_S = 0.5
 GRACE_S = 3.0  # stalled this long before RETRY requeues: the window in which "stalled" must show
@@ -134,23 +136,17 @@ class Findings:
 # -- processes ------------------------------------------------------------------------------
 def _env(database_url: str) -> dict[str, str]:
     return {
-        **os.environ, "JOBWIRE_DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1",
-        "JOBWIRE_REAPER_INTERVAL_SECONDS": str(REAPER_S), "JOBWIRE_STALL_GRACE_SECONDS": str(GRACE_S),
+        "JOBWIRE_DATABASE_URL": database_url, "JOBWIRE_REAPER_INTERVAL_SECONDS": str(REAPER_S),
+        "JOBWIRE_STALL_GRACE_SECONDS": str(GRACE_S),
     }  # fmt: skip
 
 
-def start_family(module: str, database_url: str, log: Path) -> tuple[subprocess.Popen[str], int]:
-    """Two serving processes of `module` on a port of their own; (parent, port)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", module, "--processes", "2", "--listen", "127.0.0.1:0"],
-        env=_env(database_url), stdout=subprocess.PIPE, stderr=log.open("a"), text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith(READY_LINE):
-        process.kill()
-        raise SystemExit(f"{module} did not start; see {log}")
-    return process, int(line.removeprefix(READY_LINE))
+def start_family(module: str, database_url: str) -> ServerProcess:
+    """Two serving processes of `module` on a port of their own: the parent, once both serve."""
+    try:
+        return start_server_process([module, "--processes", "2", "--listen", "127.0.0.1:0"], _env(database_url))
+    except AssertionError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def children(pid: int) -> list[int]:
@@ -218,13 +214,12 @@ class Soak:
         self.faulting = True
 
     async def run(self) -> Findings:
-        log = self.workdir / "servers.log"
-        api, api_port = start_family("jobwire.jobapi", self.url, log)
-        svc, svc_port = start_family("jobwire.worker.server", self.url, log)
+        api = start_family("jobwire.jobapi", self.url)
+        svc = start_family("jobwire.worker.server", self.url)
         self.families = [api, svc]
-        workers = Workers(f"127.0.0.1:{svc_port}", self.workdir, self.config.workers)
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{api_port}")
-        svc_channel = grpc.aio.insecure_channel(f"127.0.0.1:{svc_port}")
+        workers = Workers(svc.target, self.workdir, self.config.workers)
+        channel = grpc.aio.insecure_channel(api.target)
+        svc_channel = grpc.aio.insecure_channel(svc.target)
         self.jobs = job_pb2_grpc.JobServiceStub(channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(channel)
         self.worker_api = worker_pb2_grpc.WorkerServiceStub(svc_channel)
@@ -243,12 +238,15 @@ class Soak:
                 task.cancel()
             workers.stop()
             for family in self.families:
-                family.send_signal(signal.SIGTERM)
+                family.proc.send_signal(signal.SIGTERM)
             for family in self.families:
                 try:
-                    family.wait(30)
+                    family.proc.wait(30)
                 except subprocess.TimeoutExpired:
                     family.kill()
+            with (self.workdir / "servers.log").open("a") as log:  # both families' output, for a failed run
+                for family in self.families:
+                    log.write("".join(family.output))
             await channel.close()
             await svc_channel.close()
         return self.found

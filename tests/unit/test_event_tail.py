@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from served import eventually
 
 from jobwire.db.feed import FeedRow
+from jobwire.runtime import tail as tail_module
 from jobwire.runtime.tail import BUSY_BACKOFF_S, EventTail
 
 
@@ -33,37 +38,68 @@ class CountingReader:
         pass
 
 
-async def _polls_in(reader: CountingReader, seconds: float) -> int:
-    before = reader.polls
-    await asyncio.sleep(seconds)
-    return reader.polls - before
+async def _polls_in(tail: EventTail, seconds: float) -> int:
+    """Polls the tail completes in `seconds`: only ever compared with a ceiling, which no load can break."""
+    before = tail.polls
+    await asyncio.sleep(seconds)  # time passing is what a pace test measures
+    return tail.polls - before
 
 
-async def test_pace_follows_news_and_listeners() -> None:
-    reader = CountingReader()
-    listening = {"now": True}
+def _polls_reach(tail: EventTail, count: int) -> Callable[[], Awaitable[bool]]:
+    async def probe() -> bool:
+        return tail.polls >= count
+
+    return probe
+
+
+@contextlib.asynccontextmanager
+async def _tailing(reader: CountingReader, listening: Callable[[], bool]) -> AsyncIterator[tuple[EventTail, list[int]]]:
     tail = EventTail(reader, poll_seconds=0.02)  # type: ignore[arg-type]
     delivered: list[int] = []
-    tail.subscribe(lambda rows, seq: delivered.append(len(rows)), listening=lambda: listening["now"])
+    tail.subscribe(lambda rows, seq: delivered.append(len(rows)), listening=listening)
     task = asyncio.create_task(tail.run())
     try:
-        reader.busy = True
-        busy = await _polls_in(reader, 1.0)
-        assert busy >= 25, busy  # a poll every 20 ms while rows come (timers are coarse here)
-        reader.busy = False
-        await asyncio.sleep(0.5)  # the backoff reaches its ceiling
-        quiet = await _polls_in(reader, 1.0)
-        assert quiet <= 1.0 / BUSY_BACKOFF_S + 1, quiet
-        listening["now"] = False
-        await asyncio.sleep(1.1)
-        idle = await _polls_in(reader, 2.0)
-        assert idle <= 3, idle  # once a second
-        started = time.monotonic()
-        tail.wake()  # a listener arrives: a poll at once
-        before = reader.polls
-        while reader.polls == before:
-            await asyncio.sleep(0.005)
-        assert time.monotonic() - started < 0.2
-        assert delivered and set(delivered) == {1}
+        yield tail, delivered
     finally:
         task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_while_rows_come_polls_follow_one_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No backoff and no idle pause within the test's reach: only the pace for news keeps polls coming.
+    monkeypatch.setattr(tail_module, "BUSY_BACKOFF_S", 3600.0)
+    monkeypatch.setattr(tail_module, "IDLE_POLL_S", 3600.0)
+    reader = CountingReader()
+    reader.busy = True
+    async with _tailing(reader, lambda: True) as (tail, delivered):
+        await eventually(_polls_reach(tail, 25), what="25 polls in a row while each brings a row")
+        assert delivered and set(delivered) == {1}
+
+
+async def test_a_listener_with_no_news_is_polled_for_at_the_backoff_ceiling() -> None:
+    reader = CountingReader()
+    async with _tailing(reader, lambda: True) as (tail, _):
+        # 20 ms doubling per empty poll passes BUSY_BACKOFF_S (250 ms) within five polls.
+        await eventually(_polls_reach(tail, 6), what="six empty polls")
+        quiet = await _polls_in(tail, 1.0)
+        assert quiet <= 1.0 / BUSY_BACKOFF_S + 1, quiet
+
+
+async def test_with_nobody_listening_it_polls_once_a_second() -> None:
+    reader = CountingReader()
+    async with _tailing(reader, lambda: False) as (tail, _):
+        await eventually(_polls_reach(tail, 1), what="the first poll")
+        idle = await _polls_in(tail, 2.0)
+        assert idle <= 3, idle  # IDLE_POLL_S: once a second
+
+
+async def test_a_wake_polls_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tail_module, "IDLE_POLL_S", 3600.0)  # without the wake, no poll for an hour
+    reader = CountingReader()
+    async with _tailing(reader, lambda: False) as (tail, _):
+        await eventually(_polls_reach(tail, 1), what="the first poll")
+        # The count rises on the loop just before the tail parks in its pause, in the same step.
+        before = tail.polls
+        tail.wake()  # a listener arrives
+        await eventually(_polls_reach(tail, before + 1), what="a poll after wake()")

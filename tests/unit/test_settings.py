@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from jobwire.runtime.parts import endpoint
 from jobwire.runtime.settings import Settings
 
 
@@ -31,6 +32,7 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_RETENTION_WORKER_DAYS": "0"}, "JOBWIRE_RETENTION_WORKER_DAYS"),
         ({"JOBWIRE_RESULT_SCHEMES": "https:"}, "JOBWIRE_RESULT_SCHEMES"),
         ({"JOBWIRE_RESULT_SCHEMES": " , "}, "JOBWIRE_RESULT_SCHEMES"),
+        ({"JOBWIRE_MIGRATE": "maybe"}, "JOBWIRE_MIGRATE"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names: str) -> None:
@@ -39,4 +41,23 @@ def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names
 
 
 def test_tls_needs_both_halves() -> None:
-    assert Settings(tls_cert=Path("c.pem"), tls_key=Path("k.pem")).tls_cert == Path("c.pem")
+    # Read from the environment as paths, and handed to the server's endpoint together.
+    both = Settings.from_env({"JOBWIRE_TLS_CERT": "/etc/jobwire/c.pem", "JOBWIRE_TLS_KEY": "/etc/jobwire/k.pem"})
+    tls = endpoint(both)
+    assert (tls.tls_cert, tls.tls_key, tls.tls_client_ca) == (
+        Path("/etc/jobwire/c.pem"),
+        Path("/etc/jobwire/k.pem"),
+        None,
+    )
+    plain = endpoint(Settings.from_env({"JOBWIRE_TLS_CERT": "", "JOBWIRE_TLS_KEY": ""}))  # empty: not set
+    assert (plain.tls_cert, plain.tls_key) == (None, None)
+    for half in ({"tls_cert": Path("c.pem")}, {"tls_key": Path("k.pem")}):
+        with pytest.raises(ValueError, match="JOBWIRE_TLS_CERT and JOBWIRE_TLS_KEY go together"):
+            Settings(**half)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "migrate"), [("", True), ("1", True), ("true", True), ("YES", True), ("0", False), ("false", False)]
+)
+def test_migrating_at_start_is_the_default_and_can_be_left_to_the_migrate_step(value: str, migrate: bool) -> None:
+    assert Settings.from_env({"JOBWIRE_MIGRATE": value}).migrate is migrate

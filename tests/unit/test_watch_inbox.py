@@ -93,8 +93,9 @@ def test_a_closed_inbox_raises_at_once() -> None:
         box.close(ServerStopping())
         with pytest.raises(ServerStopping):
             await box.next()
-        with pytest.raises(ServerStopping):
-            await box.until(asyncio.sleep(30))
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with pytest.raises(ServerStopping):  # a wait for `never` would end in TimeoutError instead
+            await asyncio.wait_for(box.until(never), 10)
 
     asyncio.run(scenario())
 

@@ -85,7 +85,7 @@ class FakeWorkerService:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     claim_gate: asyncio.Event | None = None  # when set, Claim long-polls until the gate opens
     on_end: Callable[[str, Any], None] | None = None  # sees every ending call as it arrives
-    report_latency: float = 0.0  # how long a ReportStage takes to answer
+    report_gate: asyncio.Event | None = None  # when set, BatchReportStage answers once the gate opens
 
     def of(self, method: str, job_no: str | None = None) -> list[Any]:
         return [c.request for c in self.calls if c.method == method and (job_no is None or c.request.job_no == job_no)]
@@ -114,6 +114,7 @@ class FakeWorkerService:
         if self.claim_gate is not None:
             await self.claim_gate.wait()
         elif not self.pending:
+            # A short long poll: nothing to hand out, and a worker must not spin on the fake.
             await asyncio.sleep(min(0.02, request.wait.ToTimedelta().total_seconds()))
         granted, self.pending = self.pending[: request.max_jobs or 1], self.pending[request.max_jobs or 1 :]
         return worker_pb2.ClaimResponse(leases=granted)
@@ -134,7 +135,8 @@ class FakeWorkerService:
         """Each report is recorded as "ReportStage"; an error queued for "ReportStage" that a
         retry could cure (UNAVAILABLE) fails the whole call, any other answers its report."""
         self._record("BatchReportStage", request)
-        await asyncio.sleep(self.report_latency)
+        if self.report_gate is not None:
+            await self.report_gate.wait()
         results = []
         for report in request.reports:
             try:

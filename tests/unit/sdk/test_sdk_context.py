@@ -101,11 +101,36 @@ def test_check_raises_the_strongest_reason_and_keeps_raising() -> None:
     assert state.delivered is StopReason.LOST
 
 
+class _AnnouncedWait(threading.Event):
+    """The state's wake-up event, telling the test once a sleep waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
 def test_sleep_wakes_early_on_a_stop() -> None:
     ctx, state, _ = make()
-    threading.Timer(0.05, state.request_stop, args=(StopReason.CANCEL,)).start()
-    with pytest.raises(JobCancelled):
-        ctx.sleep(30)
+    state._wake = wake = _AnnouncedWait()
+    ended: list[BaseException] = []
+
+    def sleeper() -> None:
+        try:
+            ctx.sleep(600)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            ended.append(exc)
+
+    thread = threading.Thread(target=sleeper, daemon=True)
+    thread.start()
+    assert wake.waiting.wait(10), "ctx.sleep never began to wait"
+    state.request_stop(StopReason.CANCEL)  # while it sleeps, not before
+    thread.join(30)
+    assert not thread.is_alive(), "a stop did not wake ctx.sleep(600)"
+    assert [type(e) for e in ended] == [JobCancelled]
 
 
 def test_payload_json() -> None:

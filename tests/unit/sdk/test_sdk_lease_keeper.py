@@ -57,8 +57,15 @@ async def test_a_failed_heartbeat_is_retried_sooner(fake: FakeWorkerService) -> 
 async def test_no_leases_no_heartbeats(fake: FakeWorkerService) -> None:
     keeper = LeaseKeeper(fake, worker_id="w1", default_interval=0.05)
     task = asyncio.create_task(keeper.run())
-    await asyncio.sleep(0.2)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    assert fake.of("Heartbeat") == []
+    try:
+        # Time passing is what is tested: an idle keeper stays silent for several of its intervals.
+        await asyncio.sleep(0.2)
+        assert fake.of("Heartbeat") == []
+        # ...and it was alive all along: the first lease gets the first heartbeat.
+        keeper.add("A", "t-A", interval=0.05, on_stop=lambda r: None)
+        (first, *_) = await fake.wait_for("Heartbeat", 1)
+        assert [ref.job_no for ref in first.leases] == ["A"]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -3,7 +3,9 @@
 A feed that lost a row (one committed after the gap grace period) and an inbox that
 overflowed behind a slow reader both leave a hole in a stream's versions; the stream
 must notice and replay it, so no transition is ever lost. These tests build the feed
-and the streams by hand around a served database, with a feed that loses rows on purpose.
+and the streams by hand around a served database, with a feed that loses rows on purpose
+and a private method (Watches._replay) wrapped to count replays: fault injection, hence
+tests/fault.
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+from fault_support import claim_request, result
 from google.protobuf.duration_pb2 import Duration
-from service_support import claim, running, submit
-from watch_support import complete, fail, phases, report
+from served import Served
 
 from jobwire.db.feed import FeedReader, FeedRow
 from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.watch import StreamRegistry, Watches
 from jobwire.runtime.tail import EventTail
-from jobwire.v1 import job_pb2
+from jobwire.v1 import job_pb2, worker_pb2
 
 
 class LossyReader(FeedReader):
@@ -37,14 +39,38 @@ class LossyReader(FeedReader):
 
 
 async def watches_over(
-    served, lose: Callable[[FeedRow], bool], inbox_limit: int = 256
-) -> tuple[Watches, LossyReader, asyncio.Task[None]]:  # type: ignore[no-untyped-def]
+    served: Served, lose: Callable[[FeedRow], bool], inbox_limit: int = 256
+) -> tuple[Watches, LossyReader, EventTail, asyncio.Task[None]]:
     reader = LossyReader(FeedReader(served.runtime.store.db), lose)
     tail = EventTail(reader, poll_seconds=0.02)
     feed = ChangeFeed(tail)
     task = asyncio.create_task(tail.run())
     rt = served.runtime
-    return Watches(feed, rt.store, rt.blocking, StreamRegistry(100, inbox_limit=inbox_limit)), reader, task
+    return Watches(feed, rt.store, rt.blocking, StreamRegistry(100, inbox_limit=inbox_limit)), reader, tail, task
+
+
+async def claimed(served: Served) -> worker_pb2.Lease:
+    (lease,) = (await served.workers.Claim(claim_request(wait=2))).leases
+    return lease
+
+
+async def report(served: Served, lease: worker_pb2.Lease, stage: str, units: int) -> None:
+    await served.workers.ReportStage(worker_pb2.ReportStageRequest(
+        job_no=lease.job_no, worker_token=lease.worker_token, stage=stage, processed_units=units, total_units=100,
+    ))  # fmt: skip
+
+
+async def complete(served: Served, lease: worker_pb2.Lease) -> None:
+    await served.workers.Complete(
+        worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token, result=result())
+    )
+
+
+async def fail_retryable(served: Served, lease: worker_pb2.Lease) -> None:
+    await served.workers.Fail(worker_pb2.FailRequest(
+        job_no=lease.job_no, worker_token=lease.worker_token, category=job_pb2.JobError.INPUT_INVALID,
+        message="the input is not a video", retryable=True,
+    ))  # fmt: skip
 
 
 async def collect(stream: AsyncIterator[job_pb2.JobUpdate], timeout: float = 10.0) -> list[job_pb2.Job]:
@@ -54,9 +80,12 @@ async def collect(stream: AsyncIterator[job_pb2.JobUpdate], timeout: float = 10.
     return await asyncio.wait_for(all_of(), timeout)
 
 
-async def test_a_version_the_feed_never_delivered_is_replayed(served) -> None:  # type: ignore[no-untyped-def]
-    job, lease = await running(served)
-    watches, reader, task = await watches_over(served, lambda r: r.version in (3, 5))
+async def test_a_version_the_feed_never_delivered_is_replayed(servers, database_url) -> None:  # type: ignore[no-untyped-def]
+    served = await servers(database_url)
+    job = (await served.jobs.Submit(job_pb2.SubmitRequest(job_type="frames"))).job
+    lease = await claimed(served)
+    assert lease.job_no == job.job_no
+    watches, reader, _, task = await watches_over(served, lambda r: r.version in (3, 5))
     try:
         stream = watches.status("default", job.job_no, 0, "")
         first = await anext(stream)
@@ -72,10 +101,11 @@ async def test_a_version_the_feed_never_delivered_is_replayed(served) -> None:  
         task.cancel()
 
 
-async def test_a_slow_reader_keeps_every_transition_in_bounded_memory(served) -> None:  # type: ignore[no-untyped-def]
+async def test_a_slow_reader_keeps_every_transition_in_bounded_memory(servers, database_url) -> None:  # type: ignore[no-untyped-def]
+    served = await servers(database_url)
     policy = job_pb2.RetryPolicy(max_attempts=5, initial_backoff=Duration(nanos=1_000_000))
-    job = await submit(served, retry_policy=policy)
-    watches, _, task = await watches_over(served, lambda r: False, inbox_limit=2)
+    job = (await served.jobs.Submit(job_pb2.SubmitRequest(job_type="frames", retry_policy=policy))).job
+    watches, _, tail, task = await watches_over(served, lambda r: False, inbox_limit=2)
     replays = []
     real_replay = watches._replay
 
@@ -89,15 +119,15 @@ async def test_a_slow_reader_keeps_every_transition_in_bounded_memory(served) ->
         assert (await anext(stream)).job.version == 1
         # The reader stops reading while the job goes through four attempts.
         for _ in range(3):
-            (lease,) = await claim(served, wait=2)
+            lease = await claimed(served)
             for units in (1, 2, 3):
                 await report(served, lease, "PROCESSING", units)
-            await fail(served, lease, retryable=True)
-        (lease,) = await claim(served, wait=2)
-        await complete(served, lease)
-        await asyncio.sleep(0.3)  # the feed delivers everything into a two-item inbox
+            await fail_retryable(served, lease)
+        await complete(served, await claimed(served))
+        # Until the feed has delivered every event committed so far into the two-item inbox.
+        await asyncio.wait_for(tail.sync(), 10)
         rest = await collect(stream)
-        statuses = [status for status, _ in phases(rest)]
+        statuses = [job_pb2.Job.Status.Name(j.status) for j in rest]
         folded = [s for i, s in enumerate(statuses) if i == 0 or statuses[i - 1] != s]
         assert folded == ["RUNNING", "QUEUED"] * 3 + ["RUNNING", "READY"]
         assert [j.attempt for j in rest if j.status == job_pb2.Job.QUEUED] == [1, 2, 3]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ import grpc
 import pytest
 import sqlalchemy as sa
 from served import eventually
-from service_support import artifact, claim, rpc_error, submit
+from service_support import artifact, claim, events, heartbeat, kinds, rpc_error, submit, when
 
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
@@ -55,23 +55,6 @@ async def get(s: Any, job_no: str) -> job_pb2.Job:
     return await s.jobs.Get(job_pb2.GetRequest(job_no=job_no))
 
 
-def when(s: Any, job_no: str, test: Callable[[job_pb2.Job], bool]) -> Callable[[], Awaitable[job_pb2.Job | None]]:
-    async def probe() -> job_pb2.Job | None:
-        job = await get(s, job_no)
-        return job if test(job) else None
-
-    return probe
-
-
-async def events(s: Any, job_no: str) -> list[admin_pb2.JobEvent]:
-    reply = await s.admin.ListEvents(admin_pb2.ListEventsRequest(job_no=job_no, page_size=500))
-    return list(reply.events)
-
-
-async def kinds(s: Any, job_no: str) -> list[str]:
-    return [e.kind for e in await events(s, job_no)]
-
-
 def retry_policy(max_attempts: int) -> job_pb2.RetryPolicy:
     return job_pb2.RetryPolicy(max_attempts=max_attempts, on_lease_lost=job_pb2.RetryPolicy.RETRY)
 
@@ -79,12 +62,6 @@ def retry_policy(max_attempts: int) -> job_pb2.RetryPolicy:
 async def report(s: Any, lease: worker_pb2.Lease, **fields: Any) -> worker_pb2.ReportStageResponse:
     request = worker_pb2.ReportStageRequest(job_no=lease.job_no, worker_token=lease.worker_token, **fields)
     return await s.workers.ReportStage(request)
-
-
-async def heartbeat(s: Any, lease: worker_pb2.Lease, worker_id: str = "w1") -> worker_pb2.LeaseState:
-    ref = worker_pb2.LeaseRef(job_no=lease.job_no, worker_token=lease.worker_token)
-    reply = await s.workers.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=worker_id, leases=[ref]))
-    return reply.leases[0]
 
 
 def complete(s: Any, lease: worker_pb2.Lease, uri: str = "file:///results/out.bin") -> Any:

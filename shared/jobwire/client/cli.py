@@ -127,14 +127,14 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
 
 
 def _admin_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("inspect", parents=[common], help="stalled leases, broken invariants")
+    p = sub.add_parser("inspect", parents=[common], help="stalled leases, jobs without progress, broken invariants")
     p.add_argument("--queue", default="")
     p.add_argument(
         "--kind",
         type=c.kind_arg,
         action="append",
         default=[],
-        help="repeatable: STALLED, RUNNING_WITHOUT_LEASE, TERMINAL_WITH_TOKEN",
+        help="repeatable: STALLED, NO_PROGRESS, RUNNING_WITHOUT_LEASE, TERMINAL_WITH_TOKEN",
     )
     p.add_argument("--stalled-after", type=float, metavar="SECONDS", help="only leases expired at least this long ago")
     p.set_defaults(handler=c.cmd_inspect)

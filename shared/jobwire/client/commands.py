@@ -283,7 +283,7 @@ def cmd_inspect(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.as_json:
         ctx.emit([render.to_json(f) for f in findings])
     elif not findings:
-        ctx.out.print("no findings: no stalled leases, no broken invariants")
+        ctx.out.print("no findings: no stalled leases, no jobs without progress, no broken invariants")
     else:
         ctx.out.print(render.findings_table(findings))
     return EXIT_OK

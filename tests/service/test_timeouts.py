@@ -213,6 +213,21 @@ async def test_no_progress_under_fail_ends_the_attempt_as_a_timeout(serve) -> No
     await assert_invariants_hold(s)
 
 
+async def test_replicas_sweeping_one_database_act_once_on_each_job(serve) -> None:  # type: ignore[no-untyped-def]
+    first, second = await serve(**FAST), await serve(**FAST)
+    attempts = [await submit(first, retry_policy=retries(1), timeouts=limits(attempt_timeout=0.3)) for _ in range(4)]
+    idle = [await submit(first, timeouts=limits(stage_timeout=0.3)) for _ in range(4)]
+    assert len(await claim(second, max_jobs=8, lease=LEASE_S)) == 8
+    for job in attempts:
+        await eventually(when(second, job.job_no, status_is(job_pb2.Job.FAILED)), what="timed out")
+    for job in idle:
+        await eventually(when(first, job.job_no, lambda j: "no progress" in j.display.detail), what="marked")
+    await asyncio.sleep(10 * SWEEP_S)  # both replicas sweep several more times: none may act again
+    assert [(await kinds(first, j.job_no)).count("ATTEMPT_TIMED_OUT") for j in attempts] == [1] * 4
+    assert [(await kinds(second, j.job_no)).count("NO_PROGRESS") for j in idle] == [1] * 4
+    await assert_invariants_hold(first)
+
+
 async def test_the_server_default_applies_to_submits_without_an_attempt_timeout(serve) -> None:  # type: ignore[no-untyped-def]
     s = await serve(reaper_interval_seconds=0, default_attempt_timeout_seconds=600)
     defaulted = await submit(s, priority=2)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from served import Served, eventually
 
 from jobwire.client.status import error_reason
-from jobwire.v1 import admin_pb2_grpc, job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
+from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import POLL_INTERVAL_S
 
 SHA = "ab" * 32
@@ -223,3 +224,31 @@ async def woken(task: asyncio.Future[T]) -> T:
         return await asyncio.wait_for(task, WOKEN_WITHIN_S)
     except TimeoutError:
         raise AssertionError(f"the waiting claim was not woken within {WOKEN_WITHIN_S}s") from None
+
+
+# --- reading a job's state and evidence while something changes it ---------------------------
+
+
+def when(s: Any, job_no: str, test: Callable[[job_pb2.Job], bool]) -> Callable[[], Awaitable[job_pb2.Job | None]]:
+    """A probe for `eventually`: the job once `test` holds for it."""
+
+    async def probe() -> job_pb2.Job | None:
+        job = await get(s, job_no)
+        return job if test(job) else None
+
+    return probe
+
+
+async def events(s: Any, job_no: str) -> list[admin_pb2.JobEvent]:
+    reply = await s.admin.ListEvents(admin_pb2.ListEventsRequest(job_no=job_no, page_size=500))
+    return list(reply.events)
+
+
+async def kinds(s: Any, job_no: str) -> list[str]:
+    return [e.kind for e in await events(s, job_no)]
+
+
+async def heartbeat(s: Any, lease: worker_pb2.Lease, worker_id: str = "w1") -> worker_pb2.LeaseState:
+    ref = worker_pb2.LeaseRef(job_no=lease.job_no, worker_token=lease.worker_token)
+    reply = await s.workers.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=worker_id, leases=[ref]))
+    return reply.leases[0]

@@ -113,6 +113,10 @@ def policy(**fields: object) -> job_pb2.RetryPolicy:
     return job_pb2.RetryPolicy(**fields)  # type: ignore[arg-type]
 
 
+def limits(**fields: object) -> job_pb2.Timeouts:
+    return job_pb2.Timeouts(**fields)  # type: ignore[arg-type]
+
+
 SUBMIT = [
     submit_case("empty job_type", "job_type", job_type=""),
     submit_case("job_type with a space", "job_type", job_type="bad name!"),
@@ -169,6 +173,27 @@ SUBMIT = [
     ),
     submit_case("locale of 36 chars", "locale", locale="l" * 36),
     submit_case("locale with a newline", "locale", locale="en\n"),
+    submit_case("negative attempt_timeout", "timeouts.attempt_timeout", timeouts=limits(attempt_timeout=duration(-1))),
+    submit_case(
+        "attempt_timeout of 31 days",
+        "timeouts.attempt_timeout",
+        timeouts=limits(attempt_timeout=duration(31 * 86400)),
+    ),
+    submit_case(
+        "attempt_timeout of -1 ns", "timeouts.attempt_timeout", timeouts=limits(attempt_timeout=raw_duration(0, -1))
+    ),
+    submit_case("negative job_timeout", "timeouts.job_timeout", timeouts=limits(job_timeout=duration(-0.5))),
+    submit_case("job_timeout of 2^62 s", "timeouts.job_timeout", timeouts=limits(job_timeout=raw_duration(2**62))),
+    submit_case("negative stage_timeout", "timeouts.stage_timeout", timeouts=limits(stage_timeout=duration(-60))),
+    submit_case(
+        "stage_timeout of 31 days", "timeouts.stage_timeout", timeouts=limits(stage_timeout=duration(31 * 86400))
+    ),
+    submit_case("on_no_progress 7", "timeouts.on_no_progress", timeouts=limits(on_no_progress=7)),
+    submit_case(
+        "on_no_progress FAIL without a stage_timeout",
+        "timeouts.on_no_progress",
+        timeouts=limits(attempt_timeout=duration(60), on_no_progress=job_pb2.Timeouts.FAIL),
+    ),
 ]
 
 LONG_LOCALE = "l" * 36
@@ -729,6 +754,12 @@ async def test_the_limits_themselves_are_accepted(served) -> None:  # type: igno
                 max_attempts=100, initial_backoff=duration(86400), max_backoff=duration(86400), backoff_multiplier=10
             ),
             run_after=ts(253402300799),  # 9999-12-31T23:59:59Z: legal, if patient
+            timeouts=job_pb2.Timeouts(
+                attempt_timeout=duration(30 * 86400),
+                job_timeout=duration(30 * 86400),
+                stage_timeout=duration(30 * 86400),
+                on_no_progress=job_pb2.Timeouts.FAIL,
+            ),
         )
     )
     assert reply.created and reply.job.max_attempts == 100

@@ -11,14 +11,26 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
 from served import eventually
-from service_support import LEASE_LOST, assert_invariants, claim, complete_request, get, rpc_error, submit
+from service_support import (
+    LEASE_LOST,
+    artifact,
+    assert_invariants,
+    claim,
+    events,
+    get,
+    heartbeat,
+    kinds,
+    rpc_error,
+    submit,
+    when,
+)
 
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
@@ -61,23 +73,6 @@ async def a_whole_reaper_round(s: Any) -> None:
         await eventually(when(s, witness.job_no, lambda j: j.stalled), what="the reaper marks a witness lease stalled")
 
 
-def when(s: Any, job_no: str, test: Callable[[job_pb2.Job], bool]) -> Callable[[], Awaitable[job_pb2.Job | None]]:
-    async def probe() -> job_pb2.Job | None:
-        job = await get(s, job_no)
-        return job if test(job) else None
-
-    return probe
-
-
-async def events(s: Any, job_no: str) -> list[admin_pb2.JobEvent]:
-    reply = await s.admin.ListEvents(admin_pb2.ListEventsRequest(job_no=job_no, page_size=500))
-    return list(reply.events)
-
-
-async def kinds(s: Any, job_no: str) -> list[str]:
-    return [e.kind for e in await events(s, job_no)]
-
-
 def retry_policy(max_attempts: int) -> job_pb2.RetryPolicy:
     return job_pb2.RetryPolicy(max_attempts=max_attempts, on_lease_lost=job_pb2.RetryPolicy.RETRY)
 
@@ -87,14 +82,9 @@ async def report(s: Any, lease: worker_pb2.Lease, **fields: Any) -> worker_pb2.R
     return await s.workers.ReportStage(request)
 
 
-async def heartbeat(s: Any, lease: worker_pb2.Lease, worker_id: str = "w1") -> worker_pb2.LeaseState:
-    ref = worker_pb2.LeaseRef(job_no=lease.job_no, worker_token=lease.worker_token)
-    reply = await s.workers.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=worker_id, leases=[ref]))
-    return reply.leases[0]
-
-
-def complete(s: Any, lease: worker_pb2.Lease) -> Any:
-    return s.workers.Complete(complete_request(lease))
+def complete(s: Any, lease: worker_pb2.Lease, uri: str = "file:///results/out.bin") -> Any:
+    request = worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token, result=artifact(uri))
+    return s.workers.Complete(request)
 
 
 async def assert_lease_lost(call: Any) -> None:

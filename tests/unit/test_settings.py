@@ -15,6 +15,8 @@ def test_defaults_and_environment() -> None:
     assert (settings.lease_seconds, settings.job_prefix, settings.stall_grace) == (12.0, "ACME2", 12.0)
     assert Settings.from_env({}).database_url == "sqlite:///var/jobwire.db"
     assert Settings.from_env({"JOBWIRE_RESULT_SCHEMES": "minio, https"}).result_schemes == {"minio", "https"}
+    assert Settings.from_env({}).default_attempt_timeout_seconds is None  # unset: no default limit
+    assert Settings.from_env({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "600"}).default_attempt_timeout_seconds == 600.0
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,10 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_RESULT_SCHEMES": "https:"}, "JOBWIRE_RESULT_SCHEMES"),
         ({"JOBWIRE_RESULT_SCHEMES": " , "}, "JOBWIRE_RESULT_SCHEMES"),
         ({"JOBWIRE_MIGRATE": "maybe"}, "JOBWIRE_MIGRATE"),
+        ({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "0"}, "JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT"),
+        ({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "-5"}, "JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT"),
+        ({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "nan"}, "JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT"),
+        ({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "2600000"}, "JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names: str) -> None:

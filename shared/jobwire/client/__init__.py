@@ -22,7 +22,7 @@ from jobwire.client.errors import (
     UnavailableError,
     status_code,
 )
-from jobwire.client.jobs import JobClient, Submitted
+from jobwire.client.jobs import JobClient, Submitted, Timeouts
 from jobwire.client.retry import Backoff, Pauses, RetrySettings
 from jobwire.client.status import error_reason, status_info
 
@@ -43,6 +43,7 @@ __all__ = [
     "ResourceExhaustedError",
     "RetrySettings",
     "Submitted",
+    "Timeouts",
     "UnauthenticatedError",
     "UnavailableError",
     "aio_channel",

@@ -35,9 +35,12 @@ _SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 _TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
-def _global_options(parser: argparse.ArgumentParser, env: Mapping[str, str], *, top: bool) -> None:
+def _global_options(
+    parser: argparse.ArgumentParser, env: Mapping[str, str], *, top: bool, call_timeout: bool = True
+) -> None:
     # Subcommands accept the same options (`jobctl watch X --json`); there they default to
-    # SUPPRESS so they only override what was given before the command name.
+    # SUPPRESS so they only override what was given before the command name. Submit has a
+    # `--timeout` of its own (`call_timeout=False`): the attempt's time limit.
     def default(value: object) -> object:
         return value if top else argparse.SUPPRESS
 
@@ -64,12 +67,8 @@ def _global_options(parser: argparse.ArgumentParser, env: Mapping[str, str], *, 
         default=default(False),
         help="machine-readable output (watch: one JSON object per update)",
     )
-    add(
-        "--timeout",
-        type=float,
-        default=default(30.0),
-        help="seconds per call (default 30)",
-    )
+    if call_timeout:
+        add("--timeout", type=float, default=default(30.0), help="seconds per call (default 30)")
     add("--tls", action="store_true", default=default(False), help="use TLS")
     add(
         "--tls-ca",
@@ -79,8 +78,11 @@ def _global_options(parser: argparse.ArgumentParser, env: Mapping[str, str], *, 
     )
 
 
-def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("submit", parents=[common], help="submit a job")
+def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    # On submit `--timeout` is the attempt's time limit; the per-call one goes before the command.
+    submit_common = argparse.ArgumentParser(add_help=False)
+    _global_options(submit_common, env, top=False, call_timeout=False)
+    p = sub.add_parser("submit", parents=[submit_common], help="submit a job")
     p.add_argument("job_type", help="the handler to run, e.g. transcode")
     payload = p.add_mutually_exclusive_group()
     payload.add_argument("--payload", help="JSON payload text")
@@ -92,6 +94,13 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--label", type=c.label_arg, action="append", default=[], metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--max-attempts", type=int, default=0, help="0: the server's default")
     p.add_argument("--on-lease-lost", type=str.upper, choices=["INSPECT", "RETRY"])
+    p.add_argument(
+        "--timeout", dest="attempt_timeout", type=c.duration_arg, metavar="ATTEMPT",
+        help="time limit of one attempt: 90s, 5m, 2h (0: none, not even the server's default)",
+    )  # fmt: skip
+    p.add_argument("--job-timeout", type=c.duration_arg, metavar="LIMIT", help="time limit of the whole job")
+    p.add_argument("--stage-timeout", type=c.duration_arg, metavar="LIMIT", help="longest time without progress")
+    p.add_argument("--on-no-progress", type=str.upper, choices=["INSPECT", "FAIL"], help="FAIL needs --stage-timeout")
     p.add_argument(
         "--run-after", type=c.when_arg, metavar="WHEN", help="ISO time (UTC if naive) or a delay: 90s, 5m, 2h"
     )
@@ -118,14 +127,14 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
 
 
 def _admin_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("inspect", parents=[common], help="stalled leases, broken invariants")
+    p = sub.add_parser("inspect", parents=[common], help="stalled leases, jobs without progress, broken invariants")
     p.add_argument("--queue", default="")
     p.add_argument(
         "--kind",
         type=c.kind_arg,
         action="append",
         default=[],
-        help="repeatable: STALLED, RUNNING_WITHOUT_LEASE, TERMINAL_WITH_TOKEN",
+        help="repeatable: STALLED, NO_PROGRESS, RUNNING_WITHOUT_LEASE, TERMINAL_WITH_TOKEN",
     )
     p.add_argument("--stalled-after", type=float, metavar="SECONDS", help="only leases expired at least this long ago")
     p.set_defaults(handler=c.cmd_inspect)
@@ -155,7 +164,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, env, top=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _job_commands(sub, common)
+    _job_commands(sub, common, env)
     _admin_commands(sub, common)
     return parser
 

@@ -21,7 +21,7 @@ from jobwire.client.admin import AdminClient
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.convert import finding_kind, status_value
 from jobwire.client.errors import ClientError, from_rpc_error
-from jobwire.client.jobs import JobClient
+from jobwire.client.jobs import JobClient, Timeouts
 from jobwire.client.live import WatchView
 from jobwire.client.retry import RetrySettings, Sleep
 from jobwire.v1 import job_pb2
@@ -104,12 +104,18 @@ def kind_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"unknown finding kind {text!r}") from None
 
 
+def duration_arg(text: str) -> timedelta:
+    """A span of time: 90, 90s, 5m, 2h, 1d."""
+    delay = _DELAY.match(text.strip())
+    if delay is None:
+        raise argparse.ArgumentTypeError(f"not a duration such as 90s, 5m, 2h: {text!r}")
+    return timedelta(seconds=float(delay.group(1)) * _UNIT_S[delay.group(2)])
+
+
 def when_arg(text: str) -> datetime:
     """An ISO 8601 moment (naive means UTC), or a delay from now: 90, 90s, 5m, 2h, 1d."""
-    delay = _DELAY.match(text.strip())
-    if delay:
-        seconds = float(delay.group(1)) * _UNIT_S[delay.group(2)]
-        return datetime.now(UTC) + timedelta(seconds=seconds)
+    if _DELAY.match(text.strip()):
+        return datetime.now(UTC) + duration_arg(text)
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
@@ -150,6 +156,7 @@ def cmd_submit(ctx: Context, args: argparse.Namespace) -> int:
             run_after=args.run_after,
             max_attempts=args.max_attempts,
             on_lease_lost=args.on_lease_lost,
+            timeouts=_timeouts(args),
             owner=args.owner,
             labels=dict(args.label),
         )
@@ -162,6 +169,16 @@ def cmd_submit(ctx: Context, args: argparse.Namespace) -> int:
         if args.watch:
             return follow(ctx, client, job.job_no, 0)
     return EXIT_OK
+
+
+def _timeouts(args: argparse.Namespace) -> Timeouts | None:
+    limits = (args.attempt_timeout, args.job_timeout, args.stage_timeout, args.on_no_progress)
+    if all(value is None for value in limits):
+        return None  # the server's defaults
+    return Timeouts(
+        attempt=args.attempt_timeout, job=args.job_timeout, stage=args.stage_timeout,
+        on_no_progress=args.on_no_progress or "INSPECT",
+    )  # fmt: skip
 
 
 def cmd_get(ctx: Context, args: argparse.Namespace) -> int:
@@ -266,7 +283,7 @@ def cmd_inspect(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.as_json:
         ctx.emit([render.to_json(f) for f in findings])
     elif not findings:
-        ctx.out.print("no findings: no stalled leases, no broken invariants")
+        ctx.out.print("no findings: no stalled leases, no jobs without progress, no broken invariants")
     else:
         ctx.out.print(render.findings_table(findings))
     return EXIT_OK

@@ -104,6 +104,12 @@ def on_lease_lost(name: str | int | None) -> job_pb2.RetryPolicy.OnLeaseLost.Val
     return job_pb2.RetryPolicy.OnLeaseLost.Value(name.strip().upper())
 
 
+def on_no_progress(name: str | int) -> job_pb2.Timeouts.OnNoProgress.ValueType:
+    if isinstance(name, int):
+        return job_pb2.Timeouts.OnNoProgress.ValueType(name)
+    return job_pb2.Timeouts.OnNoProgress.Value(name.strip().upper())
+
+
 def finding_kind(name: str | int) -> admin_pb2.Finding.Kind.ValueType:
     if isinstance(name, int):
         return admin_pb2.Finding.Kind.ValueType(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain, islice
 from typing import NamedTuple
@@ -19,6 +20,25 @@ class Submitted(NamedTuple):
 
     job: job_pb2.Job
     created: bool  # False when an idempotency key replayed an earlier submit
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeouts:
+    """A job's time limits for `JobClient.submit`; None leaves one unset, 0 is no limit.
+
+    Attributes:
+        attempt: One attempt, from its claim to its end; then it is retried while the retry
+            policy allows, else FAILED with TIMEOUT. Unset: the server's default, if it has one.
+        job: The whole job, from submit to its end, across retries and queueing; then FAILED.
+        stage: A running job with no new units and no new stage this long made no progress.
+        on_no_progress: `INSPECT` (default: an Inspect finding) or `FAIL` (also end the
+            attempt as `attempt` would); FAIL needs `stage`.
+    """
+
+    attempt: Seconds | None = None
+    job: Seconds | None = None
+    stage: Seconds | None = None
+    on_no_progress: str = "INSPECT"
 
 
 class JobClient(BaseClient):
@@ -54,6 +74,7 @@ class JobClient(BaseClient):
         max_backoff: Seconds | None = None,
         backoff_multiplier: float = 0.0,
         on_lease_lost: str | None = None,
+        timeouts: Timeouts | None = None,
         owner: str = "",
         labels: Mapping[str, str] | None = None,
         locale: str | None = None,
@@ -70,6 +91,7 @@ class JobClient(BaseClient):
             max_attempts: 0 means the server's default.
             initial_backoff, max_backoff, backoff_multiplier: the pause between attempts.
             on_lease_lost: `INSPECT` (default: wait for an operator) or `RETRY`.
+            timeouts: time limits of one attempt, the whole job, and running without progress.
             owner, labels: free-form, for listing and display.
             locale: labels in the returned job; defaults to the client's.
         """
@@ -95,6 +117,8 @@ class JobClient(BaseClient):
         )
         if policy is not None:
             request.retry_policy.CopyFrom(policy)
+        if timeouts is not None:
+            request.timeouts.CopyFrom(_timeouts(timeouts))
         # Retried only with a key: a Submit whose reply was lost may still have created the
         # job, and only the key lets the server return that job instead of a second one.
         response: job_pb2.SubmitResponse = self._unary(
@@ -226,3 +250,14 @@ def _retry_policy(
     if max_backoff is not None:
         policy.max_backoff.CopyFrom(convert.duration(max_backoff))
     return policy
+
+
+def _timeouts(limits: Timeouts) -> job_pb2.Timeouts:
+    out = job_pb2.Timeouts(on_no_progress=convert.on_no_progress(limits.on_no_progress))
+    if limits.attempt is not None:
+        out.attempt_timeout.CopyFrom(convert.duration(limits.attempt))
+    if limits.job is not None:
+        out.job_timeout.CopyFrom(convert.duration(limits.job))
+    if limits.stage is not None:
+        out.stage_timeout.CopyFrom(convert.duration(limits.stage))
+    return out

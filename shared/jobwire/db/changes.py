@@ -75,8 +75,8 @@ class Change:
 class LateCall(WorkerLeaseLost):
     """A once-real lease of this job called after losing it: refused, and kept as evidence."""
 
-    def __init__(self, detail: str) -> None:
-        super().__init__()
+    def __init__(self, detail: str, *, timed_out: bool = False) -> None:
+        super().__init__(timed_out=timed_out)
         self.detail = detail
 
 

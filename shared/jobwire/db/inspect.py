@@ -1,4 +1,4 @@
-"""Operator findings: stalled leases, and the two invariants that must stay empty."""
+"""Operator findings: stalled leases, jobs without progress, and the two invariants that must stay empty."""
 
 from __future__ import annotations
 
@@ -24,10 +24,12 @@ _COLUMNS = [
 ]
 
 
-def _conditions(kind: FindingKind, stalled_after: timedelta, now: sa.ColumnElement) -> list[sa.ColumnElement[bool]]:  # type: ignore[type-arg]
+def _conditions(kind: FindingKind, now: sa.ColumnElement, cutoff: sa.ColumnElement) -> list[sa.ColumnElement[bool]]:  # type: ignore[type-arg]
     leased = job.c.status.in_([s.value for s in LEASED])
     if kind is FindingKind.STALLED:
-        return [leased, job.c.worker_token.is_not(None), job.c.lease_expires_at < now]
+        return [leased, job.c.worker_token.is_not(None), job.c.lease_expires_at < cutoff]
+    if kind is FindingKind.NO_PROGRESS:  # by the database clock, marked or not yet
+        return [job.c.status == Status.RUNNING.value, job.c.progress_deadline < now]
     if kind is FindingKind.RUNNING_WITHOUT_LEASE:
         return [leased, sa.or_(job.c.worker_token.is_(None), job.c.lease_expires_at.is_(None))]
     return [job.c.status.in_([s.value for s in TERMINAL]), job.c.worker_token.is_not(None)]
@@ -43,10 +45,11 @@ def findings(
 ) -> list[Finding]:
     """Each finding; a lease counts as stalled `stalled_after` past expiry."""
     now = clock(conn)
+    at = sa.literal(now, type_=job.c.lease_expires_at.type)
     cutoff = sa.literal(now - stalled_after, type_=job.c.lease_expires_at.type)
     out: list[Finding] = []
     for kind in kinds or list(FindingKind):
-        where = [job.c.tenant == tenant, *_conditions(kind, stalled_after, cutoff)]
+        where = [job.c.tenant == tenant, *_conditions(kind, at, cutoff)]
         if queue:
             where.append(job.c.queue == queue)
         query = sa.select(*_COLUMNS, db_now().label("db_now")).where(*where).order_by(job.c.id).limit(MAX_FINDINGS)
@@ -55,7 +58,7 @@ def findings(
 
 
 def _finding(kind: FindingKind, row: Row) -> Finding:
-    lease = row["lease_expires_at"]
+    lease, progress = row["lease_expires_at"], row["progress_at"]
     return Finding(
         kind=kind, job_no=row["job_no"], queue=row["queue"], status=Status(row["status"]), stage=row["stage"],
         attempt=row["attempt"], worker_id=row["worker_id"], processed_units=row["processed_units"],
@@ -64,4 +67,7 @@ def _finding(kind: FindingKind, row: Row) -> Finding:
         overdue_s=(row["db_now"] - lease).total_seconds() if lease is not None else None,
         marked_stalled=bool(row["stalled"]), on_lease_lost=row["on_lease_lost"],
         token_present=row["worker_token"] is not None,
+        progress_at=progress, idle_s=(row["db_now"] - progress).total_seconds() if progress is not None else None,
+        stage_timeout_s=row["stage_timeout_s"], marked_no_progress=bool(row["no_progress"]),
+        on_no_progress=row["on_no_progress"],
     )  # fmt: skip

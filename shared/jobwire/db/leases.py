@@ -37,11 +37,12 @@ from jobwire.domain.endings import on_fail
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact, JobFailure, JobRecord, plain_message
-from jobwire.domain.lease import Lease, LeaseState, LeaseStatus, end
+from jobwire.domain.lease import Lease, LeaseState, LeaseStatus, end, revoke
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
-from jobwire.domain.progress import Progress, apply_report
+from jobwire.domain.progress import Progress, apply_report, moved
 from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Action, Status
+from jobwire.domain.timeouts import deadline
 
 T = TypeVar("T")
 
@@ -149,6 +150,8 @@ class _Claim(JobOp[Lease]):
             "processed_units": 0,
             "total_units": None,
             "started_at": row["started_at"] or now,
+            "attempt_deadline": deadline(now, row["attempt_timeout_s"]),
+            **_progress_moved(row, now),
         }
         return Change(action=Action.CLAIM, kind=EventKind.CLAIMED, values=values, renew=True)
 
@@ -164,7 +167,13 @@ class _Claim(JobOp[Lease]):
             stages=plan_of(row["stages"]),
             lease_expires_at=row["lease_expires_at"],
             lease_seconds=float(row["lease_seconds"]),
+            attempt_deadline=row["attempt_deadline"],
         )
+
+
+def _progress_moved(row: Row, now: datetime) -> dict[str, object]:
+    """Progress moved now (a claim, a report with new units or a new stage): the stage_timeout starts again."""
+    return {"progress_at": now, "progress_deadline": deadline(now, row["stage_timeout_s"]), "no_progress": False}
 
 
 def _plan_text(plan: Sequence[StageDef]) -> str:
@@ -202,9 +211,26 @@ def held(row: Row | None, token: str, ending: str | None = None) -> bool:
             return False
         if ending is not None and row["ended_token"] == token and row["ended_kind"] == ending:
             return True
+        if timed_out(row, token):
+            raise LateCall(f"{ending or 'REPORT'} with the lease of epoch {epoch}, which timed out", timed_out=True)
         if was_issued(row, token, epoch):
             raise LateCall(f"{ending or 'REPORT'} with the lease of epoch {epoch}")
     raise WorkerLeaseLost()  # a token this job never issued: refused, and nothing written
+
+
+def timed_out(row: Row | None, token: str) -> bool:
+    """True when `token`'s lease was revoked because its attempt ran out of time (see `revoked_for_time`)."""
+    return row is not None and row["ended_token"] == token and row["ended_kind"] == LeaseState.TIMED_OUT.value
+
+
+def revoked_for_time(row: Row) -> dict[str, object]:
+    """The lease is taken back because time ran out: a new epoch, and its token remembered, so
+    its holder is told TIMED_OUT rather than LOST."""
+    return {
+        **holding_values(revoke(holding_of(row))),
+        "ended_token": row["worker_token"],
+        "ended_kind": LeaseState.TIMED_OUT.value,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,7 +254,8 @@ class Renew(_OnLease[LeaseStatus]):
 
     def decide(self, row: Row | None, now: datetime) -> Change:
         if row is None or row["worker_token"] != self.token or row["lease_epoch"] != token_epoch(self.token):
-            raise WorkerLeaseLost()
+            # No evidence for heartbeats: a worker beats until its handler stops, however late.
+            raise WorkerLeaseLost(timed_out=timed_out(row, self.token))
         if row["stalled"]:
             # A stalled lease revives: a version and an event, so watchers see it running again.
             return Change(
@@ -276,6 +303,8 @@ class Report(_OnLease[LeaseStatus]):
         }
         if self.checkpoint is not None:
             values["checkpoint"] = self.checkpoint
+        if moved(current, after):
+            values.update(_progress_moved(row, now))
         kind = EventKind.STAGE_CHANGED if after.stage_index != current.stage_index else EventKind.PROGRESS
         return Change(action=Action.REPORT, kind=kind, values=values, detail=self.note or None, fenced=True, renew=True)
 

@@ -67,11 +67,11 @@ async def reap(db: Database, read: Read, run: RunOps, grace: timedelta, *, by: s
     `read` runs a query (on a thread), `run` applies operations (on the loop).
     """
     found = await read(partial(expired, limit=batch))
-    marks = await _each(run, [MarkStalled(tenant=t, job_no=n, by=by) for t, n in found])
+    marks = await apply_each(run, [MarkStalled(tenant=t, job_no=n, by=by) for t, n in found])
     # The calibrated clock lags the database's a little: a policy acts a little late, never early.
     cutoff = db.clock.now() - grace
     due = await read(partial(overdue, cutoff=cutoff, limit=batch))
-    actions = Counter(await _each(run, [ApplyPolicy(tenant=t, job_no=n, grace=grace, by=by) for t, n in due]))
+    actions = Counter(await apply_each(run, [ApplyPolicy(tenant=t, job_no=n, grace=grace, by=by) for t, n in due]))
     return Reaped(
         stalled=marks.count(EventKind.LEASE_EXPIRED),
         requeued=actions[EventKind.LEASE_REVOKED_REQUEUED],
@@ -80,14 +80,15 @@ async def reap(db: Database, read: Read, run: RunOps, grace: timedelta, *, by: s
     )
 
 
-async def _each(run: RunOps, ops: Sequence[JobOp[Any]]) -> list[Any]:
+async def apply_each(run: RunOps, ops: Sequence[JobOp[Any]]) -> list[Any]:
+    """Each op's outcome (a time-driven op's event kind, or None); none when contended past the retries."""
     if not ops:
         return []
     try:
         return await run(ops)
     except Conflict:
         # Contended past the retries: whoever won has acted; the next run looks again.
-        log.info("reaper: jobs were contended; they will be looked at again next run")
+        log.info("housekeeping: jobs were contended; they will be looked at again next run")
         return []
 
 
@@ -125,12 +126,14 @@ def overdue(conn: Connection, cutoff: datetime, limit: int) -> list[tuple[str, s
     return [(r.tenant, r.job_no) for r in conn.execute(query)]
 
 
-def _leased(row: Row | None) -> bool:
+def leased(row: Row | None) -> bool:
     return row is not None and row["status"] in _LEASED and row["worker_token"] is not None
 
 
-class _ReaperOp(JobOp[str | None]):
-    fresh = True  # decided by the database clock, on the row as it is now
+class SweepOp(JobOp[str | None]):
+    """A change housekeeping decides by time: on the database clock, on the row as it is now."""
+
+    fresh = True  # never on a cached guess
     lock = Lock.SKIP_LOCKED  # another reaper (or the holder's own call) has it: theirs this round
 
     def outcome(self, row: Row | None, change: Change | None) -> str | None:
@@ -138,7 +141,7 @@ class _ReaperOp(JobOp[str | None]):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MarkStalled(_ReaperOp):
+class MarkStalled(SweepOp):
     """Mark one expired lease stalled, with the evidence; nothing if there is nothing to do."""
 
     tenant: str
@@ -147,7 +150,7 @@ class MarkStalled(_ReaperOp):
     lock: str = Lock.SKIP_LOCKED
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if not _leased(row) or row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
+        if not leased(row) or row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
             return None
         assert row is not None
         clock = row["db_now"]
@@ -161,7 +164,7 @@ class MarkStalled(_ReaperOp):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ApplyPolicy(_ReaperOp):
+class ApplyPolicy(SweepOp):
     """Apply the job's lease-lost policy to one stalled lease past its grace."""
 
     tenant: str
@@ -171,7 +174,7 @@ class ApplyPolicy(_ReaperOp):
     lock: str = Lock.SKIP_LOCKED
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if not _leased(row) or not row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
+        if not leased(row) or not row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
             return None
         assert row is not None
         cutoff = row["db_now"] - self.grace
@@ -206,9 +209,9 @@ def evidence(row: Row, by: str) -> str:
     total = row["total_units"]
     units = f"{row['processed_units']}/{total}" if total is not None else f"{row['processed_units']}/?"
     parts = [
-        f"lease of epoch {row['lease_epoch']} expired at {_iso(row['lease_expires_at'])} (database clock)",
+        f"lease of epoch {row['lease_epoch']} expired at {iso_time(row['lease_expires_at'])} (database clock)",
         f"worker {row['worker_id'] or '?'}",
-        f"last heartbeat {_iso(row['heartbeat_at'])}",
+        f"last heartbeat {iso_time(row['heartbeat_at'])}",
         f"stage {row['stage'] or '-'} {row['stage_index']}/{row['stage_count']}",
         f"units {units}",
         f"checkpoint {'present' if row['has_checkpoint'] else 'none'}",
@@ -220,5 +223,6 @@ def evidence(row: Row, by: str) -> str:
     return "; ".join(parts)
 
 
-def _iso(value: datetime | None) -> str:
+def iso_time(value: datetime | None) -> str:
+    """A time in evidence: to the millisecond, or `never`."""
     return value.isoformat(sep=" ", timespec="milliseconds") if value is not None else "never"

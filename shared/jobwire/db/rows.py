@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobwire.domain import stages as stage_plans
@@ -25,12 +25,12 @@ from jobwire.domain.states import Status
 VISIBLE_COLUMNS = (
     "job_no", "tenant", "job_type", "queue", "owner", "labels", "locale", "status", "priority",
     "stage", "stage_index", "stage_count", "stages", "processed_units", "total_units",
-    "stalled", "attempt", "attempt_base", "max_attempts", "created_at", "updated_at",
-    "started_at", "finished_at", "run_after", "error_category", "error_stage",
+    "stalled", "no_progress", "progress_at", "attempt", "attempt_base", "max_attempts", "created_at",
+    "updated_at", "started_at", "finished_at", "run_after", "error_category", "error_stage",
     "error_message", "error_retryable", "version",
 )  # fmt: skip
 ARTIFACT_COLUMNS = ("uri", "size_bytes", "sha256", "content_type", "summary")
-TIME_COLUMNS = frozenset({"created_at", "updated_at", "started_at", "finished_at", "run_after"})
+TIME_COLUMNS = frozenset({"created_at", "updated_at", "started_at", "finished_at", "run_after", "progress_at"})
 # A queued job shows no stage; the next attempt starts again at the first one.
 UNSTAGED: Mapping[str, Any] = {"stage": None, "stage_index": 0, "processed_units": 0, "total_units": None}
 
@@ -63,6 +63,7 @@ def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None
             total_units=row["total_units"],
         ),
         stalled=bool(row["stalled"]),
+        no_progress_for=_no_progress_for(row),
         attempt=row["attempt"],
         # The number of the last attempt it may make: attempt numbers keep counting across a
         # Release, a Requeue or a Retry, and those grant attempts back, so "attempt 2 of 3"
@@ -78,6 +79,17 @@ def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None
         version=row["version"],
         queue_position=queue_position if status is Status.QUEUED else None,
     )
+
+
+def _no_progress_for(row: Mapping[str, Any]) -> timedelta | None:
+    """How long a job marked no progress has made none: up to the database clock of a read,
+    or to the version's own time in a watcher's snapshot (which has no clock). Snapshots
+    written before these columns existed have neither."""
+    since: datetime | None = row.get("progress_at")
+    if not row.get("no_progress") or since is None:
+        return None
+    now: datetime = row.get("db_now") or row["updated_at"]
+    return now - since
 
 
 def attempts_of(row: Mapping[str, Any]) -> Attempts:

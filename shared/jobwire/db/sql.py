@@ -30,7 +30,7 @@ JOB_COLUMNS = tuple(c.name for c in job.c if c.name not in BLOBS)
 EVENT_COLUMNS = tuple(c.name for c in job_event.c if c.name != "id")
 ARTIFACT_INSERT_COLUMNS = tuple(c.name for c in artifact.c if c.name != "id")
 _TIMES = frozenset(c.name for t in (job, artifact) for c in t.c if isinstance(c.type, DateTime)) | {"db_now"}
-_FLAGS = frozenset({"stalled", "error_retryable", "has_checkpoint"})
+_FLAGS = frozenset({"stalled", "no_progress", "error_retryable", "has_checkpoint"})
 _PLACEHOLDER = re.compile(r":(\w+)")
 # Where a read's value comes from, when not the job column of that name.
 _SOURCES = {

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from jobwire.db import commit_markers, feed, leases, reads, reaper, retention, submit
+from jobwire.db import commit_markers, feed, leases, reads, reaper, retention, submit, timeouts
 from jobwire.db import inspect as inspect_queries
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
@@ -27,7 +27,7 @@ from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.commands import Claimant, JobFilter, NewJob
-from jobwire.domain.errors import JobNotFound, JobwireError
+from jobwire.domain.errors import JobNotFound, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
@@ -175,10 +175,15 @@ class JobStore:
         `read` runs the reaper's queries (on a thread: they are SQLAlchemy's).
         """
 
-        async def run(ops: Sequence[JobOp[Any]]) -> list[Any]:
-            return list((await self.apply([Call(ops)]))[0])
+        return await reaper.reap(self.db, read, self._run, grace, by=by)
 
-        return await reaper.reap(self.db, read, run, grace, by=by)
+    async def sweep_timeouts(self, *, by: str, read: reaper.Read) -> timeouts.Swept:
+        """End jobs and attempts past their time limits; mark (or fail) jobs without progress."""
+        return await timeouts.sweep(read, self._run, by=by)
+
+    async def _run(self, ops: Sequence[JobOp[Any]]) -> list[Any]:
+        """Housekeeping's operations, as one call."""
+        return list((await self.apply([Call(ops)]))[0])
 
     def purge_expired(
         self,
@@ -199,11 +204,13 @@ def heartbeat_call(tenant: str, worker_id: str, held: Sequence[tuple[str, str]],
 
 
 def lease_states(held: Sequence[tuple[str, str]], outcomes: Sequence[Outcome]) -> list[LeaseStatus]:
-    """A heartbeat's answers: a refused renewal is a lost lease."""
-    return [
-        LeaseStatus(job_no=job_no, state=LeaseState.LOST) if isinstance(o, JobwireError) else o
-        for (job_no, _), o in zip(held, outcomes, strict=True)
-    ]
+    """A heartbeat's answers: a refused renewal is a lost lease, or one revoked when its time ran out."""
+    return [LeaseStatus(job_no=job_no, state=_refused(o)) if isinstance(o, JobwireError) else o
+            for (job_no, _), o in zip(held, outcomes, strict=True)]  # fmt: skip
+
+
+def _refused(error: JobwireError) -> LeaseState:
+    return LeaseState.TIMED_OUT if isinstance(error, WorkerLeaseLost) and error.timed_out else LeaseState.LOST
 
 
 def open_store(url: str, *, pool_size: int = 8, job_prefix: str = "PT", migrate: bool = True) -> JobStore:

@@ -21,6 +21,7 @@ from jobwire.domain.commands import NewJob
 from jobwire.domain.errors import IdempotencyKeyReused, JobwireError
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.states import Status
+from jobwire.domain.timeouts import deadline
 
 Submitted = tuple[Row, bool] | JobwireError  # (the job's row, created) or the refusal
 
@@ -105,6 +106,7 @@ NEW_ROW_DEFAULTS: dict[str, object] = {
     "total_units": None, "checkpoint": None, "attempt": 0, "attempt_base": 0, "worker_id": None,
     "worker_token": None, "lease_epoch": 0, "lease_seconds": None, "lease_expires_at": None,
     "heartbeat_at": None, "stalled": False, "ended_token": None, "ended_kind": None,
+    "attempt_deadline": None, "progress_at": None, "progress_deadline": None, "no_progress": False,
     "error_category": None, "error_stage": None, "error_message": None, "error_retryable": None,
     "error_detail": None, "started_at": None, "finished_at": None,
 }  # fmt: skip
@@ -113,7 +115,7 @@ _NOT_INSERTED = frozenset({"id", "uri", "size_bytes", "sha256", "content_type", 
 
 def _new_row(new: NewJob, job_no: str, now: datetime) -> Row:
     """The row a submit inserts, complete: the reply and the event need no read back."""
-    policy = new.retry
+    policy, limits = new.retry, new.timeouts
     return {
         **NEW_ROW_DEFAULTS,
         "id": None,  # the database's; the event takes it from LAST_INSERT_ID()
@@ -135,6 +137,11 @@ def _new_row(new: NewJob, job_no: str, now: datetime) -> Row:
         "max_backoff_s": policy.max_backoff_s,
         "backoff_multiplier": policy.backoff_multiplier,
         "on_lease_lost": policy.on_lease_lost.value,
+        "attempt_timeout_s": limits.attempt_s,
+        "job_timeout_s": limits.job_s,
+        "stage_timeout_s": limits.stage_s,
+        "on_no_progress": limits.on_no_progress.value,
+        "job_deadline": deadline(now, limits.job_s),
         "created_at": now,
         "updated_at": now,
         "run_after": max(new.run_after, now) if new.run_after else now,

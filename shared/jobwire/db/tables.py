@@ -60,6 +60,19 @@ job = Table(
     Column("max_backoff_s", Float, nullable=False),
     Column("backoff_multiplier", Float, nullable=False),
     Column("on_lease_lost", String(16), nullable=False),
+    # time limits in seconds (NULL: none) and what no progress leads to (jobwire.domain.timeouts)
+    Column("attempt_timeout_s", Float, nullable=True),
+    Column("job_timeout_s", Float, nullable=True),
+    Column("stage_timeout_s", Float, nullable=True),
+    Column("on_no_progress", String(16), nullable=False, server_default="INSPECT"),
+    # when they run out, by the database clock: the timeout sweeps find them by these
+    Column("job_deadline", Timestamp, nullable=True),  # set at submit
+    Column("attempt_deadline", Timestamp, nullable=True),  # set at each claim
+    # when units or stage last moved (claim, and each report that moved them); marked once
+    # the stage_timeout passes without progress
+    Column("progress_at", Timestamp, nullable=True),
+    Column("progress_deadline", Timestamp, nullable=True),
+    Column("no_progress", Boolean, nullable=False, server_default="0"),
     # the lease: token embeds the epoch, so a token can never be valid twice
     Column("worker_id", String(128), nullable=True),
     Column("worker_token", String(80), nullable=True),
@@ -105,6 +118,11 @@ Index(
 Index("ix_job_owner", job.c.tenant, job.c.owner, job.c.id)
 Index("ix_job_lease", job.c.status, job.c.lease_expires_at)
 Index("ix_job_finished", job.c.status, job.c.finished_at)
+# The timeout sweeps: status first, so deadlines left behind by ended attempts and finished
+# jobs are never scanned.
+Index("ix_job_attempt_deadline", job.c.status, job.c.attempt_deadline)
+Index("ix_job_deadline", job.c.status, job.c.job_deadline)
+Index("ix_job_no_progress", job.c.status, job.c.no_progress, job.c.progress_deadline)
 
 job_event = Table(
     "job_event",

@@ -16,6 +16,7 @@ from jobwire.domain.job import ErrorCategory
 from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Status
+from jobwire.domain.timeouts import Timeouts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +29,7 @@ class NewJob:
     priority: int = 0
     run_after: datetime | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeouts: Timeouts = field(default_factory=Timeouts)
     owner: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     locale: str = "en"

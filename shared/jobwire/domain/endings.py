@@ -1,21 +1,26 @@
-"""How a leased attempt ends when it does not complete: decided here, on values; the store writes it.
+"""How a job ends when it does not complete: decided here, on values; the store writes it.
 
-A worker's Fail and the reaper's lost lease both ask "do attempts remain?", and a pending
-cancel turns either into CANCELLED. The answers live here once, free of SQL: the store reads
-the row, asks these functions, and writes what they decide through the transition table.
+A worker's Fail, the reaper's lost lease and an attempt past its time limit all ask "do
+attempts remain?", and a pending cancel turns each into CANCELLED. The answers live here
+once, free of SQL: the store reads the row, asks these functions, and writes what they
+decide through the transition table.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import ErrorCategory, JobFailure
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
 from jobwire.domain.states import Status
+from jobwire.domain.timeouts import OnNoProgress
 
 WORKER_LOST_MESSAGE = "The worker running this job stopped responding."
+ATTEMPT_TIMEOUT_MESSAGE = "An attempt took longer than its time limit."
+NO_PROGRESS_MESSAGE = "The job made no progress for longer than its time limit."
+JOB_TIMEOUT_MESSAGE = "The job did not finish within its time limit."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,3 +76,30 @@ def on_lease_lost(current: Status, policy: OnLeaseLost, attempts: Attempts, stag
         return Ending(status=Status.QUEUED, kind=EventKind.LEASE_REVOKED_REQUEUED, run_after=now)
     lost = JobFailure(category=ErrorCategory.WORKER_LOST, stage=stage, message=WORKER_LOST_MESSAGE, retryable=True)
     return Ending(status=Status.FAILED, kind=EventKind.LEASE_REVOKED_FAILED, error=lost)
+
+
+def on_attempt_timeout(current: Status, attempts: Attempts, policy: RetryPolicy, stage: str, now: datetime) -> Ending:
+    """An attempt ran past its attempt_timeout: a retryable TIMEOUT failure, as if its worker had said so."""
+    return _timed_out(current, attempts, policy, stage, now, EventKind.ATTEMPT_TIMED_OUT, ATTEMPT_TIMEOUT_MESSAGE)
+
+
+def on_no_progress(
+    current: Status, on: OnNoProgress, attempts: Attempts, policy: RetryPolicy, stage: str, now: datetime
+) -> Ending | None:
+    """No progress for the stage_timeout; None leaves the job RUNNING as a finding for an operator (INSPECT)."""
+    if on is not OnNoProgress.FAIL:
+        return None
+    return _timed_out(current, attempts, policy, stage, now, EventKind.NO_PROGRESS, NO_PROGRESS_MESSAGE)
+
+
+def on_job_timeout(stage: str) -> Ending:
+    """Past the job's own time limit: FAILED whatever its status; a retry would only time out again."""
+    failure = JobFailure(category=ErrorCategory.TIMEOUT, stage=stage, message=JOB_TIMEOUT_MESSAGE, retryable=False)
+    return Ending(status=Status.FAILED, kind=EventKind.JOB_TIMED_OUT, error=failure)
+
+
+def _timed_out(
+    current: Status, attempts: Attempts, policy: RetryPolicy, stage: str, now: datetime, kind: EventKind, message: str
+) -> Ending:
+    failure = JobFailure(category=ErrorCategory.TIMEOUT, stage=stage, message=message, retryable=True)
+    return replace(on_fail(current, failure, attempts, policy, now), kind=kind)

@@ -25,6 +25,11 @@ class JobwireError(Exception):
     def message(self) -> str:
         return str(self.args[0])
 
+    @property
+    def metadata(self) -> dict[str, str]:
+        """Facts for ErrorInfo.metadata that a program may act on; none by default."""
+        return {}
+
 
 class InvalidArgument(JobwireError):
     """The request is not valid."""
@@ -62,6 +67,15 @@ class WorkerLeaseLost(JobwireError):
     """This worker no longer holds the job's lease."""
 
     reason = "WORKER_LEASE_LOST"
+    TIMED_OUT_MESSAGE = "This attempt ran past its time limit; its lease was revoked."
+
+    def __init__(self, message: str | None = None, *, timed_out: bool = False) -> None:
+        super().__init__(message or (self.TIMED_OUT_MESSAGE if timed_out else None))
+        self.timed_out = timed_out  # revoked because its attempt ran out of time: the holder is told so
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {"lease_state": "TIMED_OUT"} if self.timed_out else {}
 
 
 class NotRetryable(JobwireError):

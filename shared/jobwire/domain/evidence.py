@@ -35,12 +35,17 @@ class EventKind(StrEnum):
     LEASE_REVOKED_FAILED = "LEASE_REVOKED_FAILED"  # RETRY with no attempts left: FAILED WORKER_LOST
     LEASE_REVOKED_CANCELLED = "LEASE_REVOKED_CANCELLED"  # a cancel was pending: CANCELLED
     LATE_CALL_REJECTED = "LATE_CALL_REJECTED"  # a once-real lease called after losing it (evidence only)
+    # One kind per time limit; the event's to_status says where the job went.
+    ATTEMPT_TIMED_OUT = "ATTEMPT_TIMED_OUT"  # lease revoked; QUEUED after a backoff, FAILED TIMEOUT, or CANCELLED
+    JOB_TIMED_OUT = "JOB_TIMED_OUT"  # FAILED TIMEOUT, not retryable; a lease held is revoked
+    NO_PROGRESS = "NO_PROGRESS"  # marked (RUNNING stays), or ended as ATTEMPT_TIMED_OUT would under FAIL
 
 
 class FindingKind(StrEnum):
     STALLED = "STALLED"  # a lease past its expiry
     RUNNING_WITHOUT_LEASE = "RUNNING_WITHOUT_LEASE"  # a broken invariant: must stay empty
     TERMINAL_WITH_TOKEN = "TERMINAL_WITH_TOKEN"  # a broken invariant: must stay empty
+    NO_PROGRESS = "NO_PROGRESS"  # RUNNING with no new units and no new stage for its stage_timeout
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,11 +66,18 @@ class Finding:
     marked_stalled: bool
     on_lease_lost: str  # the job's policy: INSPECT or RETRY
     token_present: bool = True  # whether a lease token is stored: the two invariants are about it
+    progress_at: datetime | None = None  # when its units or stage last moved
+    idle_s: float | None = None  # how long ago that was, by the database clock
+    stage_timeout_s: float | None = None
+    marked_no_progress: bool = False
+    on_no_progress: str = "INSPECT"
 
     @property
     def detail(self) -> str:
-        """What is wrong, and what the reaper has done and will do, so an operator can decide with the evidence."""
+        """What is wrong, and what the sweeps have done and will do, so an operator can decide with the evidence."""
         status = self.status.value
+        if self.kind is FindingKind.NO_PROGRESS:
+            return self._no_progress_detail()
         if self.kind is FindingKind.RUNNING_WITHOUT_LEASE:
             gaps = (("no lease token", not self.token_present), ("no lease expiry", self.lease_expires_at is None))
             missing = [part for part, absent in gaps if absent]
@@ -80,6 +92,15 @@ class Finding:
         then = "ends CANCELLED" if self.status is Status.CANCEL_REQUESTED else f"policy {self.on_lease_lost}"
         marked = "marked stalled" if self.marked_stalled else "not yet marked stalled"
         return f"lease expired {self.overdue_s:.1f}s ago; {marked}; {then}"
+
+    def _no_progress_detail(self) -> str:
+        if self.idle_s is None or self.stage_timeout_s is None:
+            return ""
+        marked = "marked no progress" if self.marked_no_progress else "not yet marked"
+        return (
+            f"no progress for {self.idle_s:.1f}s (stage timeout {self.stage_timeout_s:g}s); {marked}; "
+            f"on_no_progress {self.on_no_progress}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

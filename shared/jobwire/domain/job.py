@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from jobwire.domain.errors import InvalidArgument
@@ -97,6 +97,9 @@ class JobRecord:
     progress: Progress
     stages: tuple[StageDef, ...] = DEFAULT_PLAN
     stalled: bool = False
+    # Marked as making no progress for its stage_timeout: how long, as of when it was read
+    # (or, in a watcher's snapshot, as of that version).
+    no_progress_for: timedelta | None = None
     attempt: int = 0
     max_attempts: int = 1
     created_at: datetime

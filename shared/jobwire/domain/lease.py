@@ -22,12 +22,14 @@ class Lease:
     stages: tuple[StageDef, ...]
     lease_expires_at: datetime
     lease_seconds: float
+    attempt_deadline: datetime | None = None  # when this attempt's time runs out (None: no limit)
 
 
 class LeaseState(StrEnum):
     OK = "OK"
     CANCEL_REQUESTED = "CANCEL_REQUESTED"  # stop at the next safe point and confirm
     LOST = "LOST"  # the lease is no longer this worker's: stop, tell nobody
+    TIMED_OUT = "TIMED_OUT"  # the attempt ran past its time limit and the lease was revoked: as LOST
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ MAX_MESSAGE_CHARS = 1000
 MAX_DETAIL_CHARS = 16_000
 MIN_LEASE_S = 1.0
 MAX_LEASE_S = 3600.0
+MAX_TIMEOUT_S = 30 * 86_400.0  # an attempt, a job, or a stage without progress (jobwire.domain.timeouts)
 MAX_PAGE_SIZE = 500
 # What one gRPC message may carry, either way (jobwire.rpc.server, jobwire.client.channel):
 # every reply is built to fit it (a Claim leases no more jobs than its reply can carry).

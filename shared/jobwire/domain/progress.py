@@ -23,6 +23,11 @@ class Progress:
         return min(100, self.processed_units * 100 // self.total_units)
 
 
+def moved(before: Progress, after: Progress) -> bool:
+    """Progress moved: a new stage, or new units in the stage (a total learned or a heartbeat is no progress)."""
+    return after.stage_index != before.stage_index or after.processed_units != before.processed_units
+
+
 def apply_report(
     plan: Sequence[StageDef],
     current: Progress,

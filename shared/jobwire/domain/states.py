@@ -41,6 +41,9 @@ class Action(StrEnum):
     LEASE_EXPIRED = "LEASE_EXPIRED"  # the reaper found an expired lease past its grace
     RETRY = "RETRY"
     REQUEUE = "REQUEUE"  # an operator's decision for a stalled job
+    ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT"  # the sweep found an attempt past its attempt_timeout
+    JOB_TIMEOUT = "JOB_TIMEOUT"  # the sweep found an unfinished job past its job_timeout
+    NO_PROGRESS = "NO_PROGRESS"  # the sweep found a RUNNING job with no progress for its stage_timeout
 
 
 Q, R, CR = Status.QUEUED, Status.RUNNING, Status.CANCEL_REQUESTED
@@ -67,6 +70,13 @@ TRANSITIONS: Final[dict[Action, dict[Status, frozenset[Status]]]] = {
     Action.LEASE_EXPIRED: {R: frozenset({R, Q, FAILED}), CR: frozenset({CR, CANCELLED})},
     Action.RETRY: {FAILED: frozenset({Q})},
     Action.REQUEUE: {R: frozenset({Q})},
+    # Time limits (jobwire.domain.timeouts). An attempt past its limit ends as a retryable
+    # failure would; a pending cancel ends CANCELLED. Past the job's own limit nothing is
+    # retried, whatever the status. No progress is first a finding (same status); with
+    # on_no_progress FAIL it ends the attempt as an attempt timeout would.
+    Action.ATTEMPT_TIMEOUT: {R: frozenset({Q, FAILED}), CR: frozenset({CANCELLED})},
+    Action.JOB_TIMEOUT: {Q: frozenset({FAILED}), R: frozenset({FAILED}), CR: frozenset({FAILED})},
+    Action.NO_PROGRESS: {R: frozenset({R, Q, FAILED})},
 }
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 
 from jobwire.domain.job import JobRecord
-from jobwire.domain.states import Status
+from jobwire.domain.states import LEASED, Status
 
 LOCALES = ("en", "zh-CN")
 
@@ -36,6 +37,10 @@ _TEXT = {
     "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
     "stalled": {"en": "no news from the worker", "zh-CN": "处理程序暂无响应"},
+    "no_progress": {"en": "no progress for {duration}", "zh-CN": "已 {duration}没有进展"},
+    "seconds": {"en": "{n} s", "zh-CN": "{n} 秒"},
+    "minutes": {"en": "{n} min", "zh-CN": "{n} 分钟"},
+    "hours": {"en": "{h} h {m} min", "zh-CN": "{h} 小时 {m} 分钟"},
     "sep": {"en": " · ", "zh-CN": " · "},
 }
 
@@ -85,8 +90,10 @@ def render(job: JobRecord, locale: str) -> View:
             parts.insert(0, status_label)
     if job.status is Status.FAILED and job.error is not None and job.error.message:
         parts.append(job.error.message)
-    if job.stalled and job.status in (Status.RUNNING, Status.CANCEL_REQUESTED):
+    if job.stalled and job.status in LEASED:
         parts.append(_TEXT["stalled"][loc])
+    if job.no_progress_for is not None and job.status in LEASED:
+        parts.append(_TEXT["no_progress"][loc].format(duration=_duration(job.no_progress_for, loc)))
     return View(
         locale=loc,
         status_label=status_label,
@@ -105,3 +112,13 @@ def _stage_line(job: JobRecord, stage_label: str, loc: str) -> str:
     elif p.processed_units:
         line += _TEXT["sep"][loc] + _TEXT["units_open"][loc].format(done=p.processed_units)
     return line
+
+
+def _duration(span: timedelta, loc: str) -> str:
+    """Whole seconds under a minute, whole minutes under two hours, then hours and minutes."""
+    seconds = int(span.total_seconds())
+    if seconds < 60:
+        return _TEXT["seconds"][loc].format(n=seconds)
+    if seconds < 7200:
+        return _TEXT["minutes"][loc].format(n=seconds // 60)
+    return _TEXT["hours"][loc].format(h=seconds // 3600, m=seconds % 3600 // 60)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import UTC, datetime
-from typing import cast
+from typing import Literal, cast
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -13,6 +13,7 @@ from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import Artifact, ErrorCategory, JobRecord
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
 from jobwire.domain.states import Status
+from jobwire.domain.timeouts import OnNoProgress, Timeouts
 from jobwire.domain.view import render
 from jobwire.v1 import job_pb2
 
@@ -116,6 +117,25 @@ def retry_policy(policy: job_pb2.RetryPolicy, present: bool) -> RetryPolicy:
         backoff_multiplier=policy.backoff_multiplier or base.backoff_multiplier,
         on_lease_lost=OnLeaseLost.RETRY if policy.on_lease_lost == job_pb2.RetryPolicy.RETRY else OnLeaseLost.INSPECT,
     ).validated()
+
+
+def timeouts(limits: job_pb2.Timeouts, present: bool, default_attempt_s: float | None) -> Timeouts:
+    """The submitted time limits; an unset attempt_timeout takes the server's default."""
+    if not present:
+        return Timeouts(attempt_s=default_attempt_s)
+    _known(job_pb2.Timeouts.OnNoProgress, limits.on_no_progress, "timeouts.on_no_progress")
+    return Timeouts(
+        attempt_s=_limit(limits, "attempt_timeout") if limits.HasField("attempt_timeout") else default_attempt_s,
+        job_s=_limit(limits, "job_timeout"),
+        stage_s=_limit(limits, "stage_timeout"),
+        on_no_progress=OnNoProgress(job_pb2.Timeouts.OnNoProgress.Name(limits.on_no_progress)),
+    ).validated()
+
+
+def _limit(limits: job_pb2.Timeouts, name: Literal["attempt_timeout", "job_timeout", "stage_timeout"]) -> float | None:
+    # Zero is no limit: how a caller turns the server's default attempt_timeout off.
+    value = seconds(getattr(limits, name)) if limits.HasField(name) else 0.0
+    return value or None
 
 
 def _known(enum: object, number: int, field: str) -> bool:

@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 def status_proto(error: JobwireError) -> status_pb2.Status:
     """The google.rpc.Status of `error`: canonical code, message, ErrorInfo (and BadRequest)."""
-    details = [_pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN))]
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata)
+    details = [_pack(info)]
     if isinstance(error, InvalidArgument):
         violation = error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.description)
         details.append(_pack(error_details_pb2.BadRequest(field_violations=[violation])))

@@ -1,8 +1,9 @@
-"""Housekeeping that every server process runs: the lease reaper, then retention.
+"""Housekeeping that every server process runs: the lease reaper, the timeout sweeps, then retention.
 
 Every `JOBWIRE_REAPER_INTERVAL_SECONDS` (jittered, so replicas do not tick in step) the
 reaper marks expired leases stalled and applies the lease-lost policies past
-`JOBWIRE_STALL_GRACE_SECONDS`; then retention purges terminal jobs past their time,
+`JOBWIRE_STALL_GRACE_SECONDS`; the timeout sweeps end jobs and attempts past their time
+limits and find jobs without progress; then retention purges terminal jobs past their time,
 workers not seen for `JOBWIRE_RETENTION_WORKER_DAYS`, and old commit markers
 (jobwire.db.commit_markers). All run on the runtime's database thread pool. Every
 action is a guarded UPDATE or DELETE, so any number of replicas may do this at once. A
@@ -52,7 +53,7 @@ def load_deleter(spec: str) -> ArtifactDeleter:
 
 
 class Housekeeping:
-    """The reaper and retention loop of one server process."""
+    """The reaper, timeout and retention loop of one server process."""
 
     def __init__(self, store: JobStore, blocking: Blocking, settings: Settings, *, deleter: ArtifactDeleter) -> None:
         self.store = store
@@ -78,9 +79,10 @@ class Housekeeping:
         return await self.blocking(self.store.db.read, query)
 
     async def tick(self) -> None:
-        """One round: reap, then purge. Errors are logged; the next round tries again."""
+        """One round: reap, sweep timeouts, then purge. Errors are logged; the next round tries again."""
         try:
             reaped = await self.store.reap_leases(self.grace, by=self.by, read=self._read)
+            swept = await self.store.sweep_timeouts(by=self.by, read=self._read)
             purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
             await self.blocking(self.store.purge_workers, self.forget_workers_after)
             await self.blocking(self.store.purge_commit_markers)
@@ -97,6 +99,8 @@ class Housekeeping:
         self._reachable = True
         if reaped:
             log.info("reaper: %s", reaped)
+        if swept:
+            log.info("timeouts: %s", swept)
         if purged.jobs or purged.kept:
             log.info("retention: %s", purged)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobwire.domain.job import DEFAULT_RESULT_SCHEMES
-from jobwire.domain.limits import MAX_LEASE_S, MIN_LEASE_S
+from jobwire.domain.limits import MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
 
 DEFAULT_DATABASE_URL = "sqlite:///var/jobwire.db"
 # Job numbers must read back through jobwire.domain.limits.JOB_NO: PT-20261129-001.
@@ -31,6 +31,7 @@ class Settings:
     lease_seconds: float = 30.0
     reaper_interval_seconds: float = 5.0
     stall_grace_seconds: float | None = None  # default: one lease
+    default_attempt_timeout_seconds: float | None = None  # for submits that set no attempt_timeout
     max_streams: int = 4000
     db_pool_size: int = 8
     feed_poll_seconds: float = 0.05
@@ -64,6 +65,9 @@ class Settings:
             problems.append("JOBWIRE_TLS_CLIENT_CA needs JOBWIRE_TLS_CERT and JOBWIRE_TLS_KEY")
         if self.reaper_interval_seconds < 0 or (self.stall_grace_seconds or 0) < 0:
             problems.append("JOBWIRE_REAPER_INTERVAL_SECONDS and JOBWIRE_STALL_GRACE_SECONDS must not be negative")
+        timeout = self.default_attempt_timeout_seconds
+        if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
+            problems.append("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT must be more than 0 and at most 2592000 (30 days)")
         if self.max_streams < 1 or self.db_pool_size < 1:
             problems.append("JOBWIRE_MAX_STREAMS and JOBWIRE_DB_POOL_SIZE must be at least 1")
         if not self.result_schemes or not all(URI_SCHEME.fullmatch(x) for x in self.result_schemes):
@@ -101,6 +105,7 @@ class Settings:
             return frozenset(x.strip() for x in value.split(",") if x.strip()) if value else DEFAULT_RESULT_SCHEMES
 
         grace = env.get("JOBWIRE_STALL_GRACE_SECONDS")
+        attempt_timeout = env.get("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT")
         settings = cls(
             database_url=env.get("JOBWIRE_DATABASE_URL", DEFAULT_DATABASE_URL),
             listen=env.get("JOBWIRE_LISTEN", "127.0.0.1:50051"),
@@ -113,6 +118,7 @@ class Settings:
             lease_seconds=number("JOBWIRE_LEASE_SECONDS", 30.0),
             reaper_interval_seconds=number("JOBWIRE_REAPER_INTERVAL_SECONDS", 5.0),
             stall_grace_seconds=float(grace) if grace else None,
+            default_attempt_timeout_seconds=float(attempt_timeout) if attempt_timeout else None,
             max_streams=int(env.get("JOBWIRE_MAX_STREAMS", 4000)),
             db_pool_size=int(env.get("JOBWIRE_DB_POOL_SIZE", 8)),
             retention_ready_days=number("JOBWIRE_RETENTION_READY_DAYS", 30.0),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -73,6 +73,24 @@ def test_submit_arguments() -> None:
     assert dict(args.label) == {"env": "prod", "team": "media"}
     assert args.on_lease_lost == "RETRY" and args.max_attempts == 3
     assert commands.read_payload(args) == b'{"a": 1}'
+
+
+def test_submit_time_limits_and_the_per_call_timeout_before_the_command() -> None:
+    args = parse(
+        "--timeout", "12", "submit", "transcode", "--timeout", "5m", "--job-timeout", "1h",
+        "--stage-timeout", "90", "--on-no-progress", "fail",
+    )  # fmt: skip
+    assert args.timeout == 12.0  # seconds per call, given before the command
+    assert (args.attempt_timeout, args.job_timeout, args.stage_timeout, args.on_no_progress) == (
+        timedelta(minutes=5),
+        timedelta(hours=1),
+        timedelta(seconds=90),
+        "FAIL",
+    )
+    plain = parse("submit", "transcode")
+    assert plain.timeout == 30.0 and plain.attempt_timeout is None and plain.on_no_progress is None
+    with pytest.raises(SystemExit):
+        parse("submit", "transcode", "--timeout", "soon")
 
 
 def test_payload_and_payload_file_exclude_each_other() -> None:

@@ -18,6 +18,10 @@ EXPECTED below is written independently from the design text, not copied from st
 | CANCEL_REQUESTED | lease expired | CANCELLED |
 | FAILED (retryable) | Retry | QUEUED |
 | RUNNING (stalled) | Requeue (operator, AdminService) | QUEUED |
+| RUNNING | attempt timeout | QUEUED (backoff) or FAILED (TIMEOUT) |   (issue 11: as a retryable failure)
+| CANCEL_REQUESTED | attempt timeout | CANCELLED |
+| QUEUED, RUNNING, CANCEL_REQUESTED | job timeout | FAILED (TIMEOUT, not retryable) |
+| RUNNING | no progress | RUNNING (a finding, INSPECT) / QUEUED or FAILED (FAIL, as an attempt timeout) |
 Cancel is idempotent on CANCEL_REQUESTED / CANCELLED; on READY / FAILED it is refused (§4).
 """
 
@@ -62,6 +66,9 @@ EXPECTED: dict[Action, dict[Status, set[Status]]] = {
     Action.LEASE_EXPIRED: {R: {R, Q, FAILED}, CR: {CR, CANCELLED}},
     Action.RETRY: {FAILED: {Q}},
     Action.REQUEUE: {R: {Q}},
+    Action.ATTEMPT_TIMEOUT: {R: {Q, FAILED}, CR: {CANCELLED}},
+    Action.JOB_TIMEOUT: {Q: {FAILED}, R: {FAILED}, CR: {FAILED}},
+    Action.NO_PROGRESS: {R: {R, Q, FAILED}},
 }
 
 
@@ -130,6 +137,13 @@ def test_allowed_matches_expected(action: Action, current: Status, target: Statu
         (Action.HEARTBEAT, Q),
         (Action.REQUEUE, CR),
         (Action.REQUEUE, FAILED),
+        (Action.ATTEMPT_TIMEOUT, Q),
+        (Action.ATTEMPT_TIMEOUT, FAILED),
+        (Action.JOB_TIMEOUT, READY),
+        (Action.JOB_TIMEOUT, FAILED),
+        (Action.JOB_TIMEOUT, CANCELLED),
+        (Action.NO_PROGRESS, Q),
+        (Action.NO_PROGRESS, CR),
     ],
     ids=lambda v: v.value,
 )
@@ -150,6 +164,10 @@ def test_named_refusals(action: Action, current: Status) -> None:
         (Action.CANCEL, R, CR),
         (Action.COMPLETE, CR, READY),
         (Action.LEASE_EXPIRED, CR, CANCELLED),
+        (Action.ATTEMPT_TIMEOUT, CR, CANCELLED),
+        (Action.JOB_TIMEOUT, Q, FAILED),
+        (Action.JOB_TIMEOUT, CR, FAILED),
+        (Action.NO_PROGRESS, R, R),
     ],
     ids=lambda v: v.value,
 )
@@ -215,6 +233,9 @@ def test_only_worker_actions_start_from_a_leased_status() -> None:
         Action.RELEASE,
         Action.LEASE_EXPIRED,
         Action.REQUEUE,
+        Action.ATTEMPT_TIMEOUT,
+        Action.JOB_TIMEOUT,
+        Action.NO_PROGRESS,
     }
 
 

@@ -15,12 +15,15 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from jobwire.v1 import job_pb2, worker_pb2
 
 
-def rpc_error(code: grpc.StatusCode, reason: str | None = None, details: str = "") -> grpc.aio.AioRpcError:
-    """What a failed aio call raises, with a jobwire ErrorInfo reason when given."""
+def rpc_error(
+    code: grpc.StatusCode, reason: str | None = None, details: str = "", metadata: dict[str, str] | None = None
+) -> grpc.aio.AioRpcError:
+    """What a failed aio call raises, with a jobwire ErrorInfo reason (and metadata) when given."""
     trailing = grpc.aio.Metadata()
     if reason is not None:
         status = status_pb2.Status(code=getattr(code_pb2, code.name), message=details)
-        status.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason, domain="jobwire"))
+        info = error_details_pb2.ErrorInfo(reason=reason, domain="jobwire", metadata=metadata or {})
+        status.details.add().Pack(info)
         trailing.add("grpc-status-details-bin", status.SerializeToString())
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, details)
 
@@ -33,8 +36,13 @@ def _status_of(error: grpc.aio.AioRpcError) -> status_pb2.Status:
     return status_pb2.Status(code=getattr(code_pb2, error.code().name), message=error.details() or "")
 
 
-def lease_lost() -> grpc.aio.AioRpcError:
-    return rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST", "lease lost")
+def lease_lost(*, timed_out: bool = False) -> grpc.aio.AioRpcError:
+    """WORKER_LEASE_LOST; `timed_out`: as the server says it of a lease revoked for time."""
+    metadata = {"lease_state": "TIMED_OUT"} if timed_out else None
+    return rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST", "lease lost", metadata)
+
+
+_GONE = (worker_pb2.LeaseState.LOST, worker_pb2.LeaseState.TIMED_OUT)
 
 
 def unavailable() -> grpc.aio.AioRpcError:
@@ -50,6 +58,7 @@ def make_lease(
     checkpoint: bytes | None = None,
     stages: Sequence[str] = (),
     heartbeat_s: float = 0.2,
+    deadline_in: float | None = None,
 ) -> worker_pb2.Lease:
     lease = worker_pb2.Lease(
         job_no=job_no,
@@ -62,6 +71,8 @@ def make_lease(
         stages=[worker_pb2.StageDef(code=code, cancellable=code != "DELIVERING") for code in stages],
     )
     lease.heartbeat_interval.FromNanoseconds(int(heartbeat_s * 1e9))
+    if deadline_in is not None:
+        lease.attempt_deadline.FromNanoseconds(time.time_ns() + int(deadline_in * 1e9))
     return lease
 
 
@@ -79,7 +90,7 @@ class FakeWorkerService:
     pending: list[worker_pb2.Lease] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     errors: dict[str, list[BaseException]] = field(default_factory=dict)
-    lease_states: dict[str, int] = field(default_factory=dict)  # job_no -> LeaseState.State
+    lease_states: dict[str, int] = field(default_factory=dict)  # job_no -> LeaseState.State (LOST, TIMED_OUT: gone)
     cancel_in_reports: set[str] = field(default_factory=set)
     ended: dict[str, str] = field(default_factory=dict)  # job_no -> the ending method
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -146,8 +157,10 @@ class FakeWorkerService:
                     raise
                 results.append(worker_pb2.ReportStageResult(error=_status_of(exc)))
                 continue
-            if self.lease_states.get(report.job_no) == worker_pb2.LeaseState.LOST:
-                results.append(worker_pb2.ReportStageResult(error=_status_of(lease_lost())))
+            state = self.lease_states.get(report.job_no)
+            if state in _GONE:
+                gone = lease_lost(timed_out=state == worker_pb2.LeaseState.TIMED_OUT)
+                results.append(worker_pb2.ReportStageResult(error=_status_of(gone)))
                 continue
             response = worker_pb2.ReportStageResponse(cancel_requested=report.job_no in self.cancel_in_reports)
             results.append(worker_pb2.ReportStageResult(response=response))
@@ -157,8 +170,9 @@ class FakeWorkerService:
         if self.on_end is not None:
             self.on_end(method, request)
         self._record(method, request)
-        if self.lease_states.get(request.job_no) == worker_pb2.LeaseState.LOST:
-            raise lease_lost()
+        state = self.lease_states.get(request.job_no)
+        if state in _GONE:
+            raise lease_lost(timed_out=state == worker_pb2.LeaseState.TIMED_OUT)
         self.ended[request.job_no] = method
         return job_pb2.Job(job_no=request.job_no)
 

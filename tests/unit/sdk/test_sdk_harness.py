@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from jobwire.domain.job import ErrorCategory
-from jobwire.worker.sdk import JobCancelled, JobContext, Result
+from jobwire.worker.sdk import JobCancelled, JobContext, Result, TimedOut
 from jobwire.worker.sdk.testing import EndKind, JobEnvironment
 
 
@@ -52,7 +53,7 @@ def test_bytes_results_are_hashed_too(tmp_path: Path) -> None:
 
 
 def test_the_temp_folder_is_removed_after_every_ending() -> None:
-    for switch in (None, "cancel", "lose_lease", "shutdown"):
+    for switch in (None, "cancel", "lose_lease", "time_out", "shutdown"):
         env = JobEnvironment()
         if switch is not None:
             getattr(env, switch)()
@@ -88,6 +89,41 @@ def test_a_lease_lost_while_returning_is_never_completed(tmp_path: Path) -> None
         return Result.from_bytes(b"late")
 
     assert env.run(handler).kind is EndKind.DISCARD
+
+
+def test_past_the_deadline_a_safe_point_raises_timed_out_and_nothing_is_delivered(tmp_path: Path) -> None:
+    deadline = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+    env = JobEnvironment(results_dir=tmp_path / "results", deadline=deadline)
+    seen: list[object] = []
+
+    def handler(ctx: JobContext) -> Result:
+        seen.append(ctx.deadline)
+        try:
+            return counting(ctx)
+        except TimedOut:
+            seen.append("TimedOut")
+            raise
+
+    env.on_report = lambda r: env.time_out() if r.processed == 4 else None
+    outcome = env.run(handler)
+    assert outcome.kind is EndKind.TIMED_OUT and outcome.artifact is None and outcome.failure is None
+    assert seen == [deadline, "TimedOut"]
+    assert env.last_report is not None and env.last_report.processed == 4
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*"))
+
+
+def test_a_time_out_the_handler_swallows_still_delivers_nothing() -> None:
+    env = JobEnvironment()
+
+    def careless(ctx: JobContext) -> Result:
+        try:
+            ctx.check()
+        except Exception:  # noqa: BLE001 - the point of the test: TimedOut is an Exception
+            return Result.from_bytes(b"anyway")
+        return Result.from_bytes(b"ok")
+
+    env.time_out()
+    assert env.run(careless).kind is EndKind.TIMED_OUT
 
 
 def test_shutdown_releases_with_the_latest_checkpoint() -> None:

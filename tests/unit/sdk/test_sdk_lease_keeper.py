@@ -1,4 +1,4 @@
-"""One batched heartbeat per worker; CANCEL_REQUESTED and LOST reach the jobs."""
+"""One batched heartbeat per worker; CANCEL_REQUESTED, LOST and TIMED_OUT reach the jobs."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ from jobwire.worker.sdk._lease_keeper import LeaseKeeper
 async def test_one_heartbeat_carries_every_lease(fake: FakeWorkerService) -> None:
     keeper = LeaseKeeper(fake, worker_id="w1", default_interval=10.0)
     stops: dict[str, list[StopReason]] = {}
-    for no in ("A", "B", "C"):
+    for no in ("A", "B", "C", "D"):
         keeper.add(no, f"t-{no}", interval=0.1, on_stop=stops.setdefault(no, []).append)
-    fake.lease_states.update({"B": worker_pb2.LeaseState.CANCEL_REQUESTED, "C": worker_pb2.LeaseState.LOST})
+    fake.lease_states.update({
+        "B": worker_pb2.LeaseState.CANCEL_REQUESTED, "C": worker_pb2.LeaseState.LOST,
+        "D": worker_pb2.LeaseState.TIMED_OUT,
+    })  # fmt: skip
     task = asyncio.create_task(keeper.run())
     try:
         beats = await fake.wait_for("Heartbeat", 2, timeout=2.0)
@@ -30,10 +33,12 @@ async def test_one_heartbeat_carries_every_lease(fake: FakeWorkerService) -> Non
         ("A", "t-A"),
         ("B", "t-B"),
         ("C", "t-C"),
+        ("D", "t-D"),
     ]
     assert stops["A"] == []
     assert stops["B"][0] is StopReason.CANCEL
     assert stops["C"][0] is StopReason.LOST
+    assert stops["D"][0] is StopReason.TIMED_OUT
 
 
 async def test_the_interval_is_the_shortest_a_lease_asks_for(fake: FakeWorkerService) -> None:

@@ -216,6 +216,16 @@ async def test_lease_lost_stops_the_job_and_the_reports(fake: FakeWorkerService,
     await r.close()
 
 
+async def test_a_lease_timed_out_stops_the_job_as_timed_out(fake: FakeWorkerService, sender: ReportSender) -> None:
+    stops: list[StopReason] = []
+    r = reporter(sender, stops)
+    fake.fail_next("ReportStage", lease_lost(timed_out=True))
+    r.update(snap(1))
+    assert await r.flush(1.0)
+    assert stops == [StopReason.TIMED_OUT]
+    await r.close()
+
+
 async def test_cancel_requested_in_a_reply_reaches_the_job(fake: FakeWorkerService, sender: ReportSender) -> None:
     stops: list[StopReason] = []
     r = reporter(sender, stops)

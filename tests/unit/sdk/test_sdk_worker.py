@@ -72,6 +72,11 @@ async def napping(ctx: JobContext) -> Result:
     return Result.from_bytes(b"late")
 
 
+@registry.job("deadline")
+def deadline(ctx: JobContext) -> Result:
+    return Result.from_bytes(str(ctx.deadline.isoformat() if ctx.deadline else None).encode())
+
+
 @registry.job("resume")
 async def resume(ctx: JobContext) -> Result:
     return Result.from_bytes(repr(ctx.last_checkpoint).encode())
@@ -174,6 +179,57 @@ async def test_a_lost_lease_stops_the_job_and_tells_nobody(
     ends = [c.method for c in fake.calls if c.method in ("Complete", "Fail", "ConfirmCancel", "Release")]
     assert ends == []
     assert tmp_left(config) == [] and results(config) == []
+
+
+async def stopped(worker: Worker) -> None:
+    """Wait (bounded) until the worker runs no job any more."""
+    for _ in range(500):
+        if worker.running == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the job never stopped")
+
+
+def endings_sent(fake: FakeWorkerService) -> list[str]:
+    return [c.method for c in fake.calls if c.method in ("Complete", "Fail", "ConfirmCancel", "Release")]
+
+
+@pytest.mark.parametrize("job_type", ["write", "napping"])
+async def test_past_its_deadline_a_handler_is_stopped_and_nobody_is_told(
+    config: WorkerConfig, fake: FakeWorkerService, caplog: pytest.LogCaptureFixture, job_type: str
+) -> None:
+    # A sync handler stops at its next safe point, an async one at its next await.
+    fake.pending.append(make_lease("PT-1", job_type, b'{"n": 100000, "sleep": 0.01}', deadline_in=0.3))
+    async with running(config, fake) as (worker, _):
+        await fake.wait_for("ReportStage")
+        await stopped(worker)
+    assert endings_sent(fake) == []  # the server ends the attempt by its own clock
+    assert tmp_left(config) == [] and results(config) == []
+    assert "PT-1 attempt 1: timed out" in caplog.text
+
+
+@pytest.mark.parametrize("via", ["heartbeat", "report"])
+async def test_a_lease_the_server_timed_out_stops_the_job_and_tells_nobody(
+    config: WorkerConfig, fake: FakeWorkerService, caplog: pytest.LogCaptureFixture, via: str
+) -> None:
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 1000, "sleep": 0.01}', heartbeat_s=0.05))
+    async with running(config, fake) as (worker, _):
+        await fake.wait_for("ReportStage")
+        fake.lease_states["PT-1"] = worker_pb2.LeaseState.TIMED_OUT  # reports get WORKER_LEASE_LOST, TIMED_OUT
+        if via == "report":
+            fake.fail_next("Heartbeat", *[unavailable()] * 100)
+        await stopped(worker)
+    assert endings_sent(fake) == []
+    assert tmp_left(config) == [] and results(config) == []
+    assert "PT-1 attempt 1: timed out" in caplog.text
+
+
+async def test_a_handler_sees_its_attempts_deadline(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    fake.pending += [make_lease("PT-1", "deadline", deadline_in=60), make_lease("PT-2", "deadline")]
+    async with running(config, fake):
+        await fake.wait_for("Complete", 2)
+    seen = {c.job_no: Path(c.result.uri.removeprefix("file://")).read_text() for c in fake.of("Complete")}
+    assert seen["PT-1"].endswith("+00:00") and seen["PT-2"] == "None"
 
 
 async def test_shutdown_releases_with_the_latest_checkpoint(config: WorkerConfig, fake: FakeWorkerService) -> None:

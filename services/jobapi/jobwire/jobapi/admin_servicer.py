@@ -38,6 +38,7 @@ def finding(found: Finding) -> admin_pb2.Finding:
         total_units=found.total_units,
         checkpoint_present=found.checkpoint_present,
         lease_expires_at=convert.timestamp(found.lease_expires_at),
+        progress_at=convert.timestamp(found.progress_at),
     )
 
 

@@ -15,7 +15,7 @@ def add_jobapi(rt: Runtime) -> None:
     jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.wakeup)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
-        JobServicer(jobs, add_watching(rt)),
+        JobServicer(jobs, add_watching(rt), rt.settings),
         job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     )
     rt.host.add_servicer(

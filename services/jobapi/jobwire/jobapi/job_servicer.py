@@ -12,6 +12,7 @@ from jobwire.domain.errors import InvalidArgument
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.watch import Watches
 from jobwire.rpc import auth, convert
+from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
 MAX_LOCALE_CHARS = 35
@@ -21,7 +22,7 @@ def _locale(value: str) -> str:
     return limits.short_text("locale", value, MAX_LOCALE_CHARS)
 
 
-def decode_submit(request: job_pb2.SubmitRequest, tenant: str) -> NewJob:
+def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s: float | None) -> NewJob:
     return NewJob(
         tenant=tenant,
         job_type=limits.name("job_type", request.job_type),
@@ -31,6 +32,7 @@ def decode_submit(request: job_pb2.SubmitRequest, tenant: str) -> NewJob:
         priority=request.priority,
         run_after=convert.from_timestamp(request.run_after, "run_after") if request.HasField("run_after") else None,
         retry=convert.retry_policy(request.retry_policy, request.HasField("retry_policy")),
+        timeouts=convert.timeouts(request.timeouts, request.HasField("timeouts"), default_attempt_s),
         owner=limits.key("owner", request.owner),
         labels=limits.labels(request.labels),
         locale=_locale(request.locale) or "en",
@@ -38,13 +40,15 @@ def decode_submit(request: job_pb2.SubmitRequest, tenant: str) -> NewJob:
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
-    def __init__(self, jobs: Jobs, watches: Watches) -> None:
+    def __init__(self, jobs: Jobs, watches: Watches, settings: Settings) -> None:
         self.jobs = jobs
         self.watches = watches
+        self.settings = settings
 
     async def Submit(self, request: job_pb2.SubmitRequest, context: grpc.aio.ServicerContext) -> job_pb2.SubmitResponse:
         who = auth.current()
-        job, created = await self.jobs.submit(who, decode_submit(request, who.tenant))
+        new = decode_submit(request, who.tenant, self.settings.default_attempt_timeout_seconds)
+        job, created = await self.jobs.submit(who, new)
         return job_pb2.SubmitResponse(job=convert.job_to_proto(job, request.locale), created=created)
 
     async def Get(self, request: job_pb2.GetRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:

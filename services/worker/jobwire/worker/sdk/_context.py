@@ -14,6 +14,7 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,9 +25,9 @@ from jobwire.domain.stages import StageDef, index_of
 from jobwire.worker.sdk._errors import (
     InputInvalid,
     JobCancelled,
-    JobInterrupted,
     LeaseLost,
     ShuttingDown,
+    TimedOut,
 )
 
 
@@ -35,17 +36,20 @@ class StopReason(enum.IntEnum):
 
     SHUTDOWN = 1
     CANCEL = 2
-    LOST = 3
+    TIMED_OUT = 3  # the attempt's deadline passed (by this machine's clock, or the server said so)
+    LOST = 4
 
 
-_SIGNALS: dict[StopReason, type[JobInterrupted]] = {
+_SIGNALS: dict[StopReason, type[BaseException]] = {
     StopReason.SHUTDOWN: ShuttingDown,
     StopReason.CANCEL: JobCancelled,
+    StopReason.TIMED_OUT: TimedOut,
     StopReason.LOST: LeaseLost,
 }
 _MESSAGES = {
     StopReason.SHUTDOWN: "the worker is shutting down",
     StopReason.CANCEL: "the job was cancelled",
+    StopReason.TIMED_OUT: "the attempt ran past its time limit",
     StopReason.LOST: "this worker no longer holds the job's lease",
 }
 
@@ -76,6 +80,7 @@ class JobInfo:
     last_checkpoint: bytes | None
     stages: tuple[StageDef, ...]
     tmp_dir: Path
+    deadline: datetime | None = None  # when the attempt's time runs out (aware, UTC)
 
 
 class AttemptState:
@@ -252,7 +257,7 @@ class JobContext:
     event loop for `async def` handlers. Only `check()`, `sleep()` and `asleep()` raise a
     stop signal; progress calls never block on the network.
 
-    In an `async def` handler a stop (cancel, lost lease, shutdown) also cancels the
+    In an `async def` handler a stop (cancel, lost lease, time out, shutdown) also cancels the
     handler's task, so any `await` may end it with `asyncio.CancelledError`; the runtime
     ends the attempt for the stop's reason. Clean up in `finally`, and let it propagate.
     """
@@ -299,6 +304,16 @@ class JobContext:
         return self._state.info.tmp_dir
 
     @property
+    def deadline(self) -> datetime | None:
+        """When this attempt's time runs out (aware, UTC), or None when it has no limit.
+
+        Past it the runtime stops the handler at its next safe point (`check()` raises
+        TimedOut) and delivers nothing: the server ends the attempt and decides whether it
+        runs again.
+        """
+        return self._state.info.deadline
+
+    @property
     def stop_requested(self) -> bool:
         """True once the job should stop; `check()` then raises the reason."""
         return self._state.stop is not None
@@ -333,7 +348,7 @@ class JobContext:
         self._state.save_checkpoint(data)
 
     def check(self) -> None:
-        """A safe point: return, or raise JobCancelled, LeaseLost or ShuttingDown.
+        """A safe point: return, or raise JobCancelled, LeaseLost, ShuttingDown or TimedOut.
 
         Call it where stopping leaves nothing half-done, e.g. between batches.
         """

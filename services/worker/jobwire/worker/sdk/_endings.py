@@ -21,6 +21,7 @@ class EndKind(enum.StrEnum):
     CONFIRM_CANCEL = "CONFIRM_CANCEL"  # temp output removed, then ConfirmCancel
     RELEASE = "RELEASE"  # graceful shutdown: Release with the latest checkpoint
     DISCARD = "DISCARD"  # the lease is gone: drop everything, tell nobody
+    TIMED_OUT = "TIMED_OUT"  # the attempt's time ran out: drop everything, tell nobody (the server ends it)
     ABANDON = "ABANDON"  # stopped without a safe point: leave the lease to expire
 
 
@@ -33,6 +34,7 @@ class Ending:
 
 _BY_STOP = {
     StopReason.LOST: EndKind.DISCARD,
+    StopReason.TIMED_OUT: EndKind.TIMED_OUT,
     StopReason.CANCEL: EndKind.CONFIRM_CANCEL,
     StopReason.SHUTDOWN: EndKind.RELEASE,
 }
@@ -49,9 +51,10 @@ def decide(
         result: What the handler returned (when `error` is None).
         error: What the handler raised, if anything.
     """
-    if stop is StopReason.LOST:
-        # Someone else may own the job now: never Complete, Fail or Release it.
-        return Ending(kind=EndKind.DISCARD)
+    if stop in (StopReason.LOST, StopReason.TIMED_OUT):
+        # Someone else may own the job now, or will once the server sees the time ran out:
+        # never Complete, Fail or Release it, whatever the handler did after the stop.
+        return Ending(kind=_BY_STOP[stop])
     if error is None:
         if delivered is not None and stop is not None:
             # The handler was told to stop but returned anyway: its output may be partial.

@@ -88,7 +88,11 @@ class DependencyFailed(RetryableError):
 
 
 class TimedOut(RetryableError):
-    """Something the job waited for took too long."""
+    """Something the job waited for took too long.
+
+    `JobContext.check()` raises it too, once the attempt's own deadline has passed; the
+    runtime then ends the attempt without a call, and the server decides what comes next.
+    """
 
     category = ErrorCategory.TIMEOUT
 

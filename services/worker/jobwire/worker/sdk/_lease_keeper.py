@@ -1,6 +1,6 @@
 """One batched Heartbeat per worker, for every lease it holds.
 
-The reply's CANCEL_REQUESTED and LOST reach each handler's next safe point. A failed
+The reply's CANCEL_REQUESTED, LOST and TIMED_OUT reach each handler's next safe point. A failed
 heartbeat is retried sooner than the interval (with backoff) but never faster than it
 helps: the lease lasts three intervals, so one missed beat costs nothing.
 """
@@ -23,6 +23,7 @@ log = logging.getLogger("jobwire.worker")
 _STATE_STOPS = {
     worker_pb2.LeaseState.CANCEL_REQUESTED: StopReason.CANCEL,
     worker_pb2.LeaseState.LOST: StopReason.LOST,
+    worker_pb2.LeaseState.TIMED_OUT: StopReason.TIMED_OUT,
 }
 
 
@@ -45,7 +46,7 @@ class LeaseKeeper:
         self._backoff = Pauses(Backoff(initial=0.5, maximum=default_interval, jitter=0.5))
 
     def add(self, job_no: str, token: str, *, interval: float, on_stop: Callable[[StopReason], None]) -> None:
-        """Keep renewing `job_no` until `remove`; `on_stop` hears CANCEL_REQUESTED and LOST."""
+        """Keep renewing `job_no` until `remove`; `on_stop` hears CANCEL_REQUESTED, LOST and TIMED_OUT."""
         self._held[job_no] = _Held(token=token, interval=interval or self._default_interval, on_stop=on_stop)
         self._changed.set()
 

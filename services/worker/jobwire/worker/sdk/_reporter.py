@@ -8,7 +8,8 @@ Rules (DESIGN §8, issues 4 and 8):
 * every stage entered is reported, in order, however short;
 * a checkpoint rides on the next report and is never dropped, only superseded by a newer one;
 * a batch that fails in transit (UNAVAILABLE and friends) is sent again with backoff;
-  WORKER_LEASE_LOST in a result stops that job; another refusal drops that report.
+  WORKER_LEASE_LOST in a result stops that job (as timed out when it says so); another
+  refusal drops that report.
 
 `JobReporter` keeps one job's state; `ReportSender` (one per worker) collects what every
 reporter has due and sends it. Users see a change within one interval.
@@ -125,10 +126,11 @@ class JobReporter:
                 self._sent_checkpoint_seq = max(self._sent_checkpoint_seq, seq)
                 if result.response.cancel_requested:
                     self._on_stop(StopReason.CANCEL)
-            elif _reason(result.error) == "WORKER_LEASE_LOST":
-                log.warning("job %s: lease lost while reporting; stopping it", self.job_no)
+            elif (lost := _lease_lost(result.error)) is not None:
+                why = "the attempt timed out" if lost is StopReason.TIMED_OUT else "lease lost"
+                log.warning("job %s: %s while reporting; stopping it", self.job_no, why)
                 self._closed = True
-                self._on_stop(StopReason.LOST)
+                self._on_stop(lost)
             else:
                 # A refused report (bad stage, regression) would be refused again: drop it.
                 log.error("job %s: report refused (%s: %s); dropped", self.job_no,
@@ -256,6 +258,9 @@ def _chunks(
     return chunks
 
 
-def _reason(status: status_pb2.Status) -> str | None:
+def _lease_lost(status: status_pb2.Status) -> StopReason | None:
+    """TIMED_OUT or LOST for a report refused with WORKER_LEASE_LOST; None for any other answer."""
     info = status_info(status)
-    return info.reason if info is not None else None
+    if info is None or info.reason != "WORKER_LEASE_LOST":
+        return None
+    return StopReason.TIMED_OUT if info.metadata.get("lease_state") == "TIMED_OUT" else StopReason.LOST

@@ -1,10 +1,10 @@
 """Run one leased job: set up its attempt, call the handler, and end the attempt honestly.
 
-Endings: a returned Result is delivered and verified, then Complete; a
-cancel at a safe point removes the temporary folder, then ConfirmCancel; a lost lease
-stops everything and tells nobody; an exception becomes Fail with a category; a shutdown
-at a safe point becomes Release with the latest checkpoint. The temporary folder is
-removed in every case.
+Endings: a returned Result is delivered and verified, then Complete; a cancel at a safe
+point removes the temporary folder, then ConfirmCancel; a lost lease, or an attempt past
+its deadline, stops everything and tells nobody; an exception becomes Fail with a
+category; a shutdown at a safe point becomes Release with the latest checkpoint. The
+temporary folder is removed in every case.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import logging
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -118,11 +119,14 @@ class JobRunner:
             state.request_stop(self._stop_early)
         interval = lease.heartbeat_interval.ToTimedelta().total_seconds()
         self._deps.keeper.add(lease.job_no, lease.worker_token, interval=interval, on_stop=state.request_stop)
+        time_limit = _stop_at_deadline(state)
         try:
             ending = await self._invoke(state)
             await _Finisher(self._deps, lease, state, reporter).finish(ending)
             return ending.kind
         finally:
+            if time_limit is not None:
+                time_limit.cancel()
             self._deps.keeper.remove(lease.job_no)
             await reporter.close()
             if tmp.exists():  # an ending call removed it already (see _end); one thread hop less
@@ -138,6 +142,7 @@ class JobRunner:
             last_checkpoint=lease.checkpoint if lease.has_checkpoint else None,
             stages=stages,
             tmp_dir=tmp,
+            deadline=lease.attempt_deadline.ToDatetime(tzinfo=UTC) if lease.HasField("attempt_deadline") else None,
         )
 
     async def _invoke(self, state: AttemptState) -> Ending:
@@ -155,6 +160,19 @@ class JobRunner:
             # Abandoned by the worker (grace period over): no safe point was reached.
             return Ending(kind=EndKind.ABANDON)
         return decide(stop=state.stop, delivered=state.delivered, result=result, error=error)
+
+
+def _stop_at_deadline(state: AttemptState) -> asyncio.TimerHandle | None:
+    """Stop the handler when its attempt's time runs out by this machine's clock.
+
+    The server ends the attempt by the database clock whatever happens here; this only
+    spares the handler work nobody will take.
+    """
+    deadline = state.info.deadline
+    if deadline is None:
+        return None
+    delay = max(0.0, (deadline - datetime.now(UTC)).total_seconds())
+    return asyncio.get_running_loop().call_later(delay, state.request_stop, StopReason.TIMED_OUT)
 
 
 class _Finisher:
@@ -180,6 +198,8 @@ class _Finisher:
             await self._release()
         elif ending.kind is EndKind.DISCARD:
             self._log("lease lost; result discarded")
+        elif ending.kind is EndKind.TIMED_OUT:
+            self._log("timed out: stopped past the attempt's deadline, nothing delivered; the server ends the attempt")
         else:  # ABANDON: no safe point reached; the lease expires and the server decides
             self._log("abandoned without a safe point; the lease will expire")
 
@@ -199,7 +219,7 @@ class _Finisher:
         except Exception as exc:  # noqa: BLE001 - an undeliverable result is reported as a failure
             await self._fail(failure_of(exc))
             return
-        if state.stop is StopReason.LOST:
+        if state.stop in (StopReason.LOST, StopReason.TIMED_OUT):
             self._deps.store.discard(delivered.path)
             return
         await self._reporter.flush(FLUSH_TIMEOUT_S)
@@ -266,7 +286,7 @@ class _Finisher:
             )
         except grpc.RpcError as exc:
             if is_lease_lost(exc):
-                log.warning("%s: lease lost; the job is no longer ours", label)
+                log.warning("%s: lease lost (%s); the job is no longer ours", label, describe(exc))
                 return _Outcome.LOST
             log.error("%s failed: %s", label, describe(exc))
             return _Outcome.UNREACHABLE if is_transient(exc) else _Outcome.REFUSED

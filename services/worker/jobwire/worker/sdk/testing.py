@@ -8,8 +8,8 @@ Example:
     assert not env.tmp_dir.exists()
 
 The environment applies the same endings as the worker (the same `decide()`): a returned
-Result is delivered and hashed into `results_dir`, a cancel or lost lease removes the
-temporary folder and delivers nothing, an exception is classified into a Failure.
+Result is delivered and hashed into `results_dir`, a cancel, a lost lease or a time out
+removes the temporary folder and delivers nothing, an exception is classified into a Failure.
 Reports are recorded as the handler made them, before any coalescing.
 """
 
@@ -21,6 +21,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import cast
 
@@ -62,7 +63,8 @@ class Report:
 class Outcome:
     """How the attempt ended, and what the worker would have sent.
 
-    `kind` is one of COMPLETE, FAIL, CONFIRM_CANCEL, RELEASE, DISCARD (lost lease).
+    `kind` is one of COMPLETE, FAIL, CONFIRM_CANCEL, RELEASE, DISCARD (lost lease),
+    TIMED_OUT (past the attempt's deadline).
     """
 
     kind: EndKind
@@ -93,6 +95,7 @@ class JobEnvironment:
         results_url: The base URL results are published under (as `WorkerConfig.results_url`);
             None gives file:// URIs.
         tmp_root: Where the attempt's temporary folder is made.
+        deadline: What `ctx.deadline` says; the attempt stops only when `time_out()` is called.
     """
 
     def __init__(
@@ -108,8 +111,10 @@ class JobEnvironment:
         results_dir: Path | None = None,
         results_url: str | None = None,
         tmp_root: Path | None = None,
+        deadline: datetime | None = None,
     ) -> None:
         self.payload = _encode(payload)
+        self.deadline = deadline
         self.handlers, self.job_type, self.job_no = handlers, job_type, job_no
         self.attempt, self.last_checkpoint = attempt, last_checkpoint
         self._stages = stages
@@ -139,6 +144,10 @@ class JobEnvironment:
     def lose_lease(self) -> None:
         """As if the lease were revoked: the next safe point raises LeaseLost."""
         self._stop(StopReason.LOST)
+
+    def time_out(self) -> None:
+        """As if the attempt's deadline passed: the next safe point raises TimedOut."""
+        self._stop(StopReason.TIMED_OUT)
 
     def shutdown(self) -> None:
         """As if the worker got SIGTERM: the next safe point raises ShuttingDown."""
@@ -217,6 +226,7 @@ class JobEnvironment:
             last_checkpoint=self.last_checkpoint,
             stages=spec.stages,
             tmp_dir=self.tmp_dir,
+            deadline=self.deadline,
         )
         state = AttemptState(info, _Sink(self._record))
         with self._lock:
@@ -247,9 +257,9 @@ class JobEnvironment:
             )
         except Exception as exc:  # noqa: BLE001 - an undeliverable result is reported as a failure
             return Outcome(kind=EndKind.FAIL, failure=failure_of(exc))
-        if state.stop is StopReason.LOST:
+        if state.stop in (StopReason.LOST, StopReason.TIMED_OUT):
             self.store.discard(delivered.path)
-            return Outcome(kind=EndKind.DISCARD)
+            return Outcome(kind=EndKind.DISCARD if state.stop is StopReason.LOST else EndKind.TIMED_OUT)
         return Outcome(
             kind=ending.kind, artifact=delivered.artifact, result_path=delivered.path, keepalive=self._results_tmp
         )

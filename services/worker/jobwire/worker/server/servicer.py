@@ -75,6 +75,7 @@ def _lease(lease: Lease) -> worker_pb2.Lease:
         stages=stages_to_proto(lease.stages),
         lease_expires_at=convert.timestamp(lease.lease_expires_at),
         heartbeat_interval=convert.duration(lease.lease_seconds / 3),
+        attempt_deadline=convert.timestamp(lease.attempt_deadline),
     )
 
 

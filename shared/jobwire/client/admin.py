@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from itertools import chain, islice
+from itertools import chain
 
 from jobwire.client import convert
 from jobwire.client.base import BaseClient
@@ -49,7 +49,7 @@ class AdminClient(BaseClient):
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
         request = convert.message(admin_pb2.ListEventsRequest, job_no=job_no, page_size=page_size)
         pages = self._pages(self._stub.ListEvents, request)
-        return islice(chain.from_iterable(page.events for page in pages), limit)
+        return convert.at_most(chain.from_iterable(page.events for page in pages), limit)
 
     def requeue(self, job_no: str, *, reason: str) -> job_pb2.Job:
         """An operator's decision for a stalled job: revoke its lease and queue it again.
@@ -57,7 +57,7 @@ class AdminClient(BaseClient):
         Args:
             reason: why, for the evidence trail.
         """
-        request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason)
+        request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)
         # Not retried: the answer may have been lost after the requeue happened, and by the
         # time a repeat arrives a new worker may hold the job. An operator decides again
         # with fresh facts (inspect, events) rather than the client deciding for them.
@@ -68,4 +68,4 @@ class AdminClient(BaseClient):
         """Known workers by id, across pages: last seen, leases held, queues and job types."""
         request = convert.message(admin_pb2.ListWorkersRequest, queue=queue)
         pages = self._pages(self._stub.ListWorkers, request)
-        return islice(chain.from_iterable(page.workers for page in pages), limit)
+        return convert.at_most(chain.from_iterable(page.workers for page in pages), limit)

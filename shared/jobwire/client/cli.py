@@ -122,7 +122,7 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
     p.add_argument("--owner", default="")
     p.add_argument("--status", type=c.status_arg, action="append", default=[], help="repeatable: QUEUED, RUNNING, ...")
     p.add_argument("--type", default="", help="job type")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--limit", type=c.count_arg, default=50, help="at most this many (default 50)")
     p.set_defaults(handler=c.cmd_list)
 
 
@@ -140,7 +140,7 @@ def _admin_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=c.cmd_inspect)
     p = sub.add_parser("events", parents=[common], help="a job's evidence trail")
     p.add_argument("job_no")
-    p.add_argument("--limit", type=int, default=None, help="at most this many")
+    p.add_argument("--limit", type=c.count_arg, default=None, help="at most this many")
     p.set_defaults(handler=c.cmd_events)
     p = sub.add_parser("requeue", parents=[common], help="requeue a stalled job")
     p.add_argument("job_no")
@@ -170,6 +170,9 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
 
 
 def make_context(args: argparse.Namespace, out: Console, err: Console) -> c.Context:
+    if args.tls_ca is not None and not os.access(args.tls_ca, os.R_OK):
+        # Read only when the channel opens; a missing file is the caller's mistake, not the server's.
+        raise c.UsageError(f"cannot read the CA bundle {args.tls_ca} (--tls-ca / JOBWIRE_TLS_CA)")
     config = ChannelConfig(target=args.target, token=args.token or None, tls=args.tls, tls_ca=args.tls_ca)
     return c.Context(
         config=config,
@@ -208,11 +211,11 @@ def run(
         args = build_parser(env).parse_args(argv)
     except SystemExit as stop:  # argparse already printed the usage or the help
         return stop.code if isinstance(stop.code, int) else c.EXIT_USAGE
-    ctx = make_context(args, out, err)
     try:
+        ctx = make_context(args, out, err)
         code: int = args.handler(ctx, args)
     except ClientError as error:
-        return report_error(err, error, ctx.config.target)
+        return report_error(err, error, args.target)
     except c.UsageError as error:
         _say(err, f"error: {error}")
         return c.EXIT_USAGE
@@ -229,13 +232,19 @@ def run(
     return code
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich's own answer is SystemExit(1), the code of a FAILED job: let main() say 141.
+        raise BrokenPipeError
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The `jobctl` console script."""
     args = sys.argv[1:] if argv is None else argv
     # Piped output (a file, grep, a CI log) gets long lines rather than rich's 80 columns,
     # so a table row stays one line; COLUMNS still wins when set.
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    out = Console(highlight=False, width=PIPED_WIDTH if piped else None)
+    out = _Console(highlight=False, width=PIPED_WIDTH if piped else None)
     try:
         return run(args, out=out, err=Console(stderr=True, highlight=False))
     except BrokenPipeError:

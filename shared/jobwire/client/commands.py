@@ -104,6 +104,17 @@ def kind_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"unknown finding kind {text!r}") from None
 
 
+def count_arg(text: str) -> int:
+    """A whole number, 0 or more (--limit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
 def duration_arg(text: str) -> timedelta:
     """A span of time: 90, 90s, 5m, 2h, 1d."""
     delay = _DELAY.match(text.strip())

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import Any, TypeVar
 
 import grpc
@@ -16,6 +17,7 @@ from jobwire.domain.states import TERMINAL
 from jobwire.v1 import admin_pb2, job_pb2
 
 M = TypeVar("M", bound=Message)
+T = TypeVar("T")
 
 Payload = bytes | Mapping[str, Any] | None
 Seconds = float | timedelta
@@ -42,6 +44,14 @@ def message(cls: type[M], **fields: Any) -> M:
                     grpc.StatusCode.INVALID_ARGUMENT, f"{name} {why}", violations=((name, why),)
                 ) from None
         raise
+
+
+def at_most(items: Iterable[T], limit: int | None) -> Iterator[T]:
+    """The first `limit` of `items` (all with None); a negative limit is INVALID_ARGUMENT, before any call."""
+    if limit is not None and limit < 0:
+        why = "must not be negative"
+        raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, f"limit {why}", violations=(("limit", why),))
+    return islice(items, limit)
 
 
 def encode_payload(payload: Payload) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain, islice
+from itertools import chain
 from typing import NamedTuple
 
 from jobwire.client import convert
@@ -191,7 +191,7 @@ class JobClient(BaseClient):
             page_size=page_size,
             locale=locale,
         )
-        return islice(chain.from_iterable(page.jobs for page in pages), limit)
+        return convert.at_most(chain.from_iterable(page.jobs for page in pages), limit)
 
     def watch(
         self,

@@ -22,6 +22,7 @@ from jobwire.client.convert import (
     is_terminal,
     status_name,
 )
+from jobwire.domain.view import no_progress_text
 from jobwire.v1 import admin_pb2, job_pb2
 
 STATUS_STYLES = {
@@ -36,6 +37,7 @@ STATUS_STYLES = {
 _WORDS = {
     "stage": {"en": "stage {i}/{n}", "zh-CN": "第 {i}/{n} 步"},
     "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
+    "ahead_one": {"en": "1 job ahead", "zh-CN": "前面还有 1 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
     "stalled": {"en": "stalled: no news from the worker", "zh-CN": "处理程序暂无响应"},
 }
@@ -109,6 +111,8 @@ def queue_text(job: job_pb2.Job, locale: str) -> str:
     if job.status != job_pb2.Job.QUEUED or not job.HasField("queue_position"):
         return ""
     n = job.queue_position
+    if n == 1:
+        return word("ahead_one", locale)
     return word("ahead", locale, n=n) if n else word("next", locale)
 
 
@@ -120,6 +124,8 @@ def progress_summary(job: job_pb2.Job, locale: str) -> str:
         parts.append(f"{pct}%")
     if job.stalled and not is_terminal(job):
         parts.append(word("stalled", locale))
+    if job.HasField("no_progress_for") and not is_terminal(job):
+        parts.append(no_progress_text(job.no_progress_for.ToTimedelta(), locale))
     return " · ".join(p for p in parts if p)
 
 

@@ -90,3 +90,10 @@ def page_size(value: int, default: int = 50) -> int:
     if value < 0:
         raise InvalidArgument("page_size", "must not be negative")
     return min(value or default, MAX_PAGE_SIZE)
+
+
+MAX_LOCALE_CHARS = 35  # a BCP 47 tag with its extensions; the view picks en or zh-CN from it
+
+
+def locale(value: str) -> str:
+    return short_text("locale", value, MAX_LOCALE_CHARS)

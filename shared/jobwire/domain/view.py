@@ -35,6 +35,7 @@ _TEXT = {
     "units": {"en": "{done}/{total} ({pct}%)", "zh-CN": "{done}/{total}（{pct}%）"},
     "units_open": {"en": "{done} done", "zh-CN": "已完成 {done}"},
     "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
+    "ahead_one": {"en": "1 job ahead", "zh-CN": "前面还有 1 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
     "stalled": {"en": "no news from the worker", "zh-CN": "处理程序暂无响应"},
     "no_progress": {"en": "no progress for {duration}", "zh-CN": "已 {duration}没有进展"},
@@ -83,7 +84,8 @@ def render(job: JobRecord, locale: str) -> View:
     parts = [status_label]
     if job.status is Status.QUEUED and job.queue_position is not None:
         n = job.queue_position
-        parts.append(_TEXT["ahead"][loc].format(n=n) if n else _TEXT["next"][loc])
+        ahead = _TEXT["ahead_one"][loc] if n == 1 else _TEXT["ahead"][loc].format(n=n)
+        parts.append(ahead if n else _TEXT["next"][loc])
     if stage_label:
         parts = [_stage_line(job, stage_label, loc)]
         if job.status is Status.CANCEL_REQUESTED:
@@ -93,7 +95,7 @@ def render(job: JobRecord, locale: str) -> View:
     if job.stalled and job.status in LEASED:
         parts.append(_TEXT["stalled"][loc])
     if job.no_progress_for is not None and job.status in LEASED:
-        parts.append(_TEXT["no_progress"][loc].format(duration=_duration(job.no_progress_for, loc)))
+        parts.append(no_progress_text(job.no_progress_for, loc))
     return View(
         locale=loc,
         status_label=status_label,
@@ -112,6 +114,12 @@ def _stage_line(job: JobRecord, stage_label: str, loc: str) -> str:
     elif p.processed_units:
         line += _TEXT["sep"][loc] + _TEXT["units_open"][loc].format(done=p.processed_units)
     return line
+
+
+def no_progress_text(span: timedelta, locale: str) -> str:
+    """ "no progress for 31 min", as a job's detail says it."""
+    loc = normalize_locale(locale)
+    return _TEXT["no_progress"][loc].format(duration=_duration(span, loc))
 
 
 def _duration(span: timedelta, loc: str) -> str:

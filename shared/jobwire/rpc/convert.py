@@ -12,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import Artifact, ErrorCategory, JobRecord
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
-from jobwire.domain.states import Status
+from jobwire.domain.states import LEASED, Status
 from jobwire.domain.timeouts import OnNoProgress, Timeouts
 from jobwire.domain.view import render
 from jobwire.v1 import job_pb2
@@ -70,6 +70,9 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
         cancellable=job.cancellable,
         downloadable=job.downloadable,
         stalled=job.stalled,
+        no_progress_for=duration(job.no_progress_for.total_seconds())
+        if job.no_progress_for is not None and job.status in LEASED
+        else None,
         attempt=job.attempt,
         max_attempts=job.max_attempts,
         created_at=timestamp(job.created_at),

@@ -98,8 +98,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     async def Requeue(self, request: admin_pb2.RequeueRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         reason = limits.short_text("reason", request.reason, limits.MAX_MESSAGE_CHARS)
+        locale = limits.locale(request.locale)  # a bad request is refused before anything changes
         job = await self.jobs.requeue(auth.current(), limits.job_no(request.job_no), reason)
-        return convert.job_to_proto(job)
+        return convert.job_to_proto(job, locale)
 
     async def ListWorkers(
         self, request: admin_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext

@@ -15,12 +15,6 @@ from jobwire.rpc import auth, convert
 from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
-MAX_LOCALE_CHARS = 35
-
-
-def _locale(value: str) -> str:
-    return limits.short_text("locale", value, MAX_LOCALE_CHARS)
-
 
 def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s: float | None) -> NewJob:
     return NewJob(
@@ -35,7 +29,7 @@ def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s
         timeouts=convert.timeouts(request.timeouts, request.HasField("timeouts"), default_attempt_s),
         owner=limits.key("owner", request.owner),
         labels=limits.labels(request.labels),
-        locale=_locale(request.locale) or "en",
+        locale=limits.locale(request.locale) or "en",
     )
 
 
@@ -53,15 +47,15 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
 
     async def Get(self, request: job_pb2.GetRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         job = await self.jobs.get(auth.current(), limits.job_no(request.job_no))
-        return convert.job_to_proto(job, _locale(request.locale))
+        return convert.job_to_proto(job, limits.locale(request.locale))
 
     async def Cancel(self, request: job_pb2.CancelRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
-        locale = _locale(request.locale)  # a bad request is refused before anything changes
+        locale = limits.locale(request.locale)  # a bad request is refused before anything changes
         job = await self.jobs.cancel(auth.current(), limits.job_no(request.job_no))
         return convert.job_to_proto(job, locale)
 
     async def Retry(self, request: job_pb2.RetryRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
-        locale = _locale(request.locale)  # a bad request is refused before anything changes
+        locale = limits.locale(request.locale)  # a bad request is refused before anything changes
         job = await self.jobs.retry(auth.current(), limits.job_no(request.job_no))
         return convert.job_to_proto(job, locale)
 
@@ -74,7 +68,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             statuses=[convert.status(s) for s in request.statuses],
             job_type=limits.name("job_type", request.job_type) if request.job_type else "",
         )
-        locale = _locale(request.locale)
+        locale = limits.locale(request.locale)
         jobs, token = await self.jobs.list_jobs(where, limits.page_size(request.page_size), request.page_token)
         return job_pb2.ListJobsResponse(jobs=[convert.job_to_proto(j, locale) for j in jobs], next_page_token=token)
 
@@ -84,7 +78,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         job_no = limits.job_no(request.job_no)
         if request.after_version < 0:
             raise InvalidArgument("after_version", "must not be negative")
-        locale = _locale(request.locale)
+        locale = limits.locale(request.locale)
         async for update in self.watches.status(auth.current().tenant, job_no, request.after_version, locale):
             yield update
 
@@ -93,6 +87,6 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     ) -> AsyncIterator[job_pb2.JobUpdate]:
         owner = limits.key("owner", request.owner)
         job_nos = [limits.job_no(no) for no in request.job_nos]
-        locale = _locale(request.locale)
+        locale = limits.locale(request.locale)
         async for update in self.watches.jobs(auth.current().tenant, owner, job_nos, locale):
             yield update

@@ -154,3 +154,13 @@ class Conflict(JobwireError):
 
     code = "ABORTED"
     reason = "CONFLICT"
+
+
+class DependencyEnded(JobwireError):
+    """A job depended on has already ended FAILED or CANCELLED: the new one could never run."""
+
+    reason = "DEPENDENCY_ENDED"
+
+    def __init__(self, job_no: str, status: str) -> None:
+        super().__init__(f"depends_on: {job_no} has ended {status}; the job could never run")
+        self.job_no = job_no

@@ -22,6 +22,7 @@ MIN_LEASE_S = 1.0
 MAX_LEASE_S = 3600.0
 MAX_TIMEOUT_S = 30 * 86_400.0  # an attempt, a job, or a stage without progress (jobwire.domain.timeouts)
 MAX_PAGE_SIZE = 500
+MAX_DEPENDENCIES = 100  # jobs one job may depend on (SubmitRequest.depends_on)
 # What one gRPC message may carry, either way (jobwire.rpc.server, jobwire.client.channel):
 # every reply is built to fit it (a Claim leases no more jobs than its reply can carry).
 MAX_GRPC_MESSAGE_BYTES = 4 << 20

@@ -36,6 +36,7 @@ _TEXT = {
     "units_open": {"en": "{done} done", "zh-CN": "已完成 {done}"},
     "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
+    "waiting_for": {"en": "Waiting for {jobs}", "zh-CN": "等待 {jobs} 完成"},
     "stalled": {"en": "no news from the worker", "zh-CN": "处理程序暂无响应"},
     "no_progress": {"en": "no progress for {duration}", "zh-CN": "已 {duration}没有进展"},
     "seconds": {"en": "{n} s", "zh-CN": "{n} 秒"},
@@ -81,7 +82,10 @@ def render(job: JobRecord, locale: str) -> View:
     shows_stage = job.status in (Status.RUNNING, Status.CANCEL_REQUESTED)
     stage_label = stage.label(loc) if stage is not None and shows_stage else ""
     parts = [status_label]
-    if job.status is Status.QUEUED and job.queue_position is not None:
+    if job.status is Status.QUEUED and job.waiting_for:
+        # Not in line yet: it runs once these are READY, however short the queue.
+        parts.append(_TEXT["waiting_for"][loc].format(jobs=", ".join(job.waiting_for)))
+    elif job.status is Status.QUEUED and job.queue_position is not None:
         n = job.queue_position
         parts.append(_TEXT["ahead"][loc].format(n=n) if n else _TEXT["next"][loc])
     if stage_label:

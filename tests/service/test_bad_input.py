@@ -194,6 +194,18 @@ SUBMIT = [
         "timeouts.on_no_progress",
         timeouts=limits(attempt_timeout=duration(60), on_no_progress=job_pb2.Timeouts.FAIL),
     ),
+    submit_case("depends_on not a job number", "depends_on", depends_on=["job-1"]),
+    submit_case("depends_on of 101 jobs", "depends_on", depends_on=[f"PT-20260101-{i:03}" for i in range(101)]),
+    submit_case("depends_on an unknown job", "depends_on", depends_on=["PT-20260101-999"]),
+    Bad(
+        "Submit depends_on a FAILED job",
+        lambda c: c.served.jobs.Submit(  # type: ignore[attr-defined]
+            job_pb2.SubmitRequest(job_type="frames", depends_on=[c.failed_no])
+        ),
+        None,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "DEPENDENCY_ENDED",
+    ),
 ]
 
 LONG_LOCALE = "l" * 36

@@ -104,6 +104,10 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
     p.add_argument(
         "--run-after", type=c.when_arg, metavar="WHEN", help="ISO time (UTC if naive) or a delay: 90s, 5m, 2h"
     )
+    p.add_argument(
+        "--depends-on", action="append", default=[], metavar="JOB_NO",
+        help="repeatable: runs once each of these is READY; cancelled if one fails or is cancelled",
+    )  # fmt: skip
     p.add_argument("--watch", action="store_true", help="then watch it until it ends")
     p.set_defaults(handler=c.cmd_submit)
     for name, handler, text in (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain, islice
@@ -78,6 +78,7 @@ class JobClient(BaseClient):
         owner: str = "",
         labels: Mapping[str, str] | None = None,
         locale: str | None = None,
+        depends_on: Sequence[str] = (),
     ) -> Submitted:
         """Submit a job; it is QUEUED when this returns.
 
@@ -94,6 +95,8 @@ class JobClient(BaseClient):
             timeouts: time limits of one attempt, the whole job, and running without progress.
             owner, labels: free-form, for listing and display.
             locale: labels in the returned job; defaults to the client's.
+            depends_on: job numbers that must end READY before this job runs (at most 100);
+                one ending FAILED or CANCELLED cancels it.
         """
         request = convert.message(
             job_pb2.SubmitRequest,
@@ -105,6 +108,7 @@ class JobClient(BaseClient):
             owner=owner,
             labels=dict(labels or {}),
             locale=self._locale(locale),
+            depends_on=list(depends_on),
         )
         if run_after is not None:
             request.run_after.CopyFrom(convert.timestamp(run_after))

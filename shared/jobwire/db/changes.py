@@ -26,7 +26,7 @@ it or fails every call in it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -123,6 +123,12 @@ class _Job:
         return [s.change for s in self.steps if s.change is not None]
 
 
+# A job that ends may end the jobs that depend on it, which may end theirs: rounds of
+# follow-up ops in one transaction, this many at most (the rest: jobwire.db.dependencies' sweep).
+MAX_FOLLOW_ROUNDS = 8
+FollowUp = Callable[[Wire, Sequence[Row]], Awaitable[Sequence["JobOp[Any]"]]]
+
+
 async def apply_ops(
     wire: Wire,
     ops: Sequence[JobOp[Any]],
@@ -132,16 +138,38 @@ async def apply_ops(
     evidence: EvidenceLimit,
     rows: Mapping[str, Row] | None = None,
     extra: Sequence[Statement] = (),
+    follow: FollowUp | None = None,
 ) -> list[Outcome]:
     """Run `ops` in this transaction and commit; one outcome per op, in order.
 
     `rows` are rows the caller has just read and locked (a claim's candidates); `extra`
-    statements ride with the COMMIT (a worker's last-seen time).
+    statements ride with the COMMIT (a worker's last-seen time). `follow` names the ops
+    that the jobs ended here cause (their dependents), run in the same transaction.
     """
+    jobs = await _round(wire, ops, now, cache, rows or {})
+    every = list(jobs.values())
+    ended = _ended(every)
+    for _ in range(MAX_FOLLOW_ROUNDS if follow is not None else 0):
+        assert follow is not None
+        more = await follow(wire, ended) if ended else []
+        if not more:
+            break
+        followed = list((await _round(wire, more, now, cache, {})).values())
+        every += followed
+        ended = _ended(followed)
+    await wire.commit(_records(wire, every, now, evidence) + list(extra))
+    _remember(cache, every)
+    return _outcomes(ops, jobs.values())
+
+
+async def _round(
+    wire: Wire, ops: Sequence[JobOp[Any]], now: datetime, cache: RowCache, rows: Mapping[str, Row]
+) -> dict[str, _Job]:
+    """Decide `ops` and write their guarded UPDATEs; the events wait for the COMMIT."""
     jobs: dict[str, _Job] = {}
     for i, op in enumerate(ops):
         jobs.setdefault(op.job_no, _Job(op.job_no, [])).ops.append(i)
-    await _bases(wire, ops, jobs.values(), cache, rows or {})
+    await _bases(wire, ops, jobs.values(), cache, rows)
     recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
     written = [job for job in jobs.values() if job.changes and job not in recheck]
     counts = await wire.run([_update(wire, job) for job in written])
@@ -153,9 +181,18 @@ async def apply_ops(
         again = [job for job in recheck if job.changes]
         if any(matched != 1 for matched in await wire.run([_update(wire, job) for job in again])):
             raise RetryTransaction()  # a locked row changed under us: only SQLite's rowid reuse could
-    await wire.commit(_records(wire, jobs.values(), now, evidence) + list(extra))
-    _remember(cache, jobs.values())
-    return _outcomes(ops, jobs.values())
+    return jobs
+
+
+def _ended(jobs: Iterable[_Job]) -> list[Row]:
+    """The rows of jobs that reached an end (READY, FAILED, CANCELLED) in their last steps."""
+    out = []
+    for job in jobs:
+        if job.changes and job.base is not None:
+            after = job.steps[-1].after
+            if after is not None and Status(after["status"]).terminal and not Status(job.base["status"]).terminal:
+                out.append(after)
+    return out
 
 
 async def _bases(

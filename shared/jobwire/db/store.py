@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from jobwire.db import commit_markers, feed, leases, reads, reaper, retention, submit, timeouts
+from jobwire.db import commit_markers, dependencies, feed, leases, reads, reaper, retention, submit, timeouts
 from jobwire.db import inspect as inspect_queries
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
@@ -111,7 +111,10 @@ class JobStore:
         parts += [(i, call.ops) for i, call in calls]
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
-        outcomes = await apply_ops(wire, ops, now=now, cache=self.cache, evidence=self.evidence, rows=rows, extra=extra)
+        outcomes = await apply_ops(
+            wire, ops, now=now, cache=self.cache, evidence=self.evidence, rows=rows, extra=extra,
+            follow=dependencies.follow_up,
+        )  # fmt: skip
         for (i, _), part in zip(parts, _split(outcomes, [len(p) for _, p in parts]), strict=True):
             results[i] = list(part)
         return results
@@ -121,8 +124,8 @@ class JobStore:
         found = self.db.read(lambda c: reads.get(c, tenant, job_no))
         if found is None:
             raise JobNotFound()
-        row, position = found
-        return record_from_row(row, queue_position=position)
+        row, position, waiting = found
+        return record_from_row(row, queue_position=position, waiting_for=waiting)
 
     def list_jobs(self, where: JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
         rows, token = self.db.read(lambda c: reads.list_jobs(c, where, page_size, page_token))
@@ -180,6 +183,22 @@ class JobStore:
     async def sweep_timeouts(self, *, by: str, read: reaper.Read) -> timeouts.Swept:
         """End jobs and attempts past their time limits; mark (or fail) jobs without progress."""
         return await timeouts.sweep(read, self._run, by=by)
+
+    async def settle_dependencies(self, *, read: reaper.Read, batch: int = timeouts.BATCH) -> int:
+        """Settle waiting jobs whose dependencies ended without settling them (a chain deeper
+        than one transaction follows); how many changed."""
+        due = await read(lambda conn: dependencies.due(conn, batch))
+        if not due:
+            return 0
+
+        async def settle(wire: Wire) -> list[Any]:
+            ops = await dependencies.settle_due(wire, due)
+            return await apply_ops(
+                wire, ops, now=self.db.clock.now(), cache=self.cache, evidence=self.evidence,
+                follow=dependencies.follow_up,
+            )  # fmt: skip
+
+        return sum(kind is not None for kind in await self.db.transact(settle))
 
     async def _run(self, ops: Sequence[JobOp[Any]]) -> list[Any]:
         """Housekeeping's operations, as one call."""

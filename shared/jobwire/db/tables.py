@@ -73,6 +73,10 @@ job = Table(
     Column("progress_at", Timestamp, nullable=True),
     Column("progress_deadline", Timestamp, nullable=True),
     Column("no_progress", Boolean, nullable=False, server_default="0"),
+    # dependencies: the job numbers as submitted (JSON list, NULL: none), and how many of
+    # them are not READY yet; a claim takes only jobs with none left (job_dependency)
+    Column("depends_on", Text, nullable=True),
+    Column("waiting_on", Integer, nullable=False, server_default="0"),
     # the lease: token embeds the epoch, so a token can never be valid twice
     Column("worker_id", String(128), nullable=True),
     Column("worker_token", String(80), nullable=True),
@@ -106,12 +110,14 @@ job = Table(
     mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
 # The claim scans this index in order: same sort directions as ORDER BY priority DESC, id,
-# or MySQL falls back to a filesort and FOR UPDATE locks every queued row.
+# or MySQL falls back to a filesort and FOR UPDATE locks every queued row. waiting_on = 0
+# is an equality before the sort columns, so jobs waiting for dependencies are never scanned.
 Index(
     "ix_job_claim",
     job.c.tenant,
     job.c.queue,
     job.c.status,
+    job.c.waiting_on,
     job.c.priority.desc(),
     job.c.id,
 )
@@ -123,6 +129,21 @@ Index("ix_job_finished", job.c.status, job.c.finished_at)
 Index("ix_job_attempt_deadline", job.c.status, job.c.attempt_deadline)
 Index("ix_job_deadline", job.c.status, job.c.job_deadline)
 Index("ix_job_no_progress", job.c.status, job.c.no_progress, job.c.progress_deadline)
+# The dependency sweep: waiting jobs only (QUEUED, waiting_on > 0), never the runnable ones.
+Index("ix_job_waiting", job.c.status, job.c.waiting_on)
+
+# One row per dependency: `job_id` may be claimed once `depends_on_id` is READY. Read from
+# the dependency's side when it ends (ix_job_dependency_on), from the job's side for its view.
+job_dependency = Table(
+    "job_dependency",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("depends_on_id", BigInteger, primary_key=True, autoincrement=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+Index("ix_job_dependency_on", job_dependency.c.depends_on_id)
 
 job_event = Table(
     "job_event",

@@ -161,6 +161,6 @@ class DependencyEnded(JobwireError):
 
     reason = "DEPENDENCY_ENDED"
 
-    def __init__(self, job_no: str, status: str) -> None:
-        super().__init__(f"depends_on: {job_no} has ended {status}; the job could never run")
+    def __init__(self, job_no: str = "", status: str = "") -> None:
+        super().__init__(f"depends_on: {job_no} has ended {status}; the job could never run" if job_no else None)
         self.job_no = job_no

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from jobwire.domain.errors import InvalidArgument
 
@@ -58,10 +58,17 @@ def key(field: str, value: str) -> str:
     return short_text(field, value)
 
 
-def job_no(value: str) -> str:
+def job_no(value: str, field: str = "job_no") -> str:
     if not JOB_NO.fullmatch(value):
-        raise InvalidArgument("job_no", "is not a job number like PT-20261008-001")
+        raise InvalidArgument(field, "is not a job number like PT-20261008-001")
     return value
+
+
+def depends_on(values: Sequence[str]) -> tuple[str, ...]:
+    """Job numbers a job waits for, each once in the order first given."""
+    if len(values) > MAX_DEPENDENCIES:
+        raise InvalidArgument("depends_on", f"at most {MAX_DEPENDENCIES} jobs")
+    return tuple(dict.fromkeys(job_no(v, "depends_on") for v in values))
 
 
 def labels(value: Mapping[str, str]) -> dict[str, str]:

@@ -86,6 +86,7 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
         ),
         version=job.version,
         priority=job.priority,
+        depends_on=job.depends_on,
     )
     if job.error is not None:
         out.error.CopyFrom(job_pb2.JobError(

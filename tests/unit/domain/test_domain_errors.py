@@ -24,6 +24,7 @@ CASES = [
     (e.StoreUnavailable, "UNAVAILABLE", "STORE_UNAVAILABLE"),
     (e.CommitUnknown, "UNAVAILABLE", "COMMIT_UNKNOWN"),
     (e.Conflict, "ABORTED", "CONFLICT"),
+    (e.DependencyEnded, "FAILED_PRECONDITION", "DEPENDENCY_ENDED"),
 ]
 
 

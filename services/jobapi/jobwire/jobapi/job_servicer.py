@@ -36,6 +36,7 @@ def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s
         owner=limits.key("owner", request.owner),
         labels=limits.labels(request.labels),
         locale=_locale(request.locale) or "en",
+        depends_on=limits.depends_on(request.depends_on),
     )
 
 

@@ -27,7 +27,7 @@ VISIBLE_COLUMNS = (
     "stage", "stage_index", "stage_count", "stages", "processed_units", "total_units",
     "stalled", "no_progress", "progress_at", "attempt", "attempt_base", "max_attempts", "created_at",
     "updated_at", "started_at", "finished_at", "run_after", "error_category", "error_stage",
-    "error_message", "error_retryable", "version", "depends_on", "waiting_on",
+    "error_message", "error_retryable", "version", "depends_on", "waiting_on", "batch_id",
 )  # fmt: skip
 ARTIFACT_COLUMNS = ("uri", "size_bytes", "sha256", "content_type", "summary")
 TIME_COLUMNS = frozenset({"created_at", "updated_at", "started_at", "finished_at", "run_after", "progress_at"})
@@ -83,6 +83,7 @@ def record_from_row(
         version=row["version"],
         queue_position=queue_position if status is Status.QUEUED else None,
         depends_on=depends_on,
+        batch_id=row.get("batch_id"),
         waiting_for=_waiting_for(row, status, depends_on, waiting_for),
     )
 

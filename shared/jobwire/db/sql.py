@@ -174,6 +174,14 @@ class Statements:
         self.dependency_shape = RowShape([], ["id", "tenant", "job_no", "status"], d)
         self.dependent_shape = RowShape([], ["tenant", "job_no"], d)
         self.count_shape = RowShape([], ["job_no", "unfinished", "failed_by", "cancelled_by"], d)
+        self.insert_batch = d.text(
+            _insert("job_batch", ("batch_id", "tenant", "idempotency_key", "fingerprint", "total", "created_at"))
+        )
+        self.batch_shape = RowShape([], ["batch_id", "fingerprint"], d)
+        self.batch_by_key = d.text(
+            "SELECT batch_id, fingerprint FROM job_batch WHERE tenant = :tenant AND idempotency_key = :key"
+        )
+        self.rows_by_batch = d.text(self._row_select + " WHERE job.batch_id = :batch_id ORDER BY job.id")
         # The edges of a job inserted by this transaction: its id is found by its number.
         self.insert_dependency = d.text(
             "INSERT INTO job_dependency (job_id, depends_on_id)"

@@ -165,5 +165,6 @@ def _new_row(new: NewJob, job_no: str, now: datetime, waits: dependencies.Waits 
         "run_after": max(new.run_after, now) if new.run_after else now,
         "version": 1,
         **dependencies.row_values(new, waits),
+        "batch_id": new.batch_id,
         "uri": None, "size_bytes": None, "sha256": None, "content_type": None, "summary": None,
     }  # fmt: skip

@@ -77,6 +77,7 @@ job = Table(
     # them are not READY yet; a claim takes only jobs with none left (job_dependency)
     Column("depends_on", Text, nullable=True),
     Column("waiting_on", Integer, nullable=False, server_default="0"),
+    Column("batch_id", String(24), nullable=True),  # the SubmitBatch that made it (job_batch)
     # the lease: token embeds the epoch, so a token can never be valid twice
     Column("worker_id", String(128), nullable=True),
     Column("worker_token", String(80), nullable=True),
@@ -129,6 +130,8 @@ Index("ix_job_finished", job.c.status, job.c.finished_at)
 Index("ix_job_attempt_deadline", job.c.status, job.c.attempt_deadline)
 Index("ix_job_deadline", job.c.status, job.c.job_deadline)
 Index("ix_job_no_progress", job.c.status, job.c.no_progress, job.c.progress_deadline)
+# A batch's jobs, counted by status (GetBatch) and listed (CancelBatch, WatchJobs).
+Index("ix_job_batch", job.c.batch_id, job.c.status)
 # The dependency sweep: waiting jobs only (QUEUED, waiting_on > 0), never the runnable ones.
 Index("ix_job_waiting", job.c.status, job.c.waiting_on)
 
@@ -144,6 +147,22 @@ job_dependency = Table(
     mysql_collate="utf8mb4_bin",
 )
 Index("ix_job_dependency_on", job_dependency.c.depends_on_id)
+
+# One row per SubmitBatch: its jobs carry its batch_id; its key replays it whole.
+job_batch = Table(
+    "job_batch",
+    metadata,
+    Column("batch_id", String(24), primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("idempotency_key", String(128), nullable=True),
+    Column("fingerprint", String(64), nullable=False),  # sha256 of its jobs' fingerprints
+    Column("total", Integer, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("tenant", "idempotency_key", name="uq_job_batch_idempotency"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
 
 job_event = Table(
     "job_event",

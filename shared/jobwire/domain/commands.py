@@ -34,6 +34,7 @@ class NewJob:
     labels: dict[str, str] = field(default_factory=dict)
     locale: str = "en"
     depends_on: tuple[str, ...] = ()  # job numbers of the same tenant, each once, in the order given
+    batch_id: str | None = None  # set by SubmitBatch for each of its jobs
 
     def fingerprint(self) -> str:
         """What makes two submits with one idempotency key "the same request"."""

@@ -57,6 +57,13 @@ class JobNotFound(JobwireError):
     reason = "JOB_NOT_FOUND"
 
 
+class BatchNotFound(JobwireError):
+    """No such batch."""
+
+    code = "NOT_FOUND"
+    reason = "BATCH_NOT_FOUND"
+
+
 class JobNotCancellable(JobwireError):
     """The job cannot be cancelled now."""
 

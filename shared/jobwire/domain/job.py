@@ -115,6 +115,7 @@ class JobRecord:
     depends_on: tuple[str, ...] = ()  # as submitted
     # The dependencies not READY yet while it waits for them (claimable once none is left).
     waiting_for: tuple[str, ...] = ()
+    batch_id: str | None = None
 
     @property
     def stage_def(self) -> StageDef | None:

@@ -15,7 +15,7 @@ import pytest
 from auth_files import Token, write_auth_file
 from rich.console import Console
 from served import Served, eventually, start_server
-from service_support import artifact, claim, db_rows, open_stubs, rpc_failure
+from service_support import artifact, claim, db_rows, events, open_stubs, rpc_failure
 from watch_support import next_job
 
 from jobwire.client.cli import run
@@ -190,3 +190,14 @@ async def test_jobctl_batch_submit_get_watch_and_cancel(served: Served, tmp_path
     lines.write_text('{"job_type": "frames", "colour": "red"}\n')
     code, text = await asyncio.to_thread(jobctl, served.target, "batch", "submit", str(lines))
     assert code == 2 and "jobs.jsonl:1" in text
+
+
+async def test_a_job_waiting_for_two_jobs_of_a_cancelled_batch_is_cancelled_once(served: Served) -> None:
+    made = await submit_batch(served, jobs(2))
+    waiting = await served.jobs.Submit(
+        job_pb2.SubmitRequest(job_type="frames", depends_on=[j.job_no for j in made.jobs])
+    )
+    await served.jobs.CancelBatch(job_pb2.CancelBatchRequest(batch_id=made.batch_id))
+    trail = await events(served, waiting.job.job_no)
+    assert [e.kind for e in trail] == ["SUBMITTED", "DEPENDENCY_FAILED"]
+    assert made.jobs[0].job_no in trail[-1].detail

@@ -88,7 +88,8 @@ async def follow_up(wire: Wire, ended: Sequence[Row]) -> list[JobOp[Any]]:
     """The `Settle` ops for the waiting dependents of the jobs that just `ended`, locked."""
     params = {f"e{i}": row["id"] for i, row in enumerate(ended)}
     found = await wire.fetch(wire.sql.waiting_dependents(len(ended)), params, wire.sql.dependent_shape)
-    return await settle_ops(wire, [(r["tenant"], r["job_no"]) for r in found])
+    # A job that depends on two of them is found twice: settled once.
+    return await settle_ops(wire, list(dict.fromkeys((r["tenant"], r["job_no"]) for r in found)))
 
 
 async def settle_ops(wire: Wire, jobs: Sequence[tuple[str, str]]) -> list[JobOp[Any]]:

@@ -14,7 +14,10 @@ one transaction, so concurrent calls share their round trips and their COMMIT:
 4. A job whose UPDATE matched nothing (the guess was stale: a user cancelled, another
    replica reported), or whose guess led to a refusal, is read again, locked, and decided
    again: the read that explains a refusal is only made when there is one.
-5. The events (with each version's user-visible snapshot), artifact rows and late-call
+5. Jobs that ended in 1-4 may settle the jobs waiting for them (jobwire.db.dependencies):
+   `follow` names those ops, which go through 1-4 themselves, round after round down a
+   chain, before anything commits.
+6. The events (with each version's user-visible snapshot), artifact rows and late-call
    evidence, with the COMMIT, in one round trip.
 
 A guess can only cost a second read, never a wrong write: every write is guarded, and a
@@ -149,9 +152,8 @@ async def apply_ops(
     jobs = await _round(wire, ops, now, cache, rows or {})
     every = list(jobs.values())
     ended = _ended(every)
-    for _ in range(MAX_FOLLOW_ROUNDS if follow is not None else 0):
-        assert follow is not None
-        more = await follow(wire, ended) if ended else []
+    for _ in range(MAX_FOLLOW_ROUNDS):
+        more = await follow(wire, ended) if follow is not None and ended else []
         if not more:
             break
         followed = list((await _round(wire, more, now, cache, {})).values())

@@ -38,13 +38,11 @@ async def submit(
     """
     send = wire.commit if commit else wire.run
     news = [new for new, _ in items]
-    waits = await dependencies.resolve(wire, news) if any(new.depends_on for new in news) else [None] * len(items)
-    refused = {i: w for i, w in enumerate(waits) if isinstance(w, JobwireError)}
-    rows = [_new_row(new, job_no, now, _waits(waits[i])) for i, (new, job_no) in enumerate(items)]
     first: dict[tuple[str, str], int] = {}  # a key used twice in one batch: the second replays the first
     for i, new in enumerate(news):
         if new.idempotency_key:
             first.setdefault((new.tenant, new.idempotency_key), i)
+    waits, refused, rows = await _prepared(wire, items, now)
     inserting = [i for i, new in enumerate(news) if _key_owner(new, first, i) and i not in refused]
     existing: dict[tuple[str, str], Row] = {}
     if any(news[i].idempotency_key for i in refused):
@@ -55,8 +53,14 @@ async def submit(
     except duplicate:
         # A key is taken by a committed job: find which, replay those, insert the rest.
         await wire.restart()
+        # The restart let go of the dependencies' locks: they are read (and locked) again.
+        waits, refused, rows = await _prepared(wire, items, now)
         existing = await _by_keys(wire, [new for new in news if new.idempotency_key])
-        inserting = [i for i in inserting if _key(items[i][0]) not in existing]
+        inserting = [
+            i
+            for i, new in enumerate(news)
+            if _key_owner(new, first, i) and i not in refused and _key(new) not in existing
+        ]
         try:
             await send(_inserts(wire, [rows[i] for i in inserting], [waits[i] for i in inserting], now))
         except duplicate:
@@ -68,7 +72,23 @@ async def submit(
     ]
 
 
-def _waits(found: dependencies.Waits | JobwireError | None) -> dependencies.Waits | None:
+Waited = dependencies.Waits | JobwireError | None
+
+
+async def _prepared(
+    wire: Wire, items: Sequence[tuple[NewJob, str]], now: datetime
+) -> tuple[list[Waited], dict[int, JobwireError], list[Row]]:
+    """Each job's dependencies as found (share-locked), the jobs they refuse, and the rows to insert."""
+    news = [new for new, _ in items]
+    waits: list[Waited] = [None] * len(items)
+    if any(new.depends_on for new in news):
+        waits = list(await dependencies.resolve(wire, news))
+    refused = {i: w for i, w in enumerate(waits) if isinstance(w, JobwireError)}
+    rows = [_new_row(new, job_no, now, _waits(waits[i])) for i, (new, job_no) in enumerate(items)]
+    return waits, refused, rows
+
+
+def _waits(found: Waited) -> dependencies.Waits | None:
     return found if isinstance(found, dependencies.Waits) else None
 
 
@@ -94,9 +114,7 @@ def _answer(
     return found, False
 
 
-def _inserts(
-    wire: Wire, rows: Sequence[Row], waits: Sequence[dependencies.Waits | JobwireError | None], now: datetime
-) -> list[Statement]:
+def _inserts(wire: Wire, rows: Sequence[Row], waits: Sequence[Waited], now: datetime) -> list[Statement]:
     out: list[Statement] = []
     for row, found in zip(rows, waits, strict=True):
         values = {k: v for k, v in row.items() if k not in _NOT_INSERTED}

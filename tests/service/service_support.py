@@ -113,7 +113,7 @@ def _count_rows() -> object:
     import sqlalchemy as sa
 
     from jobwire.db.tables import artifact as artifact_table
-    from jobwire.db.tables import job, job_day_counter, job_event, worker
+    from jobwire.db.tables import job, job_batch, job_day_counter, job_dependency, job_event, worker
 
     return sa.select(
         sa.select(sa.func.count()).select_from(job).scalar_subquery().label("job"),
@@ -122,6 +122,8 @@ def _count_rows() -> object:
         sa.select(sa.func.count()).select_from(artifact_table).scalar_subquery().label("artifact"),
         sa.select(sa.func.count()).select_from(worker).scalar_subquery().label("worker"),
         sa.select(sa.func.count()).select_from(job_day_counter).scalar_subquery().label("job_day_counter"),
+        sa.select(sa.func.count()).select_from(job_batch).scalar_subquery().label("job_batch"),
+        sa.select(sa.func.count()).select_from(job_dependency).scalar_subquery().label("job_dependency"),
     )
 
 

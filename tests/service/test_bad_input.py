@@ -194,6 +194,18 @@ SUBMIT = [
         "timeouts.on_no_progress",
         timeouts=limits(attempt_timeout=duration(60), on_no_progress=job_pb2.Timeouts.FAIL),
     ),
+    submit_case("depends_on not a job number", "depends_on", depends_on=["job-1"]),
+    submit_case("depends_on of 101 jobs", "depends_on", depends_on=[f"PT-20260101-{i:03}" for i in range(101)]),
+    submit_case("depends_on an unknown job", "depends_on", depends_on=["PT-20260101-999"]),
+    Bad(
+        "Submit depends_on a FAILED job",
+        lambda c: c.served.jobs.Submit(  # type: ignore[attr-defined]
+            job_pb2.SubmitRequest(job_type="frames", depends_on=[c.failed_no])
+        ),
+        None,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "DEPENDENCY_ENDED",
+    ),
 ]
 
 LONG_LOCALE = "l" * 36
@@ -293,6 +305,84 @@ WATCH_JOBS = [
     Bad("WatchJobs owner of 129 chars", lambda c: _watch_jobs(c, owner="o" * 129), "owner"),
     Bad("WatchJobs owner with a newline", lambda c: _watch_jobs(c, owner="a\nb"), "owner"),
     Bad("WatchJobs locale of 36 chars", lambda c: _watch_jobs(c, job_nos=[c.job_no], locale=LONG_LOCALE), "locale"),
+    Bad("WatchJobs batch_id not a batch id", lambda c: _watch_jobs(c, batch_id="B-1"), "batch_id"),
+    Bad(
+        "WatchJobs batch_id and job_nos",
+        lambda c: _watch_jobs(c, batch_id=UNKNOWN_BATCH, job_nos=[c.job_no]),
+        "batch_id",
+    ),
+]
+
+# -- batches -------------------------------------------------------------------------------------
+
+UNKNOWN_BATCH = "B-" + "0" * 20
+BAD_BATCH_IDS = ["", "B-1", "b-" + "0" * 20, "B-" + "0" * 20 + "\n", "B-" + "g" * 20]
+
+
+def batch_case(name: str, field: str | None, *jobs: job_pb2.SubmitRequest, **fields: object) -> Bad:
+    async def call(c: Ctx) -> object:
+        request = job_pb2.SubmitBatchRequest(jobs=list(jobs), **fields)  # type: ignore[arg-type]
+        return await c.served.jobs.SubmitBatch(request)  # type: ignore[attr-defined]
+
+    return Bad(f"SubmitBatch {name}", call, field)
+
+
+FRAMES = job_pb2.SubmitRequest(job_type="frames")
+SUBMIT_BATCH = [
+    batch_case("of no jobs", "jobs"),
+    batch_case("of 1001 jobs", "jobs", *[FRAMES] * 1001),
+    batch_case("with a bad job_type", "jobs[1].job_type", FRAMES, job_pb2.SubmitRequest(job_type="a b")),
+    batch_case(
+        "with a bad retry policy",
+        "jobs[0].retry_policy.max_attempts",
+        job_pb2.SubmitRequest(job_type="frames", retry_policy=policy(max_attempts=-1)),
+    ),
+    batch_case(
+        "with a job's own idempotency_key",
+        "jobs[0].idempotency_key",
+        job_pb2.SubmitRequest(job_type="frames", idempotency_key="k"),
+    ),
+    batch_case(
+        "with an unknown dependency",
+        "jobs[0].depends_on",
+        job_pb2.SubmitRequest(job_type="frames", depends_on=["PT-20260101-999"]),
+    ),
+    batch_case("idempotency_key of 129 chars", "idempotency_key", FRAMES, idempotency_key="k" * 129),
+    batch_case("idempotency_key with a trailing space", "idempotency_key", FRAMES, idempotency_key="k "),
+]
+GET_BATCH = [
+    *(
+        Bad(
+            f"GetBatch batch_id={b!r}",
+            (lambda c, b=b: c.served.jobs.GetBatch(job_pb2.GetBatchRequest(batch_id=b))),
+            "batch_id",
+        )
+        for b in BAD_BATCH_IDS
+    ),
+    Bad(
+        "GetBatch of an unknown batch",
+        lambda c: c.served.jobs.GetBatch(job_pb2.GetBatchRequest(batch_id=UNKNOWN_BATCH)),  # type: ignore[attr-defined]
+        None,
+        grpc.StatusCode.NOT_FOUND,
+        "BATCH_NOT_FOUND",
+    ),
+]
+CANCEL_BATCH = [
+    *(
+        Bad(
+            f"CancelBatch batch_id={b!r}",
+            (lambda c, b=b: c.served.jobs.CancelBatch(job_pb2.CancelBatchRequest(batch_id=b))),
+            "batch_id",
+        )
+        for b in BAD_BATCH_IDS
+    ),
+    Bad(
+        "CancelBatch of an unknown batch",
+        lambda c: c.served.jobs.CancelBatch(job_pb2.CancelBatchRequest(batch_id=UNKNOWN_BATCH)),  # type: ignore[attr-defined]
+        None,
+        grpc.StatusCode.NOT_FOUND,
+        "BATCH_NOT_FOUND",
+    ),
 ]
 
 
@@ -619,6 +709,9 @@ MATRIX: dict[str, list[Bad]] = {
     "JobService.ListJobs": LIST_JOBS,
     "JobService.WatchStatus": WATCH_STATUS,
     "JobService.WatchJobs": WATCH_JOBS,
+    "JobService.SubmitBatch": SUBMIT_BATCH,
+    "JobService.GetBatch": GET_BATCH,
+    "JobService.CancelBatch": CANCEL_BATCH,
     "WorkerService.Claim": CLAIM,
     "WorkerService.Heartbeat": HEARTBEAT,
     "WorkerService.ReportStage": REPORT,

@@ -72,8 +72,9 @@ def test_there_is_one_head(database_url: str) -> None:
 
 
 def test_the_claim_index_sorts_like_the_claim(database_url: str) -> None:
-    """DESIGN.md §5: (tenant, queue, status, priority DESC, id) so ORDER BY priority DESC, id needs
-    no filesort. Checked on the migrated database itself, not on tables.py."""
+    """DESIGN.md §5: (tenant, queue, status, waiting_on, priority DESC, id) so ORDER BY priority
+    DESC, id needs no filesort (waiting_on = 0 is an equality before it). Checked on the migrated
+    database itself, not on tables.py."""
     db = Database(database_url)
     try:
         upgrade(db)
@@ -86,7 +87,10 @@ def test_the_claim_index_sorts_like_the_claim(database_url: str) -> None:
             else:
                 rows = conn.execute(sa.text("PRAGMA index_xinfo('ix_job_claim')")).mappings().all()
                 columns = [(r["name"], bool(r["desc"])) for r in rows if r["key"]]
-        assert columns == [("tenant", False), ("queue", False), ("status", False), ("priority", True), ("id", False)]
+        assert columns == [
+            ("tenant", False), ("queue", False), ("status", False), ("waiting_on", False), ("priority", True),
+            ("id", False),
+        ]  # fmt: skip
     finally:
         db.dispose()
 

@@ -25,6 +25,7 @@ from typing import TypeAlias
 import grpc
 from rich.console import Console
 
+from jobwire.client import batch_commands as b
 from jobwire.client import commands as c
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.errors import ClientError
@@ -104,6 +105,10 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
     p.add_argument(
         "--run-after", type=c.when_arg, metavar="WHEN", help="ISO time (UTC if naive) or a delay: 90s, 5m, 2h"
     )
+    p.add_argument(
+        "--depends-on", action="append", default=[], metavar="JOB_NO",
+        help="repeatable: runs once each of these is READY; cancelled if one fails or is cancelled",
+    )  # fmt: skip
     p.add_argument("--watch", action="store_true", help="then watch it until it ends")
     p.set_defaults(handler=c.cmd_submit)
     for name, handler, text in (
@@ -124,6 +129,24 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
     p.add_argument("--type", default="", help="job type")
     p.add_argument("--limit", type=c.count_arg, default=50, help="at most this many (default 50)")
     p.set_defaults(handler=c.cmd_list)
+
+
+def _batch_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
+    batch = sub.add_parser("batch", help="jobs made together: submit FILE | get | watch | cancel")
+    commands = batch.add_subparsers(dest="batch_command", required=True, metavar="COMMAND")
+    p = commands.add_parser("submit", parents=[common], help="submit a file of jobs (JSON lines) as one batch")
+    p.add_argument("file", help='one job a line: {"job_type": "frames", "payload": {...}, "depends_on": [...]}')
+    p.add_argument("--idempotency-key", default="", help="same key, same batch")
+    p.add_argument("--watch", action="store_true", help="then watch it until every job ended")
+    p.set_defaults(handler=b.cmd_batch_submit)
+    for name, handler, text in (
+        ("get", b.cmd_batch_get, "counts by status and progress"),
+        ("watch", b.cmd_batch_watch, "every job's changes until all ended"),
+        ("cancel", b.cmd_batch_cancel, "cancel every unfinished job"),
+    ):
+        p = commands.add_parser(name, parents=[common], help=text)
+        p.add_argument("batch_id")
+        p.set_defaults(handler=handler)
 
 
 def _admin_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
@@ -165,6 +188,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     _global_options(common, env, top=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _job_commands(sub, common, env)
+    _batch_commands(sub, common)
     _admin_commands(sub, common)
     return parser
 

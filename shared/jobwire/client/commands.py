@@ -170,6 +170,7 @@ def cmd_submit(ctx: Context, args: argparse.Namespace) -> int:
             timeouts=_timeouts(args),
             owner=args.owner,
             labels=dict(args.label),
+            depends_on=args.depends_on,
         )
         if ctx.as_json:
             ctx.emit({"job": render.to_json(job), "created": created})

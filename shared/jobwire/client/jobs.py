@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain
@@ -60,6 +60,54 @@ class JobClient(BaseClient):
     def _bind(self) -> None:
         self._stub = job_pb2_grpc.JobServiceStub(self.channel)
 
+    def submit_request(
+        self,
+        job_type: str,
+        payload: Payload = None,
+        *,
+        queue: str = "",
+        idempotency_key: str = "",
+        priority: int = 0,
+        run_after: datetime | None = None,
+        max_attempts: int = 0,
+        initial_backoff: Seconds | None = None,
+        max_backoff: Seconds | None = None,
+        backoff_multiplier: float = 0.0,
+        on_lease_lost: str | None = None,
+        timeouts: Timeouts | None = None,
+        owner: str = "",
+        labels: Mapping[str, str] | None = None,
+        locale: str | None = None,
+        depends_on: Sequence[str] = (),
+    ) -> job_pb2.SubmitRequest:
+        """The SubmitRequest `submit` sends (`submit_batch` sends many); the arguments are `submit`'s."""
+        request = convert.message(
+            job_pb2.SubmitRequest,
+            job_type=job_type,
+            queue=queue,
+            payload=convert.encode_payload(payload),
+            idempotency_key=idempotency_key,
+            priority=priority,
+            owner=owner,
+            labels=dict(labels or {}),
+            locale=self._locale(locale),
+            depends_on=list(depends_on),
+        )
+        if run_after is not None:
+            request.run_after.CopyFrom(convert.timestamp(run_after))
+        policy = _retry_policy(
+            max_attempts,
+            initial_backoff,
+            max_backoff,
+            backoff_multiplier,
+            on_lease_lost,
+        )
+        if policy is not None:
+            request.retry_policy.CopyFrom(policy)
+        if timeouts is not None:
+            request.timeouts.CopyFrom(_timeouts(timeouts))
+        return request
+
     def submit(
         self,
         job_type: str,
@@ -78,6 +126,7 @@ class JobClient(BaseClient):
         owner: str = "",
         labels: Mapping[str, str] | None = None,
         locale: str | None = None,
+        depends_on: Sequence[str] = (),
     ) -> Submitted:
         """Submit a job; it is QUEUED when this returns.
 
@@ -94,31 +143,15 @@ class JobClient(BaseClient):
             timeouts: time limits of one attempt, the whole job, and running without progress.
             owner, labels: free-form, for listing and display.
             locale: labels in the returned job; defaults to the client's.
+            depends_on: job numbers that must end READY before this job runs (at most 100);
+                one ending FAILED or CANCELLED cancels it.
         """
-        request = convert.message(
-            job_pb2.SubmitRequest,
-            job_type=job_type,
-            queue=queue,
-            payload=convert.encode_payload(payload),
-            idempotency_key=idempotency_key,
-            priority=priority,
-            owner=owner,
-            labels=dict(labels or {}),
-            locale=self._locale(locale),
-        )
-        if run_after is not None:
-            request.run_after.CopyFrom(convert.timestamp(run_after))
-        policy = _retry_policy(
-            max_attempts,
-            initial_backoff,
-            max_backoff,
-            backoff_multiplier,
-            on_lease_lost,
-        )
-        if policy is not None:
-            request.retry_policy.CopyFrom(policy)
-        if timeouts is not None:
-            request.timeouts.CopyFrom(_timeouts(timeouts))
+        request = self.submit_request(
+            job_type, payload, queue=queue, idempotency_key=idempotency_key, priority=priority,
+            run_after=run_after, max_attempts=max_attempts, initial_backoff=initial_backoff,
+            max_backoff=max_backoff, backoff_multiplier=backoff_multiplier, on_lease_lost=on_lease_lost,
+            timeouts=timeouts, owner=owner, labels=labels, locale=locale, depends_on=depends_on,
+        )  # fmt: skip
         # Retried only with a key: a Submit whose reply was lost may still have created the
         # job, and only the key lets the server return that job instead of a second one.
         response: job_pb2.SubmitResponse = self._unary(
@@ -126,6 +159,47 @@ class JobClient(BaseClient):
             idempotent=bool(idempotency_key),
         )
         return Submitted(response.job, response.created)
+
+    def submit_batch(
+        self, jobs: Sequence[job_pb2.SubmitRequest], *, idempotency_key: str = ""
+    ) -> job_pb2.SubmitBatchResponse:
+        """Submit 1 to 1000 jobs (each built with `submit_request`) in one transaction: all or none.
+
+        With `idempotency_key` a repeat returns the same batch, so only then is it retried.
+
+        Raises:
+            InvalidArgumentError: a bad job, naming `jobs[i].<field>`; nothing was made.
+        """
+        request = job_pb2.SubmitBatchRequest(jobs=list(jobs), idempotency_key=idempotency_key)
+        response: job_pb2.SubmitBatchResponse = self._unary(
+            lambda: self._stub.SubmitBatch(request, timeout=self.timeout), idempotent=bool(idempotency_key)
+        )
+        return response
+
+    def get_batch(self, batch_id: str) -> job_pb2.Batch:
+        """The batch's jobs counted by status, and its progress (finished / total)."""
+        request = job_pb2.GetBatchRequest(batch_id=batch_id)
+        batch: job_pb2.Batch = self._unary(lambda: self._stub.GetBatch(request, timeout=self.timeout), idempotent=True)
+        return batch
+
+    def cancel_batch(self, batch_id: str) -> job_pb2.Batch:
+        """Cancel every unfinished job of the batch as `cancel` would; the batch afterwards."""
+        request = job_pb2.CancelBatchRequest(batch_id=batch_id)
+        # Cancel is idempotent job by job, so a repeat after a lost reply is harmless.
+        batch: job_pb2.Batch = self._unary(
+            lambda: self._stub.CancelBatch(request, timeout=self.timeout), idempotent=True
+        )
+        return batch
+
+    def watch_batch(self, batch_id: str, *, locale: str | None = None) -> Iterator[job_pb2.Job]:
+        """Each job of the batch as it is, then every change, until the caller stops iterating."""
+        request = job_pb2.WatchJobsRequest(batch_id=batch_id, locale=self._locale(locale))
+        stream: UpdateStream = self._stub.WatchJobs(request)
+        try:
+            for update in stream:
+                yield update.job
+        finally:
+            stream.cancel()
 
     def get(self, job_no: str, *, locale: str | None = None) -> job_pb2.Job:
         """The job as it is now."""

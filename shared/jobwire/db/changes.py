@@ -14,7 +14,10 @@ one transaction, so concurrent calls share their round trips and their COMMIT:
 4. A job whose UPDATE matched nothing (the guess was stale: a user cancelled, another
    replica reported), or whose guess led to a refusal, is read again, locked, and decided
    again: the read that explains a refusal is only made when there is one.
-5. The events (with each version's user-visible snapshot), artifact rows and late-call
+5. Jobs that ended in 1-4 may settle the jobs waiting for them (jobwire.db.dependencies):
+   `follow` names those ops, which go through 1-4 themselves, round after round down a
+   chain, before anything commits.
+6. The events (with each version's user-visible snapshot), artifact rows and late-call
    evidence, with the COMMIT, in one round trip.
 
 A guess can only cost a second read, never a wrong write: every write is guarded, and a
@@ -26,7 +29,7 @@ it or fails every call in it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -123,6 +126,12 @@ class _Job:
         return [s.change for s in self.steps if s.change is not None]
 
 
+# A job that ends may end the jobs that depend on it, which may end theirs: rounds of
+# follow-up ops in one transaction, this many at most (the rest: jobwire.db.dependencies' sweep).
+MAX_FOLLOW_ROUNDS = 8
+FollowUp = Callable[[Wire, Sequence[Row]], Awaitable[Sequence["JobOp[Any]"]]]
+
+
 async def apply_ops(
     wire: Wire,
     ops: Sequence[JobOp[Any]],
@@ -132,16 +141,37 @@ async def apply_ops(
     evidence: EvidenceLimit,
     rows: Mapping[str, Row] | None = None,
     extra: Sequence[Statement] = (),
+    follow: FollowUp | None = None,
 ) -> list[Outcome]:
     """Run `ops` in this transaction and commit; one outcome per op, in order.
 
     `rows` are rows the caller has just read and locked (a claim's candidates); `extra`
-    statements ride with the COMMIT (a worker's last-seen time).
+    statements ride with the COMMIT (a worker's last-seen time). `follow` names the ops
+    that the jobs ended here cause (their dependents), run in the same transaction.
     """
+    jobs = await _round(wire, ops, now, cache, rows or {})
+    every = list(jobs.values())
+    ended = _ended(every)
+    for _ in range(MAX_FOLLOW_ROUNDS):
+        more = await follow(wire, ended) if follow is not None and ended else []
+        if not more:
+            break
+        followed = list((await _round(wire, more, now, cache, {})).values())
+        every += followed
+        ended = _ended(followed)
+    await wire.commit(_records(wire, every, now, evidence) + list(extra))
+    _remember(cache, every)
+    return _outcomes(ops, jobs.values())
+
+
+async def _round(
+    wire: Wire, ops: Sequence[JobOp[Any]], now: datetime, cache: RowCache, rows: Mapping[str, Row]
+) -> dict[str, _Job]:
+    """Decide `ops` and write their guarded UPDATEs; the events wait for the COMMIT."""
     jobs: dict[str, _Job] = {}
     for i, op in enumerate(ops):
         jobs.setdefault(op.job_no, _Job(op.job_no, [])).ops.append(i)
-    await _bases(wire, ops, jobs.values(), cache, rows or {})
+    await _bases(wire, ops, jobs.values(), cache, rows)
     recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
     written = [job for job in jobs.values() if job.changes and job not in recheck]
     counts = await wire.run([_update(wire, job) for job in written])
@@ -153,9 +183,18 @@ async def apply_ops(
         again = [job for job in recheck if job.changes]
         if any(matched != 1 for matched in await wire.run([_update(wire, job) for job in again])):
             raise RetryTransaction()  # a locked row changed under us: only SQLite's rowid reuse could
-    await wire.commit(_records(wire, jobs.values(), now, evidence) + list(extra))
-    _remember(cache, jobs.values())
-    return _outcomes(ops, jobs.values())
+    return jobs
+
+
+def _ended(jobs: Iterable[_Job]) -> list[Row]:
+    """The rows of jobs that reached an end (READY, FAILED, CANCELLED) in their last steps."""
+    out = []
+    for job in jobs:
+        if job.changes and job.base is not None:
+            after = job.steps[-1].after
+            if after is not None and Status(after["status"]).terminal and not Status(job.base["status"]).terminal:
+                out.append(after)
+    return out
 
 
 async def _bases(

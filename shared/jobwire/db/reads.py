@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from jobwire.db.engine import db_now
 from jobwire.db.rows import ARTIFACT_COLUMNS
 from jobwire.db.sql import BLOBS
-from jobwire.db.tables import artifact, job, job_event
+from jobwire.db.tables import artifact, job, job_dependency, job_event
 from jobwire.db.tables import worker as worker_table
 from jobwire.domain.commands import JobFilter
 from jobwire.domain.errors import InvalidArgument
@@ -57,16 +57,34 @@ def clock(conn: Connection) -> datetime:
     return now
 
 
-def get(conn: Connection, tenant: str, job_no: str) -> tuple[Row, int | None] | None:
+def get(conn: Connection, tenant: str, job_no: str) -> tuple[Row, int | None, list[str]] | None:
+    """A job, its place in line, and the dependencies it still waits for."""
     row = load_job(conn, tenant, job_no)
     if row is None:
         return None
-    return row, queue_position(conn, row)
+    return row, queue_position(conn, row), waiting_for(conn, row)
+
+
+def waiting_for(conn: Connection, row: Row) -> list[str]:
+    """The job numbers of a waiting job's dependencies not READY yet, in job number order."""
+    if row["status"] != Status.QUEUED.value or not row["waiting_on"]:
+        return []
+    dependency = job.alias("dependency")
+    query = (
+        sa.select(dependency.c.job_no)
+        .select_from(job_dependency.join(dependency, dependency.c.id == job_dependency.c.depends_on_id))
+        .where(job_dependency.c.job_id == row["id"], dependency.c.status != Status.READY.value)
+        .order_by(dependency.c.job_no)
+    )
+    return list(conn.execute(query).scalars())
 
 
 def queue_position(conn: Connection, row: Row) -> int | None:
-    """Runnable jobs ahead of a QUEUED job: a range count on the claim index."""
-    if row["status"] != Status.QUEUED.value:
+    """Runnable jobs ahead of a QUEUED job: a range count on the claim index.
+
+    A job waiting for dependencies has no place in line, and is not counted in one.
+    """
+    if row["status"] != Status.QUEUED.value or row["waiting_on"]:
         return None
     ahead = sa.or_(
         job.c.priority > row["priority"],
@@ -79,6 +97,7 @@ def queue_position(conn: Connection, row: Row) -> int | None:
             job.c.tenant == row["tenant"],
             job.c.queue == row["queue"],
             job.c.status == Status.QUEUED.value,
+            job.c.waiting_on == 0,
             ahead,
             job.c.run_after <= row["db_now"],
         )
@@ -96,7 +115,7 @@ def queue_positions(conn: Connection, rows: Sequence[Row]) -> dict[int, int | No
     positions: dict[int, int | None] = {row["id"]: None for row in rows}
     groups: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
-        if row["status"] == Status.QUEUED.value:
+        if row["status"] == Status.QUEUED.value and not row["waiting_on"]:
             groups.setdefault((row["tenant"], row["queue"]), []).append(row)
     for (tenant, queue), members in groups.items():
         last = max(members, key=lambda m: (-m["priority"], m["id"]))
@@ -110,6 +129,7 @@ def queue_positions(conn: Connection, rows: Sequence[Row]) -> dict[int, int | No
                 job.c.tenant == tenant,
                 job.c.queue == queue,
                 job.c.status == Status.QUEUED.value,
+                job.c.waiting_on == 0,
                 job.c.run_after <= last["db_now"],
                 upto,
             )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,7 +27,7 @@ VISIBLE_COLUMNS = (
     "stage", "stage_index", "stage_count", "stages", "processed_units", "total_units",
     "stalled", "no_progress", "progress_at", "attempt", "attempt_base", "max_attempts", "created_at",
     "updated_at", "started_at", "finished_at", "run_after", "error_category", "error_stage",
-    "error_message", "error_retryable", "version",
+    "error_message", "error_retryable", "version", "depends_on", "waiting_on", "batch_id",
 )  # fmt: skip
 ARTIFACT_COLUMNS = ("uri", "size_bytes", "sha256", "content_type", "summary")
 TIME_COLUMNS = frozenset({"created_at", "updated_at", "started_at", "finished_at", "run_after", "progress_at"})
@@ -41,8 +41,12 @@ def plan_of(text: str | None) -> tuple[StageDef, ...]:
     return stage_plans.from_json(json.loads(text)) if text else DEFAULT_PLAN
 
 
-def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None) -> JobRecord:
+def record_from_row(
+    row: Mapping[str, Any], *, queue_position: int | None = None, waiting_for: Sequence[str] | None = None
+) -> JobRecord:
+    """`waiting_for`: the dependencies not READY yet, when the caller read them (see `_waiting_for`)."""
     status = Status(row["status"])
+    depends_on = tuple(json.loads(row.get("depends_on") or "[]"))
     plan = plan_of(row["stages"])
     return JobRecord(
         job_no=row["job_no"],
@@ -78,7 +82,23 @@ def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None
         result=_artifact(row) if status is Status.READY else None,
         version=row["version"],
         queue_position=queue_position if status is Status.QUEUED else None,
+        depends_on=depends_on,
+        batch_id=row.get("batch_id"),
+        waiting_for=_waiting_for(row, status, depends_on, waiting_for),
     )
+
+
+def _waiting_for(
+    row: Mapping[str, Any], status: Status, depends_on: tuple[str, ...], read: Sequence[str] | None
+) -> tuple[str, ...]:
+    """What a QUEUED job still waits for: as read, else all it depends on while none has ended
+    (a snapshot or a write's reply knows only the count left), else nothing named."""
+    waiting = row.get("waiting_on") or 0
+    if status is not Status.QUEUED or not waiting:
+        return ()
+    if read is not None:
+        return tuple(read)
+    return depends_on if waiting == len(depends_on) else ()
 
 
 def _no_progress_for(row: Mapping[str, Any]) -> timedelta | None:

@@ -80,6 +80,7 @@ class Lock:
     NONE = ""
     UPDATE = " FOR UPDATE"
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+    SHARE = " LOCK IN SHARE MODE"  # MariaDB's spelling of FOR SHARE (MySQL 8 takes both)
 
 
 class RowShape:
@@ -170,6 +171,22 @@ class Statements:
         self.reserve_numbers = d.text(counter)
         self.last_number = d.text("SELECT last_seq FROM job_day_counter WHERE day = :day")
         self.number_shape = RowShape([], ["last_seq"], d)
+        self.dependency_shape = RowShape([], ["id", "tenant", "job_no", "status"], d)
+        self.dependent_shape = RowShape([], ["tenant", "job_no"], d)
+        self.count_shape = RowShape([], ["job_no", "unfinished", "failed_by", "cancelled_by"], d)
+        self.insert_batch = d.text(
+            _insert("job_batch", ("batch_id", "tenant", "idempotency_key", "fingerprint", "total", "created_at"))
+        )
+        self.batch_shape = RowShape([], ["batch_id", "fingerprint"], d)
+        self.batch_by_key = d.text(
+            "SELECT batch_id, fingerprint FROM job_batch WHERE tenant = :tenant AND idempotency_key = :key"
+        )
+        self.rows_by_batch = d.text(self._row_select + " WHERE job.batch_id = :batch_id ORDER BY job.id")
+        # The edges of a job inserted by this transaction: its id is found by its number.
+        self.insert_dependency = d.text(
+            "INSERT INTO job_dependency (job_id, depends_on_id)"
+            " SELECT id, :depends_on_id FROM job WHERE job_no = :job_no"
+        )
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def rows_by_key(self, count: int) -> str:
@@ -187,13 +204,51 @@ class Statements:
         where = f" WHERE job.job_no IN ({names}) ORDER BY job.id"
         return self.dialect.text(self._row_select + where + (lock if self.dialect.locks else ""))
 
+    @functools.cache  # noqa: B019 - two module-level instances, kept for the process
+    def dependencies(self, count: int) -> str:
+        """The jobs a submit names in depends_on (any tenant's: the caller checks), share-locked:
+        one that is still running cannot end until the new job and its edges are committed."""
+        names = ", ".join(f":n{i}" for i in range(count))
+        sql = f"SELECT id, tenant, job_no, status FROM job WHERE job_no IN ({names}) ORDER BY id"
+        return self.dialect.text(sql + (Lock.SHARE if self.dialect.locks else ""))
+
+    @functools.cache  # noqa: B019 - two module-level instances, kept for the process
+    def waiting_dependents(self, count: int) -> str:
+        """The waiting jobs that depend on any of `count` job ids (`:e<i>`), locked."""
+        names = ", ".join(f":e{i}" for i in range(count))
+        # Driven from the edges (ix_job_dependency_on): a job nobody depends on costs one
+        # index probe that finds nothing, on every transaction that ends jobs.
+        sql = (
+            "SELECT job.tenant, job.job_no FROM job_dependency JOIN job ON job.id = job_dependency.job_id"
+            f" WHERE job_dependency.depends_on_id IN ({names}) AND job.status = 'QUEUED' AND job.waiting_on > 0"
+            " ORDER BY job.id"
+        )
+        return self.dialect.text(sql + (Lock.UPDATE if self.dialect.locks else ""))
+
+    @functools.cache  # noqa: B019 - two module-level instances, kept for the process
+    def dependency_counts(self, count: int) -> str:
+        """Per job (`:n<i>`): its dependencies not READY, and the first that ended FAILED, CANCELLED."""
+        names = ", ".join(f":n{i}" for i in range(count))
+        sql = (
+            "SELECT j.job_no, SUM(CASE WHEN p.status <> 'READY' THEN 1 ELSE 0 END),"
+            " MIN(CASE WHEN p.status = 'FAILED' THEN p.job_no END),"
+            " MIN(CASE WHEN p.status = 'CANCELLED' THEN p.job_no END)"
+            " FROM job j JOIN job_dependency d ON d.job_id = j.id JOIN job p ON p.id = d.depends_on_id"
+            f" WHERE j.job_no IN ({names}) GROUP BY j.job_no"
+        )
+        return self.dialect.text(sql)
+
     @functools.cache  # noqa: B019
     def claim(self, job_types: int) -> str:
-        """Runnable jobs of one queue, best first, locked; the claim index serves WHERE and ORDER BY."""
+        """Runnable jobs of one queue, best first, locked; the claim index serves WHERE and ORDER BY.
+
+        A job waiting for a dependency (waiting_on > 0) is never a candidate: the count is
+        written in the transaction that ends its last dependency (jobwire.db.dependencies).
+        """
         names = ", ".join(f":t{i}" for i in range(job_types))
         sql = (
             f"SELECT {self.claim_shape.select_list(self.dialect)} FROM job"
-            " WHERE job.tenant = :tenant AND job.queue = :queue AND job.status = 'QUEUED'"
+            " WHERE job.tenant = :tenant AND job.queue = :queue AND job.status = 'QUEUED' AND job.waiting_on = 0"
             f" AND job.run_after <= {self.dialect.now} AND job.job_type IN ({names})"
             " ORDER BY job.priority DESC, job.id LIMIT :limit"
         )

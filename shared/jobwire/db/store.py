@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from jobwire.db import commit_markers, feed, leases, reads, reaper, retention, submit, timeouts
+from jobwire.db import batches, commit_markers, dependencies, feed, leases, reads, reaper, retention, submit, timeouts
 from jobwire.db import inspect as inspect_queries
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
@@ -26,8 +26,9 @@ from jobwire.db.migrate import check_current, upgrade
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
 from jobwire.db.wire import Statement, Wire
+from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.commands import Claimant, JobFilter, NewJob
-from jobwire.domain.errors import JobNotFound, JobwireError, WorkerLeaseLost
+from jobwire.domain.errors import BatchNotFound, JobNotFound, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
@@ -52,6 +53,13 @@ class Submit:
 
 
 @dataclass(frozen=True)
+class SubmitBatch:
+    """A batch: all its jobs or none (jobwire.db.batches); its BatchAnswer."""
+
+    batch: NewBatch
+
+
+@dataclass(frozen=True)
 class Claim:
     """Leases for a worker: the leases granted (possibly none)."""
 
@@ -60,7 +68,7 @@ class Claim:
     seen: bool = True  # remember the worker for ListWorkers
 
 
-Work = Call | Submit | Claim
+Work = Call | Submit | SubmitBatch | Claim
 
 
 class JobStore:
@@ -72,13 +80,14 @@ class JobStore:
 
     # -- every write --------------------------------------------------------------------
     async def apply(self, work: Sequence[Work]) -> list[Any]:
-        """Run every call in one transaction: new jobs first, then claims, then changes.
+        """Run every call in one transaction: batches and new jobs first, then claims, then changes.
 
-        Per call: a Call's list of outcomes, a Submit's list of answers, a Claim's leases.
+        Per call: a Call's list of outcomes, a Submit's list of answers, a SubmitBatch's
+        answer, a Claim's leases.
         """
         # Numbers are reserved outside the transaction (see job_numbers): a rerun keeps them.
-        numbered = {i: [(new, await self.job_numbers.next()) for new in w.news] for i, w in enumerate(work)
-                    if isinstance(w, Submit)}  # fmt: skip
+        numbered = {i: [(new, await self.job_numbers.next()) for new in _news(w)] for i, w in enumerate(work)
+                    if isinstance(w, Submit | SubmitBatch)}  # fmt: skip
         return await self.db.transact(lambda wire: self._apply(wire, work, numbered))
 
     async def _apply(
@@ -86,19 +95,28 @@ class JobStore:
     ) -> list[Any]:
         now = self.db.clock.now()
         results: list[Any] = [None] * len(work)
-        submits = list(numbered.items())
+        submits = [(i, jobs) for i, jobs in numbered.items() if isinstance(work[i], Submit)]
         claims = [(i, w) for i, w in enumerate(work) if isinstance(w, Claim)]
         calls = [(i, w) for i, w in enumerate(work) if isinstance(w, Call)]
+        made = [(i, w) for i, w in enumerate(work) if isinstance(w, SubmitBatch)]
         if submits:
+            # First: a taken idempotency key restarts the transaction, which nothing before may have written.
             answers = await submit.submit(
                 wire, [job for _, jobs in submits for job in jobs], now=now,
-                duplicate=self.db.integrity_error, commit=not (claims or calls),
+                duplicate=self.db.integrity_error, commit=not (made or claims or calls),
             )  # fmt: skip
             sizes = [len(jobs) for _, jobs in submits]
             for (i, _), part in zip(submits, _split(answers, sizes), strict=True):
                 results[i] = [a if isinstance(a, JobwireError) else (record_from_row(a[0]), a[1]) for a in part]
-            if not (claims or calls):
+            if not (made or claims or calls):
                 return results
+        for i, w in made:
+            results[i] = await batches.submit_batch(
+                wire, w.batch, numbered[i], now=now, duplicate=self.db.integrity_error
+            )
+        if not (claims or calls):
+            await wire.commit()
+            return results
         rows: dict[str, Row] = {}
         parts: list[tuple[int, Sequence[JobOp[Any]]]] = []  # each call's ops, in order
         extra: list[Statement] = []
@@ -111,7 +129,10 @@ class JobStore:
         parts += [(i, call.ops) for i, call in calls]
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
-        outcomes = await apply_ops(wire, ops, now=now, cache=self.cache, evidence=self.evidence, rows=rows, extra=extra)
+        outcomes = await apply_ops(
+            wire, ops, now=now, cache=self.cache, evidence=self.evidence, rows=rows, extra=extra,
+            follow=dependencies.follow_up,
+        )  # fmt: skip
         for (i, _), part in zip(parts, _split(outcomes, [len(p) for _, p in parts]), strict=True):
             results[i] = list(part)
         return results
@@ -121,8 +142,8 @@ class JobStore:
         found = self.db.read(lambda c: reads.get(c, tenant, job_no))
         if found is None:
             raise JobNotFound()
-        row, position = found
-        return record_from_row(row, queue_position=position)
+        row, position, waiting = found
+        return record_from_row(row, queue_position=position, waiting_for=waiting)
 
     def list_jobs(self, where: JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
         rows, token = self.db.read(lambda c: reads.list_jobs(c, where, page_size, page_token))
@@ -143,6 +164,17 @@ class JobStore:
 
     def list_workers(self, tenant: str, queue: str, page_size: int, page_token: str) -> tuple[list[WorkerInfo], str]:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token))
+
+    def get_batch(self, tenant: str, batch_id: str) -> BatchRecord:
+        found = self.db.read(lambda c: batches.get(c, tenant, batch_id))
+        if found is None:
+            raise BatchNotFound()
+        return found
+
+    def batch_job_nos(self, tenant: str, batch_id: str, *, unfinished: bool = False) -> list[str]:
+        """The batch's job numbers (NOT_FOUND for an unknown batch or another tenant's)."""
+        self.get_batch(tenant, batch_id)
+        return self.db.read(lambda c: batches.job_nos(c, tenant, batch_id, unfinished=unfinished))
 
     # -- what watching reads (jobwire.jobapi.watch): the store is the only door to SQL --------
     def watch_start(self, tenant: str, job_no: str, after_version: int) -> feed.WatchStart | None:
@@ -180,6 +212,22 @@ class JobStore:
     async def sweep_timeouts(self, *, by: str, read: reaper.Read) -> timeouts.Swept:
         """End jobs and attempts past their time limits; mark (or fail) jobs without progress."""
         return await timeouts.sweep(read, self._run, by=by)
+
+    async def settle_dependencies(self, *, read: reaper.Read, batch: int = timeouts.BATCH) -> int:
+        """Settle waiting jobs whose dependencies ended without settling them (a chain deeper
+        than one transaction follows); how many changed."""
+        due = await read(lambda conn: dependencies.due(conn, batch))
+        if not due:
+            return 0
+
+        async def settle(wire: Wire) -> list[Any]:
+            ops = await dependencies.settle_due(wire, due)
+            return await apply_ops(
+                wire, ops, now=self.db.clock.now(), cache=self.cache, evidence=self.evidence,
+                follow=dependencies.follow_up,
+            )  # fmt: skip
+
+        return sum(kind is not None for kind in await self.db.transact(settle))
 
     async def _run(self, ops: Sequence[JobOp[Any]]) -> list[Any]:
         """Housekeeping's operations, as one call."""
@@ -223,6 +271,10 @@ def open_store(url: str, *, pool_size: int = 8, job_prefix: str = "PT", migrate:
     else:
         check_current(db)
     return JobStore(db, job_prefix=job_prefix)
+
+
+def _news(work: Submit | SubmitBatch) -> Sequence[NewJob]:
+    return work.news if isinstance(work, Submit) else work.batch.jobs
 
 
 def _split(items: Sequence[Any], sizes: Sequence[int]) -> list[Sequence[Any]]:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from jobwire.db import dependencies
 from jobwire.db.changes import Row, event_values
 from jobwire.db.leases import new_lease_key
 from jobwire.db.wire import Statement, Wire
@@ -36,26 +37,59 @@ async def submit(
     claims and other changes follow).
     """
     send = wire.commit if commit else wire.run
-    rows = [_new_row(new, job_no, now) for new, job_no in items]
+    news = [new for new, _ in items]
     first: dict[tuple[str, str], int] = {}  # a key used twice in one batch: the second replays the first
-    for i, (new, _) in enumerate(items):
+    for i, new in enumerate(news):
         if new.idempotency_key:
             first.setdefault((new.tenant, new.idempotency_key), i)
-    inserting = [i for i, (new, _) in enumerate(items) if _key_owner(new, first, i)]
+    waits, refused, rows = await _prepared(wire, items, now)
+    inserting = [i for i, new in enumerate(news) if _key_owner(new, first, i) and i not in refused]
     existing: dict[tuple[str, str], Row] = {}
+    if any(news[i].idempotency_key for i in refused):
+        # A refused job may be a replay of one made before its dependency ended: that one answers.
+        existing = await _by_keys(wire, [news[i] for i in refused if news[i].idempotency_key])
     try:
-        await send(_inserts(wire, [rows[i] for i in inserting], now))
+        await send(_inserts(wire, [rows[i] for i in inserting], [waits[i] for i in inserting], now))
     except duplicate:
         # A key is taken by a committed job: find which, replay those, insert the rest.
         await wire.restart()
-        existing = await _by_keys(wire, [new for new, _ in items if new.idempotency_key])
-        inserting = [i for i in inserting if _key(items[i][0]) not in existing]
+        # The restart let go of the dependencies' locks: they are read (and locked) again.
+        waits, refused, rows = await _prepared(wire, items, now)
+        existing = await _by_keys(wire, [new for new in news if new.idempotency_key])
+        inserting = [
+            i
+            for i, new in enumerate(news)
+            if _key_owner(new, first, i) and i not in refused and _key(new) not in existing
+        ]
         try:
-            await send(_inserts(wire, [rows[i] for i in inserting], now))
+            await send(_inserts(wire, [rows[i] for i in inserting], [waits[i] for i in inserting], now))
         except duplicate:
             raise RetryTransaction() from None  # another submit took a key meanwhile: all again
     made = {i: rows[i] for i in inserting}
-    return [_answer(i, new, rows[i], made, existing, first) for i, (new, _) in enumerate(items)]
+    return [
+        refused[i] if i in refused and _key(new) not in existing else _answer(i, new, rows[i], made, existing, first)
+        for i, new in enumerate(news)
+    ]
+
+
+Waited = dependencies.Waits | JobwireError | None
+
+
+async def _prepared(
+    wire: Wire, items: Sequence[tuple[NewJob, str]], now: datetime
+) -> tuple[list[Waited], dict[int, JobwireError], list[Row]]:
+    """Each job's dependencies as found (share-locked), the jobs they refuse, and the rows to insert."""
+    news = [new for new, _ in items]
+    waits: list[Waited] = [None] * len(items)
+    if any(new.depends_on for new in news):
+        waits = list(await dependencies.resolve(wire, news))
+    refused = {i: w for i, w in enumerate(waits) if isinstance(w, JobwireError)}
+    rows = [_new_row(new, job_no, now, _waits(waits[i])) for i, (new, job_no) in enumerate(items)]
+    return waits, refused, rows
+
+
+def _waits(found: Waited) -> dependencies.Waits | None:
+    return found if isinstance(found, dependencies.Waits) else None
 
 
 def _key(new: NewJob) -> tuple[str, str]:
@@ -80,12 +114,14 @@ def _answer(
     return found, False
 
 
-def _inserts(wire: Wire, rows: Sequence[Row], now: datetime) -> list[Statement]:
+def _inserts(wire: Wire, rows: Sequence[Row], waits: Sequence[Waited], now: datetime) -> list[Statement]:
     out: list[Statement] = []
-    for row in rows:
+    for row, found in zip(rows, waits, strict=True):
         values = {k: v for k, v in row.items() if k not in _NOT_INSERTED}
         out.append((wire.sql.insert_job, values))
         out.append((wire.sql.insert_first_event, event_values(row, EventKind.SUBMITTED, now, None)))
+        if isinstance(found, dependencies.Waits):
+            out += dependencies.edges(wire, row["job_no"], found)
     return out
 
 
@@ -113,7 +149,7 @@ NEW_ROW_DEFAULTS: dict[str, object] = {
 _NOT_INSERTED = frozenset({"id", "uri", "size_bytes", "sha256", "content_type", "summary"})
 
 
-def _new_row(new: NewJob, job_no: str, now: datetime) -> Row:
+def _new_row(new: NewJob, job_no: str, now: datetime, waits: dependencies.Waits | None) -> Row:
     """The row a submit inserts, complete: the reply and the event need no read back."""
     policy, limits = new.retry, new.timeouts
     return {
@@ -146,5 +182,7 @@ def _new_row(new: NewJob, job_no: str, now: datetime) -> Row:
         "updated_at": now,
         "run_after": max(new.run_after, now) if new.run_after else now,
         "version": 1,
+        **dependencies.row_values(new, waits),
+        "batch_id": new.batch_id,
         "uri": None, "size_bytes": None, "sha256": None, "content_type": None, "summary": None,
     }  # fmt: skip

@@ -73,6 +73,11 @@ job = Table(
     Column("progress_at", Timestamp, nullable=True),
     Column("progress_deadline", Timestamp, nullable=True),
     Column("no_progress", Boolean, nullable=False, server_default="0"),
+    # dependencies: the job numbers as submitted (JSON list, NULL: none), and how many of
+    # them are not READY yet; a claim takes only jobs with none left (job_dependency)
+    Column("depends_on", Text, nullable=True),
+    Column("waiting_on", Integer, nullable=False, server_default="0"),
+    Column("batch_id", String(24), nullable=True),  # the SubmitBatch that made it (job_batch)
     # the lease: token embeds the epoch, so a token can never be valid twice
     Column("worker_id", String(128), nullable=True),
     Column("worker_token", String(80), nullable=True),
@@ -106,12 +111,14 @@ job = Table(
     mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
 # The claim scans this index in order: same sort directions as ORDER BY priority DESC, id,
-# or MySQL falls back to a filesort and FOR UPDATE locks every queued row.
+# or MySQL falls back to a filesort and FOR UPDATE locks every queued row. waiting_on = 0
+# is an equality before the sort columns, so jobs waiting for dependencies are never scanned.
 Index(
     "ix_job_claim",
     job.c.tenant,
     job.c.queue,
     job.c.status,
+    job.c.waiting_on,
     job.c.priority.desc(),
     job.c.id,
 )
@@ -123,6 +130,39 @@ Index("ix_job_finished", job.c.status, job.c.finished_at)
 Index("ix_job_attempt_deadline", job.c.status, job.c.attempt_deadline)
 Index("ix_job_deadline", job.c.status, job.c.job_deadline)
 Index("ix_job_no_progress", job.c.status, job.c.no_progress, job.c.progress_deadline)
+# A batch's jobs, counted by status (GetBatch) and listed (CancelBatch, WatchJobs).
+Index("ix_job_batch", job.c.batch_id, job.c.status)
+# The dependency sweep: waiting jobs only (QUEUED, waiting_on > 0), never the runnable ones.
+Index("ix_job_waiting", job.c.status, job.c.waiting_on)
+
+# One row per dependency: `job_id` may be claimed once `depends_on_id` is READY. Read from
+# the dependency's side when it ends (ix_job_dependency_on), from the job's side for its view.
+job_dependency = Table(
+    "job_dependency",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("depends_on_id", BigInteger, primary_key=True, autoincrement=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+Index("ix_job_dependency_on", job_dependency.c.depends_on_id)
+
+# One row per SubmitBatch: its jobs carry its batch_id; its key replays it whole.
+job_batch = Table(
+    "job_batch",
+    metadata,
+    Column("batch_id", String(24), primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("idempotency_key", String(128), nullable=True),
+    Column("fingerprint", String(64), nullable=False),  # sha256 of its jobs' fingerprints
+    Column("total", Integer, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("tenant", "idempotency_key", name="uq_job_batch_idempotency"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
 
 job_event = Table(
     "job_event",

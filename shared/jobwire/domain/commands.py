@@ -33,6 +33,8 @@ class NewJob:
     owner: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     locale: str = "en"
+    depends_on: tuple[str, ...] = ()  # job numbers of the same tenant, each once, in the order given
+    batch_id: str | None = None  # set by SubmitBatch for each of its jobs
 
     def fingerprint(self) -> str:
         """What makes two submits with one idempotency key "the same request"."""
@@ -42,6 +44,8 @@ class NewJob:
             h.update(part.encode())
             h.update(b"\0")
         h.update(self.payload)
+        if self.depends_on:  # only then: keys stored before dependencies existed still replay
+            h.update(b"\0" + ",".join(self.depends_on).encode())
         return h.hexdigest()
 
 

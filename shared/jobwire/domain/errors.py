@@ -57,6 +57,13 @@ class JobNotFound(JobwireError):
     reason = "JOB_NOT_FOUND"
 
 
+class BatchNotFound(JobwireError):
+    """No such batch."""
+
+    code = "NOT_FOUND"
+    reason = "BATCH_NOT_FOUND"
+
+
 class JobNotCancellable(JobwireError):
     """The job cannot be cancelled now."""
 
@@ -154,3 +161,13 @@ class Conflict(JobwireError):
 
     code = "ABORTED"
     reason = "CONFLICT"
+
+
+class DependencyEnded(JobwireError):
+    """A job depended on has already ended FAILED or CANCELLED: the new one could never run."""
+
+    reason = "DEPENDENCY_ENDED"
+
+    def __init__(self, job_no: str = "", status: str = "") -> None:
+        super().__init__(f"depends_on: {job_no} has ended {status}; the job could never run" if job_no else None)
+        self.job_no = job_no

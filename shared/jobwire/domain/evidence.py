@@ -39,6 +39,8 @@ class EventKind(StrEnum):
     ATTEMPT_TIMED_OUT = "ATTEMPT_TIMED_OUT"  # lease revoked; QUEUED after a backoff, FAILED TIMEOUT, or CANCELLED
     JOB_TIMED_OUT = "JOB_TIMED_OUT"  # FAILED TIMEOUT, not retryable; a lease held is revoked
     NO_PROGRESS = "NO_PROGRESS"  # marked (RUNNING stays), or ended as ATTEMPT_TIMED_OUT would under FAIL
+    DEPENDENCY_READY = "DEPENDENCY_READY"  # a dependency ended READY; QUEUED stays, runnable once none is left
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"  # a dependency ended FAILED or CANCELLED: CANCELLED, naming it
 
 
 class FindingKind(StrEnum):

@@ -112,6 +112,10 @@ class JobRecord:
     version: int = 1
     locale: str = "en"
     queue_position: int | None = None
+    depends_on: tuple[str, ...] = ()  # as submitted
+    # The dependencies not READY yet while it waits for them (claimable once none is left).
+    waiting_for: tuple[str, ...] = ()
+    batch_id: str | None = None
 
     @property
     def stage_def(self) -> StageDef | None:

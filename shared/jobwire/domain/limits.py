@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from jobwire.domain.errors import InvalidArgument
 
@@ -22,6 +22,9 @@ MIN_LEASE_S = 1.0
 MAX_LEASE_S = 3600.0
 MAX_TIMEOUT_S = 30 * 86_400.0  # an attempt, a job, or a stage without progress (jobwire.domain.timeouts)
 MAX_PAGE_SIZE = 500
+MAX_DEPENDENCIES = 100  # jobs one job may depend on (SubmitRequest.depends_on)
+MAX_BATCH_JOBS = 1000  # jobs one SubmitBatch makes, in one transaction
+BATCH_ID = re.compile(r"B-[0-9a-f]{20}")
 # What one gRPC message may carry, either way (jobwire.rpc.server, jobwire.client.channel):
 # every reply is built to fit it (a Claim leases no more jobs than its reply can carry).
 MAX_GRPC_MESSAGE_BYTES = 4 << 20
@@ -57,10 +60,23 @@ def key(field: str, value: str) -> str:
     return short_text(field, value)
 
 
-def job_no(value: str) -> str:
+def job_no(value: str, field: str = "job_no") -> str:
     if not JOB_NO.fullmatch(value):
-        raise InvalidArgument("job_no", "is not a job number like PT-20261008-001")
+        raise InvalidArgument(field, "is not a job number like PT-20261008-001")
     return value
+
+
+def batch_id(value: str, field: str = "batch_id") -> str:
+    if not BATCH_ID.fullmatch(value):
+        raise InvalidArgument(field, "is not a batch id like B-0123456789abcdef0123")
+    return value
+
+
+def depends_on(values: Sequence[str]) -> tuple[str, ...]:
+    """Job numbers a job waits for, each once in the order first given."""
+    if len(values) > MAX_DEPENDENCIES:
+        raise InvalidArgument("depends_on", f"at most {MAX_DEPENDENCIES} jobs")
+    return tuple(dict.fromkeys(job_no(v, "depends_on") for v in values))
 
 
 def labels(value: Mapping[str, str]) -> dict[str, str]:

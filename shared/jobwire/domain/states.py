@@ -44,6 +44,8 @@ class Action(StrEnum):
     ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT"  # the sweep found an attempt past its attempt_timeout
     JOB_TIMEOUT = "JOB_TIMEOUT"  # the sweep found an unfinished job past its job_timeout
     NO_PROGRESS = "NO_PROGRESS"  # the sweep found a RUNNING job with no progress for its stage_timeout
+    DEPENDENCY_READY = "DEPENDENCY_READY"  # a job it depends on ended READY: one fewer to wait for
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"  # a job it depends on ended FAILED or CANCELLED
 
 
 Q, R, CR = Status.QUEUED, Status.RUNNING, Status.CANCEL_REQUESTED
@@ -77,6 +79,10 @@ TRANSITIONS: Final[dict[Action, dict[Status, frozenset[Status]]]] = {
     Action.ATTEMPT_TIMEOUT: {R: frozenset({Q, FAILED}), CR: frozenset({CANCELLED})},
     Action.JOB_TIMEOUT: {Q: frozenset({FAILED}), R: frozenset({FAILED}), CR: frozenset({FAILED})},
     Action.NO_PROGRESS: {R: frozenset({R, Q, FAILED})},
+    # Dependencies (jobwire.db.dependencies). A job waits QUEUED, unclaimable, until each job
+    # it depends on is READY; one ending FAILED or CANCELLED cancels it, and so on down the chain.
+    Action.DEPENDENCY_READY: {Q: frozenset({Q})},
+    Action.DEPENDENCY_FAILED: {Q: frozenset({CANCELLED})},
 }
 
 

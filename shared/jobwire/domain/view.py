@@ -37,6 +37,7 @@ _TEXT = {
     "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
     "ahead_one": {"en": "1 job ahead", "zh-CN": "前面还有 1 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
+    "waiting_for": {"en": "Waiting for {jobs}", "zh-CN": "等待 {jobs} 完成"},
     "stalled": {"en": "no news from the worker", "zh-CN": "处理程序暂无响应"},
     "no_progress": {"en": "no progress for {duration}", "zh-CN": "已 {duration}没有进展"},
     "seconds": {"en": "{n} s", "zh-CN": "{n} 秒"},
@@ -82,7 +83,10 @@ def render(job: JobRecord, locale: str) -> View:
     shows_stage = job.status in (Status.RUNNING, Status.CANCEL_REQUESTED)
     stage_label = stage.label(loc) if stage is not None and shows_stage else ""
     parts = [status_label]
-    if job.status is Status.QUEUED and job.queue_position is not None:
+    if job.status is Status.QUEUED and job.waiting_for:
+        # Not in line yet: it runs once these are READY, however short the queue.
+        parts.append(_TEXT["waiting_for"][loc].format(jobs=", ".join(job.waiting_for)))
+    elif job.status is Status.QUEUED and job.queue_position is not None:
         n = job.queue_position
         ahead = _TEXT["ahead_one"][loc] if n == 1 else _TEXT["ahead"][loc].format(n=n)
         parts.append(ahead if n else _TEXT["next"][loc])

@@ -9,6 +9,7 @@ from typing import Literal, cast
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from jobwire.domain.batches import BatchRecord
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import Artifact, ErrorCategory, JobRecord
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
@@ -89,6 +90,8 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
         ),
         version=job.version,
         priority=job.priority,
+        depends_on=job.depends_on,
+        batch_id=job.batch_id or "",
     )
     if job.error is not None:
         out.error.CopyFrom(job_pb2.JobError(
@@ -101,6 +104,18 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
             uri=r.uri, size_bytes=r.size_bytes, sha256=r.sha256, content_type=r.content_type, summary=r.summary,
         ))  # fmt: skip
     return out
+
+
+def batch_to_proto(batch: BatchRecord) -> job_pb2.Batch:
+    counts = {status.value.lower(): batch.counts.get(status, 0) for status in Status}
+    return job_pb2.Batch(
+        batch_id=batch.batch_id,
+        total=batch.total,
+        counts=job_pb2.BatchCounts(**counts),
+        finished=batch.finished,
+        progress=batch.progress,
+        created_at=timestamp(batch.created_at),
+    )
 
 
 def retry_policy(policy: job_pb2.RetryPolicy, present: bool) -> RetryPolicy:

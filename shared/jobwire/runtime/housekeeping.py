@@ -1,9 +1,10 @@
-"""Housekeeping that every server process runs: the lease reaper, the timeout sweeps, then retention.
+"""Housekeeping that every server process runs: the lease reaper, the timeout and dependency sweeps, then retention.
 
 Every `JOBWIRE_REAPER_INTERVAL_SECONDS` (jittered, so replicas do not tick in step) the
 reaper marks expired leases stalled and applies the lease-lost policies past
 `JOBWIRE_STALL_GRACE_SECONDS`; the timeout sweeps end jobs and attempts past their time
-limits and find jobs without progress; then retention purges terminal jobs past their time,
+limits and find jobs without progress; the dependency sweep settles waiting jobs whose
+dependencies ended without settling them (jobwire.db.dependencies); then retention purges terminal jobs past their time,
 workers not seen for `JOBWIRE_RETENTION_WORKER_DAYS`, and old commit markers
 (jobwire.db.commit_markers). All run on the runtime's database thread pool. Every
 action is a guarded UPDATE or DELETE, so any number of replicas may do this at once. A
@@ -83,6 +84,7 @@ class Housekeeping:
         try:
             reaped = await self.store.reap_leases(self.grace, by=self.by, read=self._read)
             swept = await self.store.sweep_timeouts(by=self.by, read=self._read)
+            settled = await self.store.settle_dependencies(read=self._read)
             purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
             await self.blocking(self.store.purge_workers, self.forget_workers_after)
             await self.blocking(self.store.purge_commit_markers)
@@ -101,6 +103,8 @@ class Housekeeping:
             log.info("reaper: %s", reaped)
         if swept:
             log.info("timeouts: %s", swept)
+        if settled:
+            log.info("dependencies: %d waiting jobs settled", settled)
         if purged.jobs or purged.kept:
             log.info("retention: %s", purged)
 

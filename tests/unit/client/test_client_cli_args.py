@@ -93,6 +93,12 @@ def test_submit_time_limits_and_the_per_call_timeout_before_the_command() -> Non
         parse("submit", "transcode", "--timeout", "soon")
 
 
+def test_submit_depends_on_is_repeatable() -> None:
+    args = parse("submit", "transcode", "--depends-on", "PT-20261008-001", "--depends-on", "PT-20261008-002")
+    assert args.depends_on == ["PT-20261008-001", "PT-20261008-002"]
+    assert parse("submit", "transcode").depends_on == []
+
+
 def test_payload_and_payload_file_exclude_each_other() -> None:
     with pytest.raises(SystemExit):
         parse("submit", "t", "--payload", "{}", "--payload-file", "x")

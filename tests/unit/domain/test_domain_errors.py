@@ -10,6 +10,7 @@ CASES = [
     (e.InvalidArgument, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
     (e.OutOfRange, "OUT_OF_RANGE", "OUT_OF_RANGE"),
     (e.JobNotFound, "NOT_FOUND", "JOB_NOT_FOUND"),
+    (e.BatchNotFound, "NOT_FOUND", "BATCH_NOT_FOUND"),
     (e.JobNotCancellable, "FAILED_PRECONDITION", "JOB_NOT_CANCELLABLE"),
     (e.WorkerLeaseLost, "FAILED_PRECONDITION", "WORKER_LEASE_LOST"),
     (e.NotRetryable, "FAILED_PRECONDITION", "NOT_RETRYABLE"),
@@ -24,6 +25,7 @@ CASES = [
     (e.StoreUnavailable, "UNAVAILABLE", "STORE_UNAVAILABLE"),
     (e.CommitUnknown, "UNAVAILABLE", "COMMIT_UNKNOWN"),
     (e.Conflict, "ABORTED", "CONFLICT"),
+    (e.DependencyEnded, "FAILED_PRECONDITION", "DEPENDENCY_ENDED"),
 ]
 
 

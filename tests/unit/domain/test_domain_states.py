@@ -22,6 +22,8 @@ EXPECTED below is written independently from the design text, not copied from st
 | CANCEL_REQUESTED | attempt timeout | CANCELLED |
 | QUEUED, RUNNING, CANCEL_REQUESTED | job timeout | FAILED (TIMEOUT, not retryable) |
 | RUNNING | no progress | RUNNING (a finding, INSPECT) / QUEUED or FAILED (FAIL, as an attempt timeout) |
+| QUEUED (waiting) | a dependency ends READY | QUEUED (runnable once none is left) |
+| QUEUED (waiting) | a dependency ends FAILED or CANCELLED | CANCELLED |
 Cancel is idempotent on CANCEL_REQUESTED / CANCELLED; on READY / FAILED it is refused (§4).
 """
 
@@ -69,6 +71,9 @@ EXPECTED: dict[Action, dict[Status, set[Status]]] = {
     Action.ATTEMPT_TIMEOUT: {R: {Q, FAILED}, CR: {CANCELLED}},
     Action.JOB_TIMEOUT: {Q: {FAILED}, R: {FAILED}, CR: {FAILED}},
     Action.NO_PROGRESS: {R: {R, Q, FAILED}},
+    # A job waiting for its dependencies is QUEUED; a running job's dependencies all ended READY.
+    Action.DEPENDENCY_READY: {Q: {Q}},
+    Action.DEPENDENCY_FAILED: {Q: {CANCELLED}},
 }
 
 

@@ -349,3 +349,10 @@ def test_view_is_frozen() -> None:
     view = render(make_job(), "en")
     with pytest.raises(AttributeError):
         view.detail = "x"  # type: ignore[misc]
+
+
+def test_a_job_waiting_for_dependencies_names_them_instead_of_its_place() -> None:
+    job = make_job(Status.QUEUED, depends_on=("PT-1", "PT-2"), waiting_for=("PT-2",))
+    assert render(job, "en").detail == "Waiting · Waiting for PT-2"
+    assert render(job, "zh-CN").detail == "等待处理 · 等待 PT-2 完成"
+    assert "next in line" in render(make_job(Status.QUEUED, depends_on=("PT-1",), queue_position=0), "en").detail

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import grpc
 
 from jobwire.domain import limits
+from jobwire.domain.batches import NewBatch, new_batch_id
 from jobwire.domain.commands import JobFilter, NewJob
 from jobwire.domain.errors import InvalidArgument
 from jobwire.jobapi.jobs import Jobs
@@ -30,7 +32,25 @@ def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s
         owner=limits.key("owner", request.owner),
         labels=limits.labels(request.labels),
         locale=limits.locale(request.locale) or "en",
+        depends_on=limits.depends_on(request.depends_on),
     )
+
+
+def decode_batch(request: job_pb2.SubmitBatchRequest, tenant: str, default_attempt_s: float | None) -> NewBatch:
+    """A SubmitBatch as a NewBatch: each job decoded as Submit would, a refusal naming jobs[i].<field>."""
+    if not 1 <= len(request.jobs) <= limits.MAX_BATCH_JOBS:
+        raise InvalidArgument("jobs", f"1 to {limits.MAX_BATCH_JOBS} jobs")
+    key = limits.key("idempotency_key", request.idempotency_key) or None
+    batch_id = new_batch_id()
+    jobs = []
+    for i, one in enumerate(request.jobs):
+        try:
+            if one.idempotency_key:
+                raise InvalidArgument("idempotency_key", "a batch's jobs have none: the batch's key replays them all")
+            jobs.append(replace(decode_submit(one, tenant, default_attempt_s), batch_id=batch_id))
+        except InvalidArgument as refused:
+            raise type(refused)(f"jobs[{i}].{refused.field}", refused.message.partition(": ")[2]) from None
+    return NewBatch(tenant=tenant, batch_id=batch_id, jobs=jobs, idempotency_key=key)
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
@@ -44,6 +64,24 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         new = decode_submit(request, who.tenant, self.settings.default_attempt_timeout_seconds)
         job, created = await self.jobs.submit(who, new)
         return job_pb2.SubmitResponse(job=convert.job_to_proto(job, request.locale), created=created)
+
+    async def SubmitBatch(
+        self, request: job_pb2.SubmitBatchRequest, context: grpc.aio.ServicerContext
+    ) -> job_pb2.SubmitBatchResponse:
+        who = auth.current()
+        batch = decode_batch(request, who.tenant, self.settings.default_attempt_timeout_seconds)
+        batch_id, jobs = await self.jobs.submit_batch(who, batch)
+        return job_pb2.SubmitBatchResponse(batch_id=batch_id, jobs=[convert.job_to_proto(job) for job in jobs])
+
+    async def GetBatch(self, request: job_pb2.GetBatchRequest, context: grpc.aio.ServicerContext) -> job_pb2.Batch:
+        batch = await self.jobs.get_batch(auth.current(), limits.batch_id(request.batch_id))
+        return convert.batch_to_proto(batch)
+
+    async def CancelBatch(
+        self, request: job_pb2.CancelBatchRequest, context: grpc.aio.ServicerContext
+    ) -> job_pb2.Batch:
+        batch = await self.jobs.cancel_batch(auth.current(), limits.batch_id(request.batch_id))
+        return convert.batch_to_proto(batch)
 
     async def Get(self, request: job_pb2.GetRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         job = await self.jobs.get(auth.current(), limits.job_no(request.job_no))
@@ -88,5 +126,11 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         owner = limits.key("owner", request.owner)
         job_nos = [limits.job_no(no) for no in request.job_nos]
         locale = limits.locale(request.locale)
-        async for update in self.watches.jobs(auth.current().tenant, owner, job_nos, locale):
+        who = auth.current()
+        if request.batch_id:
+            if owner or job_nos:
+                raise InvalidArgument("batch_id", "give an owner, job numbers or a batch: one of them")
+            # A batch's jobs are fixed when it is made: its stream watches them by number.
+            job_nos = await self.jobs.batch_job_nos(who, limits.batch_id(request.batch_id))
+        async for update in self.watches.jobs(who.tenant, owner, job_nos, locale):
             yield update

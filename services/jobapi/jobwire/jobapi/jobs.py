@@ -7,11 +7,13 @@ one transaction. Reads run on the blocking pool.
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
-from jobwire.db.store import Call, JobStore, Submit, Work
+from jobwire.db.store import Call, JobStore, Submit, SubmitBatch, Work
 from jobwire.db.user_actions import Cancel, Requeue, Retry
+from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.commands import JobFilter, NewJob
 from jobwire.domain.errors import JobwireError
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
@@ -47,6 +49,32 @@ class Jobs:
         if created:
             self.wakeup.notify(new.tenant, new.queue, new.job_type)
         return job, created
+
+    async def submit_batch(self, who: Principal, batch: NewBatch) -> tuple[str, list[JobRecord]]:
+        for new in batch.jobs:
+            who.check_queue(new.queue)
+        answer = await self.commits(SubmitBatch(batch))
+        if isinstance(answer, JobwireError):
+            raise answer
+        batch_id, jobs, created = answer
+        if created:
+            for queue, job_type in dict.fromkeys((job.queue, job.job_type) for job in jobs):
+                self.wakeup.notify(batch.tenant, queue, job_type)
+        return batch_id, jobs
+
+    async def get_batch(self, who: Principal, batch_id: str) -> BatchRecord:
+        return await self.blocking(self.store.get_batch, who.tenant, batch_id)
+
+    async def batch_job_nos(self, who: Principal, batch_id: str) -> list[str]:
+        return await self.blocking(self.store.batch_job_nos, who.tenant, batch_id)
+
+    async def cancel_batch(self, who: Principal, batch_id: str) -> BatchRecord:
+        """Cancel each unfinished job as Cancel would; one that refuses (a stage that cannot be
+        cancelled) runs on, and the counts say so."""
+        job_nos = await self.blocking(partial(self.store.batch_job_nos, who.tenant, batch_id, unfinished=True))
+        if job_nos:
+            await self.commits(Call([Cancel(tenant=who.tenant, job_no=job_no) for job_no in job_nos]))
+        return await self.get_batch(who, batch_id)
 
     async def get(self, who: Principal, job_no: str) -> JobRecord:
         return await self.blocking(self.store.get, who.tenant, job_no)

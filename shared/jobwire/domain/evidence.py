@@ -39,12 +39,15 @@ class EventKind(StrEnum):
     ATTEMPT_TIMED_OUT = "ATTEMPT_TIMED_OUT"  # lease revoked; QUEUED after a backoff, FAILED TIMEOUT, or CANCELLED
     JOB_TIMED_OUT = "JOB_TIMED_OUT"  # FAILED TIMEOUT, not retryable; a lease held is revoked
     NO_PROGRESS = "NO_PROGRESS"  # marked (RUNNING stays), or ended as ATTEMPT_TIMED_OUT would under FAIL
+    AWAITING_REVIEW = "AWAITING_REVIEW"  # the worker handed it to a person: WAITING, no lease
+    REVIEW_APPROVED = "REVIEW_APPROVED"  # QUEUED again; the detail names who resolved and their note
+    REVIEW_REJECTED = "REVIEW_REJECTED"  # FAILED REJECTED; the detail names who resolved and their note
 
 
 class FindingKind(StrEnum):
     STALLED = "STALLED"  # a lease past its expiry
     RUNNING_WITHOUT_LEASE = "RUNNING_WITHOUT_LEASE"  # a broken invariant: must stay empty
-    TERMINAL_WITH_TOKEN = "TERMINAL_WITH_TOKEN"  # a broken invariant: must stay empty
+    TERMINAL_WITH_TOKEN = "TERMINAL_WITH_TOKEN"  # a broken invariant (finished or WAITING): must stay empty
     NO_PROGRESS = "NO_PROGRESS"  # RUNNING with no new units and no new stage for its stage_timeout
 
 
@@ -86,7 +89,8 @@ class Finding:
                 "cannot recover it; requeue or cancel it"
             )
         if self.kind is FindingKind.TERMINAL_WITH_TOKEN:
-            return f"a {status} job still holds a lease token: a finished job must hold none"
+            held_by = "a job waiting for review" if self.status is Status.WAITING else "a finished job"
+            return f"a {status} job still holds a lease token: {held_by} must hold none"
         if self.overdue_s is None or self.overdue_s <= 0:
             return ""
         then = "ends CANCELLED" if self.status is Status.CANCEL_REQUESTED else f"policy {self.on_lease_lost}"

@@ -24,6 +24,7 @@ class ErrorCategory(StrEnum):
     WORKER_LOST = "WORKER_LOST"
     RESULT_INVALID = "RESULT_INVALID"
     PROCESSING_ERROR = "PROCESSING_ERROR"
+    REJECTED = "REJECTED"  # a person reviewing it said no
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +113,9 @@ class JobRecord:
     version: int = 1
     locale: str = "en"
     queue_position: int | None = None
+    # WAITING only: who must review it and what they should look at
+    review_assignee: str = ""
+    review_items: tuple[str, ...] = ()
 
     @property
     def stage_def(self) -> StageDef | None:
@@ -122,7 +126,7 @@ class JobRecord:
 
     @property
     def cancellable(self) -> bool:
-        if self.status is Status.QUEUED:
+        if self.status in (Status.QUEUED, Status.WAITING):
             return True
         if self.status is Status.RUNNING:
             current = self.stage_def

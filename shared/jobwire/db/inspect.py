@@ -32,7 +32,9 @@ def _conditions(kind: FindingKind, now: sa.ColumnElement, cutoff: sa.ColumnEleme
         return [job.c.status == Status.RUNNING.value, job.c.progress_deadline < now]
     if kind is FindingKind.RUNNING_WITHOUT_LEASE:
         return [leased, sa.or_(job.c.worker_token.is_(None), job.c.lease_expires_at.is_(None))]
-    return [job.c.status.in_([s.value for s in TERMINAL]), job.c.worker_token.is_not(None)]
+    # A WAITING job's lease ended when it asked for review: it must hold no token either.
+    unheld = [*(s.value for s in TERMINAL), Status.WAITING.value]
+    return [job.c.status.in_(unheld), job.c.worker_token.is_not(None)]
 
 
 def findings(

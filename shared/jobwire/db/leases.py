@@ -29,6 +29,8 @@ from jobwire.db.rows import (
     plan_of,
     policy_of,
     record_from_row,
+    review_of,
+    review_values,
 )
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain import stages as stage_plans
@@ -40,6 +42,7 @@ from jobwire.domain.job import Artifact, JobFailure, JobRecord, plain_message
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus, end, revoke
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.domain.progress import Progress, apply_report, moved
+from jobwire.domain.review import ReviewRequest
 from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Action, Status
 from jobwire.domain.timeouts import deadline
@@ -168,6 +171,7 @@ class _Claim(JobOp[Lease]):
             lease_expires_at=row["lease_expires_at"],
             lease_seconds=float(row["lease_seconds"]),
             attempt_deadline=row["attempt_deadline"],
+            review=review_of(row),
         )
 
 
@@ -406,3 +410,35 @@ class Release(_Ending):
         if self.checkpoint is not None:
             values["checkpoint"] = self.checkpoint
         return Change(action=Action.RELEASE, kind=EventKind.RELEASED, values=values, fenced=True, detail=note)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AwaitReview(_Ending):
+    """RUNNING -> WAITING for a person: the lease ends as on Release, and no time runs for the attempt."""
+
+    request: ReviewRequest
+    checkpoint: bytes | None = None
+
+    def decide(self, row: Row | None, now: datetime) -> Change | None:
+        if held(row, self.token, "AWAIT_REVIEW"):
+            return None
+        assert row is not None
+        if row["status"] == Status.CANCEL_REQUESTED.value:
+            # The user asked it to stop: nobody needs to review a job that is ending.
+            values = {**_ended(row, "AWAIT_REVIEW", Status.CANCELLED), "finished_at": now}
+            return Change(action=Action.AWAIT_REVIEW, kind=EventKind.CANCELLED, values=values, fenced=True)
+        values = {
+            **_ended(row, "AWAIT_REVIEW", Status.WAITING),
+            **review_values(self.request),
+            # No attempt runs while a person decides: the attempt and progress clocks stop.
+            "attempt_deadline": None,
+            "progress_deadline": None,
+            "no_progress": False,
+        }
+        if self.checkpoint is not None:
+            values["checkpoint"] = self.checkpoint
+        items = f"; items: {len(self.request.items)}" if self.request.items else ""
+        return Change(
+            action=Action.AWAIT_REVIEW, kind=EventKind.AWAITING_REVIEW, values=values, fenced=True,
+            detail=f"waiting for review by {self.request.assignee}{items}",
+        )  # fmt: skip

@@ -198,6 +198,8 @@ def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: st
         clauses.append(job.c.status.in_([s.value for s in where.statuses]))
     if where.job_type:
         clauses.append(job.c.job_type == where.job_type)
+    if where.assignee:
+        clauses.append(job.c.review_assignee == where.assignee)
     if before is not None:
         clauses.append(job.c.id < before)
     query = select_jobs(*clauses).order_by(job.c.id.desc()).limit(page_size + 1)

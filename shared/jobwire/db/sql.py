@@ -82,12 +82,17 @@ class Lock:
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 
 
+JSON_PAIRS = 40
+
+
 class RowShape:
     """How a read's raw values become a row: the values SQLAlchemy would give, by name.
 
-    The job's columns travel as one JSON object (`json_names`): a result column costs the
-    driver a field descriptor to parse on every read, and a job row has fifty of them.
-    Blobs and the clock follow as plain columns (`names`).
+    The job's columns travel as JSON objects (`json_names`): a result column costs the
+    driver a field descriptor to parse on every read, and a job row has sixty of them.
+    SQLite's functions take at most 100 arguments (50 pairs), so the pairs are split into
+    a few objects of at most JSON_PAIRS each. Blobs and the clock follow as plain columns
+    (`names`).
     """
 
     def __init__(self, json_names: Sequence[str], names: Sequence[str], dialect: Dialect) -> None:
@@ -103,15 +108,19 @@ class RowShape:
         def source(name: str) -> str:
             return dialect.now if name == "db_now" else _SOURCES.get(name, f"job.{name}")
 
-        pairs = ", ".join(f"'{n}', {source(n)}" for n in self.json_names)
-        columns = [source(n) for n in self.names]
-        return ", ".join([f"{dialect.json_object}({pairs})", *columns] if pairs else columns)
+        objects = []
+        for start in range(0, len(self.json_names), JSON_PAIRS):
+            pairs = ", ".join(f"'{n}', {source(n)}" for n in self.json_names[start : start + JSON_PAIRS])
+            objects.append(f"{dialect.json_object}({pairs})")
+        return ", ".join([*objects, *(source(n) for n in self.names)])
 
     def rows(self, raw: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
         out = []
-        skip = 1 if self.json_names else 0
+        skip = -(-len(self.json_names) // JSON_PAIRS)  # the number of JSON objects
         for values in raw:
-            row: dict[str, Any] = json.loads(values[0]) if skip else {}
+            row: dict[str, Any] = {}
+            for text in values[:skip]:
+                row.update(json.loads(text))
             row.update(zip(self.names, values[skip:], strict=True))
             for name, convert in self._convert:
                 value = row[name]

@@ -73,6 +73,13 @@ job = Table(
     Column("progress_at", Timestamp, nullable=True),
     Column("progress_deadline", Timestamp, nullable=True),
     Column("no_progress", Boolean, nullable=False, server_default="0"),
+    # review (jobwire.domain.review): who must review a WAITING job and what (a JSON list);
+    # the last decision, its note and who made it, for the next lease after an approval
+    Column("review_assignee", String(128), nullable=True),
+    Column("review_items", Text, nullable=True),
+    Column("review_decision", String(16), nullable=True),
+    Column("review_note", Text, nullable=True),
+    Column("review_by", String(128), nullable=True),
     # the lease: token embeds the epoch, so a token can never be valid twice
     Column("worker_id", String(128), nullable=True),
     Column("worker_token", String(80), nullable=True),
@@ -116,6 +123,7 @@ Index(
     job.c.id,
 )
 Index("ix_job_owner", job.c.tenant, job.c.owner, job.c.id)
+Index("ix_job_assignee", job.c.tenant, job.c.review_assignee, job.c.id)  # ListJobs by assignee
 Index("ix_job_lease", job.c.status, job.c.lease_expires_at)
 Index("ix_job_finished", job.c.status, job.c.finished_at)
 # The timeout sweeps: status first, so deadlines left behind by ended attempts and finished

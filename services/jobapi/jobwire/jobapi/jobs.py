@@ -11,11 +11,12 @@ from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
 from jobwire.db.store import Call, JobStore, Submit, Work
-from jobwire.db.user_actions import Cancel, Requeue, Retry
+from jobwire.db.user_actions import Cancel, Requeue, Resolve, Retry
 from jobwire.domain.commands import JobFilter, NewJob
 from jobwire.domain.errors import JobwireError
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import JobRecord
+from jobwire.domain.review import Decision, Review
 from jobwire.domain.states import Status
 from jobwire.rpc.auth import Principal
 from jobwire.rpc.batching import Batcher
@@ -56,6 +57,14 @@ class Jobs:
 
     async def retry(self, who: Principal, job_no: str) -> JobRecord:
         job = await self._one(Retry(tenant=who.tenant, job_no=job_no))
+        if job.status is Status.QUEUED:
+            self.wakeup.notify(who.tenant, job.queue, job.job_type)
+        return job
+
+    async def resolve(self, who: Principal, job_no: str, decision: Decision, note: str) -> JobRecord:
+        # A principal has no name of its own beyond its tenant: the tenant is who resolved it.
+        review = Review(decision=decision, note=note, resolved_by=who.tenant)
+        job = await self._one(Resolve(tenant=who.tenant, job_no=job_no, review=review))
         if job.status is Status.QUEUED:
             self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job

@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
-from jobwire.db.leases import Complete, ConfirmCancel, Fail, Release, Report
+from jobwire.db.leases import AwaitReview, Complete, ConfirmCancel, Fail, Release, Report
 from jobwire.db.store import Call, Claim, JobStore, Work, heartbeat_call, lease_states
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import JobwireError, ResourceExhausted
 from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.lease import Lease, LeaseStatus
+from jobwire.domain.review import ReviewRequest
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.metrics import Metrics
@@ -143,6 +144,13 @@ class Leasing:
     async def release(self, tenant: str, job_no: str, token: str, checkpoint: bytes | None, note: str) -> JobRecord:
         op = Release(tenant=tenant, job_no=job_no, token=token, checkpoint=checkpoint, note=note)
         return self._requeued(await self._one(op))
+
+    async def await_review(
+        self, tenant: str, job_no: str, token: str, request: ReviewRequest, checkpoint: bytes | None
+    ) -> JobRecord:
+        return await self._one(
+            AwaitReview(tenant=tenant, job_no=job_no, token=token, request=request, checkpoint=checkpoint)
+        )
 
     async def _one(self, op: JobOp[T]) -> T:
         outcome = (await self.commits(Call([op])))[0]

@@ -31,6 +31,7 @@ STATUS_STYLES = {
     "READY": "green",
     "FAILED": "red",
     "CANCELLED": "magenta",
+    "WAITING": "bright_yellow",
 }
 # The few words jobctl adds around the server's localized labels.
 _WORDS = {
@@ -152,7 +153,7 @@ def job_details(job: job_pb2.Job, locale: str) -> Table:
 
 
 def outcome_rows(job: job_pb2.Job) -> list[tuple[str, str]]:
-    """The result of a READY job, or the error of a FAILED one, as (key, value) rows."""
+    """The result of a READY job, the review a WAITING one waits for, or the error of a FAILED one."""
     if job.status == job_pb2.Job.READY and job.HasField("result"):
         r = job.result
         rows = [
@@ -162,6 +163,9 @@ def outcome_rows(job: job_pb2.Job) -> list[tuple[str, str]]:
         ]
         rows += [("type", r.content_type)] if r.content_type else []
         return rows + ([("summary", r.summary)] if r.summary else [])
+    if job.status == job_pb2.Job.WAITING:
+        # The server's line names the reviewer and the items, in the caller's locale.
+        return [("review", job.display.detail or job.review_assignee)]
     if job.status == job_pb2.Job.FAILED and job.HasField("error"):
         e = job.error
         where = f" in stage {e.stage}" if e.stage else ""

@@ -77,6 +77,7 @@ LABELS = [
     (Status.READY, "Done", "处理完成"),
     (Status.FAILED, "Not completed", "未完成"),
     (Status.CANCELLED, "Cancelled", "已取消"),
+    (Status.WAITING, "Waiting for review", "等待审核"),
 ]
 
 
@@ -349,3 +350,11 @@ def test_view_is_frozen() -> None:
     view = render(make_job(), "en")
     with pytest.raises(AttributeError):
         view.detail = "x"  # type: ignore[misc]
+
+
+def test_a_waiting_job_names_its_reviewer_and_items_in_both_locales() -> None:
+    job = make_job(Status.WAITING, stage="PROCESSING", review_assignee="alice", review_items=("Totals", "Payee"))
+    assert render(job, "en").detail == "Waiting for review by alice · Totals · Payee"
+    assert render(job, "zh-CN").detail == "等待 alice 审核 · Totals · Payee"
+    assert render(job, "en").stage_label == ""  # no stage runs while a person decides
+    assert set(render(job, "en").actions) == {UserAction.VIEW, UserAction.CANCEL}

@@ -38,6 +38,7 @@ _WORDS = {
     "stage": {"en": "stage {i}/{n}", "zh-CN": "第 {i}/{n} 步"},
     "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
+    "no_worker": {"en": "no worker serves this kind of job yet", "zh-CN": "暂时没有可处理此类任务的处理程序"},
     "stalled": {"en": "stalled: no news from the worker", "zh-CN": "处理程序暂无响应"},
 }
 DASH = "-"
@@ -107,7 +108,11 @@ def units_text(progress: job_pb2.Progress) -> str:
 
 
 def queue_text(job: job_pb2.Job, locale: str) -> str:
-    if job.status != job_pb2.Job.QUEUED or not job.HasField("queue_position"):
+    if job.status != job_pb2.Job.QUEUED:
+        return ""
+    if job.no_worker:
+        return word("no_worker", locale)
+    if not job.HasField("queue_position"):
         return ""
     n = job.queue_position
     return word("ahead", locale, n=n) if n else word("next", locale)

@@ -32,7 +32,7 @@ from jobwire.db.rows import (
     review_of,
     review_values,
 )
-from jobwire.db.wire import Statement, Wire
+from jobwire.db.wire import Many, Statement, Wire
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.endings import on_fail
@@ -194,6 +194,17 @@ def seen(wire: Wire, who: Claimant, now: datetime) -> Statement:
         "last_seen_at": now,
     }
     return wire.sql.upsert_worker, values
+
+
+def claimed_kinds(wire: Wire, who: Claimant, now: datetime) -> Statement:
+    """Remember that `who` claimed for each of its queues and job types (NO_WORKER), in key
+    order, so concurrent claims lock these rows in one order and never deadlock."""
+    rows = [
+        {"tenant": who.tenant, "queue": queue, "job_type": job_type, "claimed_at": now}
+        for queue in sorted(who.queues)
+        for job_type in sorted(who.plans)
+    ]
+    return Many(wire.sql.insert_worker_claim, rows, wire.sql.worker_claim_tail)
 
 
 def touch_worker(wire: Wire, tenant: str, worker_id: str, now: datetime) -> Statement:

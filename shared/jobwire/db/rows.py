@@ -42,7 +42,7 @@ def plan_of(text: str | None) -> tuple[StageDef, ...]:
     return stage_plans.from_json(json.loads(text)) if text else DEFAULT_PLAN
 
 
-def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None) -> JobRecord:
+def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None, no_worker: bool = False) -> JobRecord:
     status = Status(row["status"])
     plan = plan_of(row["stages"])
     return JobRecord(
@@ -79,6 +79,7 @@ def record_from_row(row: Mapping[str, Any], *, queue_position: int | None = None
         result=_artifact(row) if status is Status.READY else None,
         version=row["version"],
         queue_position=queue_position if status is Status.QUEUED else None,
+        no_worker=no_worker and status is Status.QUEUED,
         **_waiting_for(row, status),
     )
 

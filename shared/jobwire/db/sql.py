@@ -171,6 +171,16 @@ class Statements:
                 f"{c} = excluded.{c}" for c in fresh
             )
         self.upsert_worker = d.text(worker)
+        # Many rows at once (a worker may serve 64 queues x 100 job types): the clause that
+        # makes it an upsert goes after the rows (Many.tail). The later claim wins, whichever
+        # replica commits first.
+        self.insert_worker_claim = d.text(_insert("worker_claim", ("tenant", "queue", "job_type", "claimed_at")))
+        if d.name == "mysql":
+            self.worker_claim_tail = " ON DUPLICATE KEY UPDATE claimed_at = GREATEST(claimed_at, VALUES(claimed_at))"
+        else:
+            self.worker_claim_tail = (
+                " ON CONFLICT (tenant, queue, job_type) DO UPDATE SET claimed_at = MAX(claimed_at, excluded.claimed_at)"
+            )
         counter = _insert("job_day_counter", ("day", "last_seq"))
         if d.name == "mysql":
             counter += " ON DUPLICATE KEY UPDATE last_seq = last_seq + VALUES(last_seq)"

@@ -31,6 +31,8 @@ from jobwire.domain.errors import JobNotFound, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
+from jobwire.domain.serving import unserved
+from jobwire.domain.states import Status
 
 T = TypeVar("T")
 Extra = Callable[[Wire, datetime], Statement]  # a statement that rides with the COMMIT
@@ -107,7 +109,7 @@ class JobStore:
             rows.update((r["job_no"], r) for r in found)
             parts.append((i, leases.claim_ops(claim.who, found)))
             if claim.seen:
-                extra.append(leases.seen(wire, claim.who, now))
+                extra += [leases.seen(wire, claim.who, now), leases.claimed_kinds(wire, claim.who, now)]
         parts += [(i, call.ops) for i, call in calls]
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
@@ -117,12 +119,13 @@ class JobStore:
         return results
 
     # -- reads ----------------------------------------------------------------------------
-    def get(self, tenant: str, job_no: str) -> JobRecord:
+    def get(self, tenant: str, job_no: str, *, no_worker_after: timedelta) -> JobRecord:
         found = self.db.read(lambda c: reads.get(c, tenant, job_no))
         if found is None:
             raise JobNotFound()
         row, position = found
-        return record_from_row(row, queue_position=position)
+        no_worker = row["status"] == Status.QUEUED.value and unserved(row["claimed_at"], row["db_now"], no_worker_after)
+        return record_from_row(row, queue_position=position, no_worker=no_worker)
 
     def list_jobs(self, where: JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
         rows, token = self.db.read(lambda c: reads.list_jobs(c, where, page_size, page_token))
@@ -135,10 +138,18 @@ class JobStore:
         return found
 
     def inspect(
-        self, tenant: str, *, stalled_after: timedelta, queue: str, kinds: Collection[FindingKind]
+        self,
+        tenant: str,
+        *,
+        stalled_after: timedelta,
+        queue: str,
+        kinds: Collection[FindingKind],
+        no_worker_after: timedelta,
     ) -> list[Finding]:
         return self.db.read(
-            lambda c: inspect_queries.findings(c, tenant, stalled_after=stalled_after, queue=queue, kinds=kinds)
+            lambda c: inspect_queries.findings(
+                c, tenant, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=no_worker_after
+            )
         )
 
     def list_workers(self, tenant: str, queue: str, page_size: int, page_token: str) -> tuple[list[WorkerInfo], str]:

@@ -199,6 +199,21 @@ worker = Table(
     mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
 
+# When a worker last claimed for each queue and job type (written with the worker row, as
+# often), so "does anyone serve this kind of job?" is one primary-key lookup for a Get
+# and one join for Inspect, on any replica. The worker rows' JSON lists cannot be indexed.
+worker_claim = Table(
+    "worker_claim",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("queue", String(64), primary_key=True),
+    Column("job_type", String(64), primary_key=True),
+    Column("claimed_at", Timestamp, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+
 # One row per MySQL write transaction, so a COMMIT whose reply was lost can be told from one
 # that failed (jobwire.db.commit_markers); purged after minutes.
 commit_marker = Table(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from jobwire.domain.serving import last_asked
 from jobwire.domain.states import Status
 
 
@@ -49,6 +50,7 @@ class FindingKind(StrEnum):
     RUNNING_WITHOUT_LEASE = "RUNNING_WITHOUT_LEASE"  # a broken invariant: must stay empty
     TERMINAL_WITH_TOKEN = "TERMINAL_WITH_TOKEN"  # a broken invariant (finished or WAITING): must stay empty
     NO_PROGRESS = "NO_PROGRESS"  # RUNNING with no new units and no new stage for its stage_timeout
+    NO_WORKER = "NO_WORKER"  # QUEUED, and no worker claimed for its queue and job type lately (domain.serving)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +76,9 @@ class Finding:
     stage_timeout_s: float | None = None
     marked_no_progress: bool = False
     on_no_progress: str = "INSPECT"
+    job_type: str = ""
+    claimed_at: datetime | None = None  # NO_WORKER: when a worker last claimed for its queue and job type
+    unclaimed_s: float | None = None  # how long ago that was, by the database clock
 
     @property
     def detail(self) -> str:
@@ -81,6 +86,11 @@ class Finding:
         status = self.status.value
         if self.kind is FindingKind.NO_PROGRESS:
             return self._no_progress_detail()
+        if self.kind is FindingKind.NO_WORKER:
+            return (
+                f"no worker serves queue {self.queue}, job type {self.job_type}; a worker last asked for it: "
+                f"{last_asked(self.claimed_at, self.unclaimed_s)}"
+            )
         if self.kind is FindingKind.RUNNING_WITHOUT_LEASE:
             gaps = (("no lease token", not self.token_present), ("no lease expiry", self.lease_expires_at is None))
             missing = [part for part, absent in gaps if absent]

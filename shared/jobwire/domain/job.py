@@ -116,6 +116,8 @@ class JobRecord:
     # WAITING only: who must review it and what they should look at
     review_assignee: str = ""
     review_items: tuple[str, ...] = ()
+    # QUEUED only, as of a Get: no worker has claimed for its queue and job type lately (NO_WORKER)
+    no_worker: bool = False
 
     @property
     def stage_def(self) -> StageDef | None:

@@ -37,6 +37,7 @@ _TEXT = {
     "units_open": {"en": "{done} done", "zh-CN": "已完成 {done}"},
     "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
+    "no_worker": {"en": "No worker is serving this kind of job yet", "zh-CN": "暂时没有可处理此类任务的处理程序"},
     "review": {"en": "Waiting for review by {who}", "zh-CN": "等待 {who} 审核"},
     "stalled": {"en": "no news from the worker", "zh-CN": "处理程序暂无响应"},
     "no_progress": {"en": "no progress for {duration}", "zh-CN": "已 {duration}没有进展"},
@@ -83,7 +84,9 @@ def render(job: JobRecord, locale: str) -> View:
     shows_stage = job.status in (Status.RUNNING, Status.CANCEL_REQUESTED)
     stage_label = stage.label(loc) if stage is not None and shows_stage else ""
     parts = [status_label]
-    if job.status is Status.QUEUED and job.queue_position is not None:
+    if job.status is Status.QUEUED and job.no_worker:
+        parts.append(_TEXT["no_worker"][loc])  # a place in line means nothing without a worker
+    elif job.status is Status.QUEUED and job.queue_position is not None:
         n = job.queue_position
         parts.append(_TEXT["ahead"][loc].format(n=n) if n else _TEXT["next"][loc])
     if job.status is Status.WAITING:

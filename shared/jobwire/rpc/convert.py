@@ -89,6 +89,7 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
         priority=job.priority,
         review_assignee=job.review_assignee,
         review_items=job.review_items,
+        no_worker=job.no_worker,
     )
     if job.error is not None:
         out.error.CopyFrom(job_pb2.JobError(

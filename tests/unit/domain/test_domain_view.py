@@ -358,3 +358,10 @@ def test_a_waiting_job_names_its_reviewer_and_items_in_both_locales() -> None:
     assert render(job, "zh-CN").detail == "等待 alice 审核 · Totals · Payee"
     assert render(job, "en").stage_label == ""  # no stage runs while a person decides
     assert set(render(job, "en").actions) == {UserAction.VIEW, UserAction.CANCEL}
+
+
+def test_a_queued_job_no_worker_serves_says_so_instead_of_its_place() -> None:
+    job = make_job(Status.QUEUED, queue_position=0, no_worker=True)
+    assert render(job, "en").detail == "Waiting · No worker is serving this kind of job yet"
+    assert render(job, "zh-CN").detail == "等待处理 · 暂时没有可处理此类任务的处理程序"
+    assert render(make_job(Status.QUEUED, queue_position=0), "en").detail == "Waiting · next in line"

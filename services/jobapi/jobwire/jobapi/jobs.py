@@ -33,8 +33,11 @@ class Jobs:
         blocking: Blocking,
         commits: Batcher[Work, Any],
         wakeup: Wakeup,
+        *,
+        no_worker_after: timedelta,
     ) -> None:
         self.store = store
+        self.no_worker_after = no_worker_after  # JOBWIRE_NO_WORKER_AFTER
         self.blocking = blocking
         self.commits = commits
         self.wakeup = wakeup
@@ -50,7 +53,7 @@ class Jobs:
         return job, created
 
     async def get(self, who: Principal, job_no: str) -> JobRecord:
-        return await self.blocking(self.store.get, who.tenant, job_no)
+        return await self.blocking(lambda: self.store.get(who.tenant, job_no, no_worker_after=self.no_worker_after))
 
     async def cancel(self, who: Principal, job_no: str) -> JobRecord:
         return await self._one(Cancel(tenant=who.tenant, job_no=job_no))
@@ -92,7 +95,9 @@ class Jobs:
         self, who: Principal, stalled_after: timedelta, queue: str, kinds: list[FindingKind]
     ) -> list[Finding]:
         return await self.blocking(
-            self.store.inspect, who.tenant, stalled_after=stalled_after, queue=queue, kinds=kinds
+            lambda: self.store.inspect(
+                who.tenant, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=self.no_worker_after
+            )
         )
 
     async def list_workers(

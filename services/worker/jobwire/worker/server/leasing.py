@@ -57,7 +57,7 @@ class Leasing:
         # Long polls are held per tenant share: one tenant's thousands of idle workers must
         # not leave another's without a place to wait (jobwire.runtime.shares).
         self.waiting = TenantShares(MAX_WAITING_CLAIMS, tenants)
-        self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._handing_back: set[asyncio.Future[Any]] = set()
 
     async def claim(self, who: Claimant, max_jobs: int, wait_s: float) -> list[Lease]:
@@ -82,7 +82,9 @@ class Leasing:
                 return []
 
     async def _claim_once(self, who: Claimant, max_jobs: int) -> list[Lease]:
-        attempt = asyncio.ensure_future(self.commits(Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id))))
+        attempt = asyncio.ensure_future(
+            self.commits(Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id, "claim")))
+        )
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -110,8 +112,10 @@ class Leasing:
         if not release.cancelled() and release.exception() is not None:
             log.warning("could not hand back an undelivered lease", exc_info=release.exception())
 
-    def _note_seen(self, tenant: str, worker_id: str) -> bool:
-        key, now = (tenant, worker_id), time.monotonic()
+    def _note_seen(self, tenant: str, worker_id: str, how: str) -> bool:
+        # Claims and heartbeats are throttled apart: a claim also says which kinds of job
+        # the worker serves (NO_WORKER), which its heartbeats must never stop it saying.
+        key, now = (tenant, worker_id, how), time.monotonic()
         if now - self._seen.get(key, -SEEN_EVERY_S) < SEEN_EVERY_S:
             return False
         self._seen[key] = now
@@ -121,7 +125,7 @@ class Leasing:
         return True
 
     async def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[LeaseStatus]:
-        call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id))
+        call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id, "heartbeat"))
         return lease_states(held, await self.commits(call))
 
     async def reports(self, reports: Sequence[ProgressReport]) -> list[LeaseStatus | JobwireError]:

@@ -130,6 +130,6 @@ def test_the_seen_map_of_a_server_is_bounded() -> None:
     keeper = leasing.Leasing.__new__(leasing.Leasing)
     keeper._seen = leasing.OrderedDict()
     for n in range(leasing.MAX_SEEN + 50):
-        assert keeper._note_seen("t", f"w{n}", "claim")
+        assert keeper._note_seen("t", f"w{n}")
     assert len(keeper._seen) == leasing.MAX_SEEN
-    assert ("t", "w0", "claim") not in keeper._seen and ("t", f"w{leasing.MAX_SEEN + 49}", "claim") in keeper._seen
+    assert ("t", "w0") not in keeper._seen and ("t", f"w{leasing.MAX_SEEN + 49}") in keeper._seen

@@ -196,13 +196,11 @@ def seen(wire: Wire, who: Claimant, now: datetime) -> Statement:
     return wire.sql.upsert_worker, values
 
 
-def claimed_kinds(wire: Wire, who: Claimant, now: datetime) -> Statement:
-    """Remember that `who` claimed for each of its queues and job types (NO_WORKER), in key
-    order, so concurrent claims lock these rows in one order and never deadlock."""
+def claimed_kinds(wire: Wire, tenant: str, kinds: Collection[tuple[str, str]], now: datetime) -> Statement:
+    """Remember that a worker claimed for each (queue, job type) of `kinds` (NO_WORKER), in
+    key order, so concurrent claims lock these rows in one order and never deadlock."""
     rows = [
-        {"tenant": who.tenant, "queue": queue, "job_type": job_type, "claimed_at": now}
-        for queue in sorted(who.queues)
-        for job_type in sorted(who.plans)
+        {"tenant": tenant, "queue": queue, "job_type": job_type, "claimed_at": now} for queue, job_type in sorted(kinds)
     ]
     return Many(wire.sql.insert_worker_claim, rows, wire.sql.worker_claim_tail)
 

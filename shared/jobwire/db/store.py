@@ -60,6 +60,7 @@ class Claim:
     who: Claimant
     max_jobs: int
     seen: bool = True  # remember the worker for ListWorkers
+    kinds: Sequence[tuple[str, str]] = ()  # (queue, job type) to record as claimed for now (NO_WORKER)
 
 
 Work = Call | Submit | Claim
@@ -109,7 +110,9 @@ class JobStore:
             rows.update((r["job_no"], r) for r in found)
             parts.append((i, leases.claim_ops(claim.who, found)))
             if claim.seen:
-                extra += [leases.seen(wire, claim.who, now), leases.claimed_kinds(wire, claim.who, now)]
+                extra.append(leases.seen(wire, claim.who, now))
+            if claim.kinds:
+                extra.append(leases.claimed_kinds(wire, claim.who.tenant, claim.kinds, now))
         parts += [(i, call.ops) for i, call in calls]
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]

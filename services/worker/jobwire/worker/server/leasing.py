@@ -37,6 +37,7 @@ POLL_INTERVAL_S = 30.0
 # ListWorkers needs "last seen", not every call: one write per worker this often.
 SEEN_EVERY_S = 5.0
 MAX_SEEN = 10_000  # workers remembered; each SDK restart is a new worker id
+MAX_KINDS = 100_000  # (tenant, queue, job type) remembered as recently recorded for NO_WORKER
 MAX_WAITING_CLAIMS = 20_000  # long polls one process holds at once, shared among tenants
 
 
@@ -57,7 +58,8 @@ class Leasing:
         # Long polls are held per tenant share: one tenant's thousands of idle workers must
         # not leave another's without a place to wait (jobwire.runtime.shares).
         self.waiting = TenantShares(MAX_WAITING_CLAIMS, tenants)
-        self._seen: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._kinds_written: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._handing_back: set[asyncio.Future[Any]] = set()
 
     async def claim(self, who: Claimant, max_jobs: int, wait_s: float) -> list[Lease]:
@@ -83,7 +85,7 @@ class Leasing:
 
     async def _claim_once(self, who: Claimant, max_jobs: int) -> list[Lease]:
         attempt = asyncio.ensure_future(
-            self.commits(Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id, "claim")))
+            self.commits(Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id), kinds=self._kinds_due(who)))
         )
         try:
             return await asyncio.shield(attempt)
@@ -112,10 +114,8 @@ class Leasing:
         if not release.cancelled() and release.exception() is not None:
             log.warning("could not hand back an undelivered lease", exc_info=release.exception())
 
-    def _note_seen(self, tenant: str, worker_id: str, how: str) -> bool:
-        # Claims and heartbeats are throttled apart: a claim also says which kinds of job
-        # the worker serves (NO_WORKER), which its heartbeats must never stop it saying.
-        key, now = (tenant, worker_id, how), time.monotonic()
+    def _note_seen(self, tenant: str, worker_id: str) -> bool:
+        key, now = (tenant, worker_id), time.monotonic()
         if now - self._seen.get(key, -SEEN_EVERY_S) < SEEN_EVERY_S:
             return False
         self._seen[key] = now
@@ -124,8 +124,24 @@ class Leasing:
             self._seen.popitem(last=False)  # the longest unseen: at worst one write more for it
         return True
 
+    def _kinds_due(self, who: Claimant) -> list[tuple[str, str]]:
+        """The (queue, job type) pairs of `who` this process has not recorded as claimed for
+        in the last SEEN_EVERY_S (NO_WORKER): writes grow with the kinds served, not with the
+        workers serving them (320 workers of 64 queues x 100 job types each once took minutes)."""
+        now, due = time.monotonic(), []
+        for queue in who.queues:
+            for job_type in who.plans:
+                key = (who.tenant, queue, job_type)
+                if now - self._kinds_written.get(key, -SEEN_EVERY_S) >= SEEN_EVERY_S:
+                    self._kinds_written[key] = now
+                    self._kinds_written.move_to_end(key)
+                    due.append((queue, job_type))
+        while len(self._kinds_written) > MAX_KINDS:
+            self._kinds_written.popitem(last=False)  # the longest unwritten: at worst one write more for it
+        return due
+
     async def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[LeaseStatus]:
-        call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id, "heartbeat"))
+        call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id))
         return lease_states(held, await self.commits(call))
 
     async def reports(self, reports: Sequence[ProgressReport]) -> list[LeaseStatus | JobwireError]:

@@ -268,6 +268,25 @@ GARBAGE_TOKENS = [
     base64.urlsafe_b64encode(b"[" * 40).decode(),
 ]
 
+
+def resolve(name: str, field: str, **fields: object) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {"job_no": c.queued_no, "decision": job_pb2.Review.APPROVE, **fields}
+        return await c.served.jobs.Resolve(job_pb2.ResolveRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"Resolve {name}", call, field)
+
+
+RESOLVE = [
+    *(resolve(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    resolve("decision unset", "decision", decision=0),
+    resolve("decision=99", "decision", decision=99),
+    resolve("decision=-1", "decision", decision=-1),
+    resolve("note of 1001 chars", "note", note="n" * 1001),
+    resolve("note with NUL", "note", note="\x00"),
+    resolve("locale of 36 chars", "locale", locale=LONG_LOCALE),
+]
+
 LIST_JOBS = [
     list_jobs("statuses=[99]", "statuses", statuses=[99]),
     list_jobs("statuses=[0]", "statuses", statuses=[0]),
@@ -280,6 +299,9 @@ LIST_JOBS = [
     list_jobs("job_type with a space", "job_type", job_type="bad name!"),
     list_jobs("job_type of 65 chars", "job_type", job_type="x" * 65),
     list_jobs("locale of 36 chars", "locale", locale=LONG_LOCALE),
+    list_jobs("assignee of 129 chars", "assignee", assignee="a" * 129),
+    list_jobs("assignee with a newline", "assignee", assignee="a\nb"),
+    list_jobs("assignee with a leading space", "assignee", assignee=" alice"),
 ]
 
 
@@ -639,6 +661,36 @@ RELEASE = [
 ]
 
 
+def await_review_case(
+    name: str,
+    field: str | None,
+    code: grpc.StatusCode = INVALID,
+    reason: str | None = "INVALID_ARGUMENT",
+    **fields: object,
+) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {"job_no": c.job_no, "worker_token": c.token, "assignee": "alice", **fields}
+        return await c.served.workers.AwaitReview(worker_pb2.AwaitReviewRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"AwaitReview {name}", call, field, code, reason)
+
+
+AWAIT_REVIEW = [
+    *(await_review_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    await_review_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
+    await_review_case("no assignee", "assignee", assignee=""),
+    await_review_case("assignee of 129 chars", "assignee", assignee="a" * 129),
+    await_review_case("assignee with a newline", "assignee", assignee="al\nice"),
+    await_review_case("assignee with a trailing space", "assignee", assignee="alice "),
+    await_review_case("51 items", "items", items=["look"] * 51),
+    await_review_case("an item of 501 chars", "items", items=["ok", "i" * 501]),
+    await_review_case("an item with ESC", "items", items=["\x1b[2J"]),
+    await_review_case("an item with a newline", "items", items=["two\nlines"]),
+    await_review_case("checkpoint of 64 KiB + 1", "checkpoint", checkpoint=b"c" * (64 * KiB + 1)),
+    await_review_case("checkpoint of 5 MiB", None, TOO_BIG, None, checkpoint=b"c" * (5 * MiB)),
+]
+
+
 # -- AdminService --------------------------------------------------------------------------------
 
 
@@ -706,6 +758,7 @@ MATRIX: dict[str, list[Bad]] = {
     "JobService.Get": GET,
     "JobService.Cancel": CANCEL,
     "JobService.Retry": RETRY,
+    "JobService.Resolve": RESOLVE,
     "JobService.ListJobs": LIST_JOBS,
     "JobService.WatchStatus": WATCH_STATUS,
     "JobService.WatchJobs": WATCH_JOBS,
@@ -720,6 +773,7 @@ MATRIX: dict[str, list[Bad]] = {
     "WorkerService.Fail": FAIL,
     "WorkerService.ConfirmCancel": CONFIRM,
     "WorkerService.Release": RELEASE,
+    "WorkerService.AwaitReview": AWAIT_REVIEW,
     "AdminService.Inspect": INSPECT,
     "AdminService.ListEvents": LIST_EVENTS,
     "AdminService.Requeue": REQUEUE,

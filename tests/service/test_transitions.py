@@ -66,6 +66,7 @@ NOT_RETRYABLE = No(FP, "NOT_RETRYABLE")
 NOT_REQUEUEABLE = No(FP, "INVALID_STATE")
 LEASE_ACTIVE = No(FP, "LEASE_ACTIVE")
 CANCEL_NOT_REQUESTED = No(FP, "CANCEL_NOT_REQUESTED")
+NOT_WAITING = No(FP, "JOB_NOT_WAITING")
 
 OPS = (
     "Cancel",
@@ -79,17 +80,22 @@ OPS = (
     "ConfirmCancel",
     "Release",
     "Requeue",
+    "AwaitReview",
+    "Approve",
+    "Reject",
 )
 
 # A job in a terminal status (or QUEUED again) refuses every worker call with the token it last
 # had, except the very call that ended that lease, which replays.
-_WORKER_OPS = ("ReportStage", "Complete", "Fail", "FailFinal", "ConfirmCancel", "Release")
+_WORKER_OPS = ("ReportStage", "Complete", "Fail", "FailFinal", "ConfirmCancel", "Release", "AwaitReview")
+# Only a WAITING job can be resolved.
+_UNREVIEWED = {"Approve": NOT_WAITING, "Reject": NOT_WAITING}
 
 
 def _leaseless(replays: tuple[str, ...] = ()) -> dict[str, object]:
     out: dict[str, object] = {op: (Same(replay=True) if op in replays else LOST) for op in _WORKER_OPS}
     out["Heartbeat"] = Same(lease="LOST")
-    return out
+    return {**out, **_UNREVIEWED}
 
 
 TABLE: dict[str, dict[str, object]] = {
@@ -129,6 +135,8 @@ TABLE: dict[str, dict[str, object]] = {
         "ConfirmCancel": CANCEL_NOT_REQUESTED,
         "Release": To("QUEUED"),
         "Requeue": LEASE_ACTIVE,  # its worker would run on: two workers at once
+        "AwaitReview": To("WAITING"),
+        **_UNREVIEWED,
     },
     # the lease ran out but nothing revoked it: the holder may still speak; an operator may requeue
     "RUNNING_EXPIRED": {
@@ -143,6 +151,8 @@ TABLE: dict[str, dict[str, object]] = {
         "ConfirmCancel": CANCEL_NOT_REQUESTED,
         "Release": To("QUEUED"),
         "Requeue": To("QUEUED"),
+        "AwaitReview": To("WAITING"),
+        **_UNREVIEWED,
     },
     # DELIVERING is not cancellable; everything else is as in any RUNNING stage
     "RUNNING_DELIVERING": {
@@ -157,6 +167,8 @@ TABLE: dict[str, dict[str, object]] = {
         "ConfirmCancel": CANCEL_NOT_REQUESTED,
         "Release": To("QUEUED"),
         "Requeue": LEASE_ACTIVE,
+        "AwaitReview": To("WAITING"),
+        **_UNREVIEWED,
     },
     "CANCEL_REQUESTED": {
         "Cancel": Same(),
@@ -170,6 +182,18 @@ TABLE: dict[str, dict[str, object]] = {
         "ConfirmCancel": To("CANCELLED"),
         "Release": To("CANCELLED"),
         "Requeue": NOT_REQUEUEABLE,
+        "AwaitReview": To("CANCELLED"),  # the user asked it to stop: nobody needs to review it
+        **_UNREVIEWED,
+    },
+    # handed to a person: no lease; its old token replays AwaitReview and nothing else
+    "WAITING": {
+        "Cancel": To("CANCELLED"),
+        "Retry": NOT_RETRYABLE,
+        "Claim": Same(),
+        "Requeue": NOT_REQUEUEABLE,
+        **_leaseless(replays=("AwaitReview",)),
+        "Approve": To("QUEUED"),
+        "Reject": To("FAILED"),
     },
     "READY": {
         "Cancel": NOT_CANCELLABLE,
@@ -231,6 +255,7 @@ STATUS_OF = {
     "RUNNING_DELIVERING": "RUNNING",
     "RUNNING_EXPIRED": "RUNNING",
     "CANCEL_REQUESTED": "CANCEL_REQUESTED",
+    "WAITING": "WAITING",
     "READY": "READY",
     "FAILED_RETRYABLE": "FAILED",
     "FAILED_FINAL": "FAILED",
@@ -307,6 +332,8 @@ async def reach(served, state: str) -> Reached:  # type: ignore[no-untyped-def]
         ended = await w.Fail(_fail(n, token, retryable=True))
     elif state == "FAILED_FINAL":
         ended = await w.Fail(_fail(n, token, retryable=False))
+    elif state == "WAITING":
+        ended = await w.AwaitReview(worker_pb2.AwaitReviewRequest(job_no=n, worker_token=token, assignee="alice"))
     elif state == "READY":
         ended = await w.Complete(worker_pb2.CompleteRequest(job_no=n, worker_token=token, result=artifact()))
     elif state.startswith("CANCEL"):
@@ -365,6 +392,11 @@ async def do(served, op: str, r: Reached):  # type: ignore[no-untyped-def]
         return await w.Release(worker_pb2.ReleaseRequest(job_no=n, worker_token=t))
     if op == "Requeue":
         return await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=n, reason="operator test"))
+    if op == "AwaitReview":
+        return await w.AwaitReview(worker_pb2.AwaitReviewRequest(job_no=n, worker_token=t, assignee="alice"))
+    if op in ("Approve", "Reject"):
+        decision = job_pb2.Review.APPROVE if op == "Approve" else job_pb2.Review.REJECT
+        return await served.jobs.Resolve(job_pb2.ResolveRequest(job_no=n, decision=decision, note="checked"))
     raise AssertionError(op)
 
 

@@ -17,6 +17,8 @@ def test_defaults_and_environment() -> None:
     assert Settings.from_env({"JOBWIRE_RESULT_SCHEMES": "minio, https"}).result_schemes == {"minio", "https"}
     assert Settings.from_env({}).default_attempt_timeout_seconds is None  # unset: no default limit
     assert Settings.from_env({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "600"}).default_attempt_timeout_seconds == 600.0
+    assert Settings.from_env({}).no_worker_after_seconds == 300.0
+    assert Settings.from_env({"JOBWIRE_NO_WORKER_AFTER": "60"}).no_worker_after_seconds == 60.0
 
 
 @pytest.mark.parametrize(
@@ -39,6 +41,9 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "-5"}, "JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT"),
         ({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "nan"}, "JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT"),
         ({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "2600000"}, "JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT"),
+        ({"JOBWIRE_NO_WORKER_AFTER": "0"}, "JOBWIRE_NO_WORKER_AFTER"),
+        ({"JOBWIRE_NO_WORKER_AFTER": "nan"}, "JOBWIRE_NO_WORKER_AFTER"),
+        ({"JOBWIRE_NO_WORKER_AFTER": "2600000"}, "JOBWIRE_NO_WORKER_AFTER"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names: str) -> None:

@@ -103,8 +103,8 @@ def _show(ctx: Context, batch: job_pb2.Batch) -> None:
         return
     c = batch.counts
     counts = (
-        f"queued {c.queued} · running {c.running + c.cancel_requested} · ready {c.ready} · failed {c.failed}"
-        f" · cancelled {c.cancelled}"
+        f"queued {c.queued} · running {c.running + c.cancel_requested} · waiting for review {c.waiting}"
+        f" · ready {c.ready} · failed {c.failed} · cancelled {c.cancelled}"
     )
     line = f"{batch.batch_id}: {batch.finished}/{batch.total} finished ({batch.progress:.0%}) · {counts}"
     ctx.out.print(line, markup=False, highlight=False)

@@ -1,4 +1,4 @@
-"""jobctl: submit, read, watch, cancel and retry jobs; inspect, requeue and list workers.
+"""jobctl: submit, read, watch, cancel, retry and resolve jobs; inspect, requeue and list workers.
 
 Usage: jobctl [--target HOST:PORT] [--token T] [--locale L] [--json] COMMAND ...
 
@@ -119,6 +119,13 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
         p = sub.add_parser(name, parents=[common], help=text)
         p.add_argument("job_no")
         p.set_defaults(handler=handler)
+    p = sub.add_parser("resolve", parents=[common], help="decide on a job WAITING for review")
+    p.add_argument("job_no")
+    p.add_argument(
+        "decision", type=str.upper, choices=["APPROVE", "REJECT"], help="approve runs it again; reject fails it"
+    )
+    p.add_argument("--note", default="", help="what the reviewer says (a rejected job's user reads it)")
+    p.set_defaults(handler=c.cmd_resolve)
     p = sub.add_parser("watch", parents=[common], help="follow a job live until it ends")
     p.add_argument("job_no")
     p.add_argument("--after-version", type=int, default=0, help="resume after this version")
@@ -127,6 +134,7 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
     p.add_argument("--owner", default="")
     p.add_argument("--status", type=c.status_arg, action="append", default=[], help="repeatable: QUEUED, RUNNING, ...")
     p.add_argument("--type", default="", help="job type")
+    p.add_argument("--assignee", default="", help="jobs handed to this reviewer (with --status WAITING: still waiting)")
     p.add_argument("--limit", type=c.count_arg, default=50, help="at most this many (default 50)")
     p.set_defaults(handler=c.cmd_list)
 

@@ -46,6 +46,7 @@ STATUS_NAMES = (
     "READY",
     "FAILED",
     "CANCELLED",
+    "WAITING",
 )
 
 Handler = Callable[["Context", argparse.Namespace], int]
@@ -211,6 +212,12 @@ def cmd_retry(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_resolve(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.jobs() as client:
+        _show_job(ctx, client.resolve(args.job_no, args.decision, note=args.note))
+    return EXIT_OK
+
+
 def cmd_watch(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.jobs() as client:
         return follow(ctx, client, args.job_no, args.after_version)
@@ -268,6 +275,7 @@ def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
                 owner=args.owner,
                 statuses=args.status,
                 job_type=args.type,
+                assignee=args.assignee,
                 page_size=min(args.limit, 500),
                 limit=args.limit,
             )

@@ -227,12 +227,28 @@ class JobClient(BaseClient):
         job: job_pb2.Job = self._unary(lambda: self._stub.Retry(request, timeout=self.timeout), idempotent=True)
         return job
 
+    def resolve(self, job_no: str, decision: str, *, note: str = "", locale: str | None = None) -> job_pb2.Job:
+        """Decide on a job WAITING for review: APPROVE queues it again, REJECT fails it with `note`.
+
+        Raises:
+            FailedPreconditionError: JOB_NOT_WAITING (the job is not waiting for review).
+        """
+        request = job_pb2.ResolveRequest(
+            job_no=job_no, decision=job_pb2.Review.Decision.Value(decision.upper()), note=note,
+            locale=self._locale(locale),
+        )  # fmt: skip
+        # WAITING -> QUEUED or FAILED happens at most once: a repeat after a lost reply can
+        # change nothing, at worst it answers FAILED_PRECONDITION.
+        job: job_pb2.Job = self._unary(lambda: self._stub.Resolve(request, timeout=self.timeout), idempotent=True)
+        return job
+
     def list_job_pages(
         self,
         *,
         owner: str = "",
         statuses: Iterable[str | int] = (),
         job_type: str = "",
+        assignee: str = "",
         page_size: int = 0,
         locale: str | None = None,
     ) -> Iterator[job_pb2.ListJobsResponse]:
@@ -242,6 +258,7 @@ class JobClient(BaseClient):
             owner=owner,
             statuses=convert.statuses(statuses),
             job_type=job_type,
+            assignee=assignee,
             page_size=page_size,
             locale=self._locale(locale),
         )
@@ -253,6 +270,7 @@ class JobClient(BaseClient):
         owner: str = "",
         statuses: Iterable[str | int] = (),
         job_type: str = "",
+        assignee: str = "",
         page_size: int = 0,
         limit: int | None = None,
         locale: str | None = None,
@@ -262,6 +280,7 @@ class JobClient(BaseClient):
             owner=owner,
             statuses=statuses,
             job_type=job_type,
+            assignee=assignee,
             page_size=page_size,
             locale=locale,
         )

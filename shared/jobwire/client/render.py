@@ -32,6 +32,7 @@ STATUS_STYLES = {
     "READY": "green",
     "FAILED": "red",
     "CANCELLED": "magenta",
+    "WAITING": "bright_yellow",
 }
 # The few words jobctl adds around the server's localized labels.
 _WORDS = {
@@ -39,6 +40,7 @@ _WORDS = {
     "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
     "ahead_one": {"en": "1 job ahead", "zh-CN": "前面还有 1 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
+    "no_worker": {"en": "no worker serves this kind of job yet", "zh-CN": "暂时没有可处理此类任务的处理程序"},
     "stalled": {"en": "stalled: no news from the worker", "zh-CN": "处理程序暂无响应"},
 }
 DASH = "-"
@@ -108,7 +110,11 @@ def units_text(progress: job_pb2.Progress) -> str:
 
 
 def queue_text(job: job_pb2.Job, locale: str) -> str:
-    if job.status != job_pb2.Job.QUEUED or not job.HasField("queue_position"):
+    if job.status != job_pb2.Job.QUEUED:
+        return ""
+    if job.no_worker:
+        return word("no_worker", locale)
+    if not job.HasField("queue_position"):
         return ""
     n = job.queue_position
     if n == 1:
@@ -158,7 +164,7 @@ def job_details(job: job_pb2.Job, locale: str) -> Table:
 
 
 def outcome_rows(job: job_pb2.Job) -> list[tuple[str, str]]:
-    """The result of a READY job, or the error of a FAILED one, as (key, value) rows."""
+    """The result of a READY job, the review a WAITING one waits for, or the error of a FAILED one."""
     if job.status == job_pb2.Job.READY and job.HasField("result"):
         r = job.result
         rows = [
@@ -168,6 +174,9 @@ def outcome_rows(job: job_pb2.Job) -> list[tuple[str, str]]:
         ]
         rows += [("type", r.content_type)] if r.content_type else []
         return rows + ([("summary", r.summary)] if r.summary else [])
+    if job.status == job_pb2.Job.WAITING:
+        # The server's line names the reviewer and the items, in the caller's locale.
+        return [("review", job.display.detail or job.review_assignee)]
     if job.status == job_pb2.Job.FAILED and job.HasField("error"):
         e = job.error
         where = f" in stage {e.stage}" if e.stage else ""

@@ -1,9 +1,9 @@
-"""Operator findings: stalled leases, jobs without progress, and the two invariants that must stay empty."""
+"""Operator findings: stalled leases, jobs without progress or without a worker, and two invariants."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 from jobwire.db.engine import db_now
 from jobwire.db.reads import Row, clock
 from jobwire.db.sql import BLOBS
-from jobwire.db.tables import job
+from jobwire.db.tables import job, worker_claim
 from jobwire.domain.evidence import Finding, FindingKind
 from jobwire.domain.states import LEASED, TERMINAL, Status
 
@@ -32,7 +32,9 @@ def _conditions(kind: FindingKind, now: sa.ColumnElement, cutoff: sa.ColumnEleme
         return [job.c.status == Status.RUNNING.value, job.c.progress_deadline < now]
     if kind is FindingKind.RUNNING_WITHOUT_LEASE:
         return [leased, sa.or_(job.c.worker_token.is_(None), job.c.lease_expires_at.is_(None))]
-    return [job.c.status.in_([s.value for s in TERMINAL]), job.c.worker_token.is_not(None)]
+    # A WAITING job's lease ended when it asked for review: it must hold no token either.
+    unheld = [*(s.value for s in TERMINAL), Status.WAITING.value]
+    return [job.c.status.in_(unheld), job.c.worker_token.is_not(None)]
 
 
 def findings(
@@ -42,13 +44,18 @@ def findings(
     stalled_after: timedelta = timedelta(0),
     queue: str = "",
     kinds: Collection[FindingKind] = (),
+    no_worker_after: timedelta = timedelta(seconds=300),
 ) -> list[Finding]:
-    """Each finding; a lease counts as stalled `stalled_after` past expiry."""
+    """Each finding; a lease counts as stalled `stalled_after` past expiry, a kind of job as
+    unserved after `no_worker_after` without a claim."""
     now = clock(conn)
     at = sa.literal(now, type_=job.c.lease_expires_at.type)
     cutoff = sa.literal(now - stalled_after, type_=job.c.lease_expires_at.type)
     out: list[Finding] = []
     for kind in kinds or list(FindingKind):
+        if kind is FindingKind.NO_WORKER:
+            out += _no_worker(conn, tenant, queue, now - no_worker_after)
+            continue
         where = [job.c.tenant == tenant, *_conditions(kind, at, cutoff)]
         if queue:
             where.append(job.c.queue == queue)
@@ -58,7 +65,7 @@ def findings(
 
 
 def _finding(kind: FindingKind, row: Row) -> Finding:
-    lease, progress = row["lease_expires_at"], row["progress_at"]
+    lease, progress, claimed = row["lease_expires_at"], row["progress_at"], row.get("claimed_at")
     return Finding(
         kind=kind, job_no=row["job_no"], queue=row["queue"], status=Status(row["status"]), stage=row["stage"],
         attempt=row["attempt"], worker_id=row["worker_id"], processed_units=row["processed_units"],
@@ -70,4 +77,33 @@ def _finding(kind: FindingKind, row: Row) -> Finding:
         progress_at=progress, idle_s=(row["db_now"] - progress).total_seconds() if progress is not None else None,
         stage_timeout_s=row["stage_timeout_s"], marked_no_progress=bool(row["no_progress"]),
         on_no_progress=row["on_no_progress"],
+        job_type=row["job_type"], claimed_at=claimed,
+        unclaimed_s=(row["db_now"] - claimed).total_seconds() if claimed is not None else None,
     )  # fmt: skip
+
+
+_CLAIMED = sa.and_(
+    worker_claim.c.tenant == job.c.tenant,
+    worker_claim.c.queue == job.c.queue,
+    worker_claim.c.job_type == job.c.job_type,
+)
+
+
+def _no_worker(conn: Connection, tenant: str, queue: str, since: datetime) -> list[Finding]:
+    """QUEUED jobs whose queue and job type no worker has claimed for since `since` (or ever)."""
+    cutoff = sa.literal(since, type_=worker_claim.c.claimed_at.type)
+    where = [
+        job.c.tenant == tenant,
+        job.c.status == Status.QUEUED.value,
+        sa.or_(worker_claim.c.claimed_at.is_(None), worker_claim.c.claimed_at <= cutoff),
+    ]
+    if queue:
+        where.append(job.c.queue == queue)
+    query = (
+        sa.select(*_COLUMNS, worker_claim.c.claimed_at, db_now().label("db_now"))
+        .select_from(job.outerjoin(worker_claim, _CLAIMED))
+        .where(*where)
+        .order_by(job.c.id)
+        .limit(MAX_FINDINGS)
+    )
+    return [_finding(FindingKind.NO_WORKER, dict(r)) for r in conn.execute(query).mappings()]

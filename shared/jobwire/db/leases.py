@@ -29,8 +29,10 @@ from jobwire.db.rows import (
     plan_of,
     policy_of,
     record_from_row,
+    review_of,
+    review_values,
 )
-from jobwire.db.wire import Statement, Wire
+from jobwire.db.wire import Many, Statement, Wire
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.endings import on_fail
@@ -40,6 +42,7 @@ from jobwire.domain.job import Artifact, JobFailure, JobRecord, plain_message
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus, end, revoke
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.domain.progress import Progress, apply_report, moved
+from jobwire.domain.review import ReviewRequest
 from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Action, Status
 from jobwire.domain.timeouts import deadline
@@ -168,6 +171,7 @@ class _Claim(JobOp[Lease]):
             lease_expires_at=row["lease_expires_at"],
             lease_seconds=float(row["lease_seconds"]),
             attempt_deadline=row["attempt_deadline"],
+            review=review_of(row),
         )
 
 
@@ -190,6 +194,15 @@ def seen(wire: Wire, who: Claimant, now: datetime) -> Statement:
         "last_seen_at": now,
     }
     return wire.sql.upsert_worker, values
+
+
+def claimed_kinds(wire: Wire, tenant: str, kinds: Collection[tuple[str, str]], now: datetime) -> Statement:
+    """Remember that a worker claimed for each (queue, job type) of `kinds` (NO_WORKER), in
+    key order, so concurrent claims lock these rows in one order and never deadlock."""
+    rows = [
+        {"tenant": tenant, "queue": queue, "job_type": job_type, "claimed_at": now} for queue, job_type in sorted(kinds)
+    ]
+    return Many(wire.sql.insert_worker_claim, rows, wire.sql.worker_claim_tail)
 
 
 def touch_worker(wire: Wire, tenant: str, worker_id: str, now: datetime) -> Statement:
@@ -406,3 +419,35 @@ class Release(_Ending):
         if self.checkpoint is not None:
             values["checkpoint"] = self.checkpoint
         return Change(action=Action.RELEASE, kind=EventKind.RELEASED, values=values, fenced=True, detail=note)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AwaitReview(_Ending):
+    """RUNNING -> WAITING for a person: the lease ends as on Release, and no time runs for the attempt."""
+
+    request: ReviewRequest
+    checkpoint: bytes | None = None
+
+    def decide(self, row: Row | None, now: datetime) -> Change | None:
+        if held(row, self.token, "AWAIT_REVIEW"):
+            return None
+        assert row is not None
+        if row["status"] == Status.CANCEL_REQUESTED.value:
+            # The user asked it to stop: nobody needs to review a job that is ending.
+            values = {**_ended(row, "AWAIT_REVIEW", Status.CANCELLED), "finished_at": now}
+            return Change(action=Action.AWAIT_REVIEW, kind=EventKind.CANCELLED, values=values, fenced=True)
+        values = {
+            **_ended(row, "AWAIT_REVIEW", Status.WAITING),
+            **review_values(self.request),
+            # No attempt runs while a person decides: the attempt and progress clocks stop.
+            "attempt_deadline": None,
+            "progress_deadline": None,
+            "no_progress": False,
+        }
+        if self.checkpoint is not None:
+            values["checkpoint"] = self.checkpoint
+        items = f"; items: {len(self.request.items)}" if self.request.items else ""
+        return Change(
+            action=Action.AWAIT_REVIEW, kind=EventKind.AWAITING_REVIEW, values=values, fenced=True,
+            detail=f"waiting for review by {self.request.assignee}{items}",
+        )  # fmt: skip

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from jobwire.db.engine import db_now
 from jobwire.db.rows import ARTIFACT_COLUMNS
 from jobwire.db.sql import BLOBS
-from jobwire.db.tables import artifact, job, job_dependency, job_event
+from jobwire.db.tables import artifact, job, job_dependency, job_event, worker_claim
 from jobwire.db.tables import worker as worker_table
 from jobwire.domain.commands import JobFilter
 from jobwire.domain.errors import InvalidArgument
@@ -58,10 +58,13 @@ def clock(conn: Connection) -> datetime:
 
 
 def get(conn: Connection, tenant: str, job_no: str) -> tuple[Row, int | None, list[str]] | None:
-    """A job, its place in line, and the dependencies it still waits for."""
+    """A job, its place in line, the dependencies it still waits for and, when QUEUED,
+    `claimed_at`: when a worker last claimed for its queue and job type (None: never)."""
     row = load_job(conn, tenant, job_no)
     if row is None:
         return None
+    if row["status"] == Status.QUEUED.value:
+        row["claimed_at"] = claimed_at(conn, tenant, row["queue"], row["job_type"])
     return row, queue_position(conn, row), waiting_for(conn, row)
 
 
@@ -77,6 +80,19 @@ def waiting_for(conn: Connection, row: Row) -> list[str]:
         .order_by(dependency.c.job_no)
     )
     return list(conn.execute(query).scalars())
+
+
+_CLAIMED_AT = sa.select(worker_claim.c.claimed_at).where(
+    worker_claim.c.tenant == sa.bindparam("tenant"),
+    worker_claim.c.queue == sa.bindparam("queue"),
+    worker_claim.c.job_type == sa.bindparam("job_type"),
+)
+
+
+def claimed_at(conn: Connection, tenant: str, queue: str, job_type: str) -> datetime | None:
+    """When a worker last claimed for `queue` and `job_type`: one primary-key lookup."""
+    found = conn.execute(_CLAIMED_AT, {"tenant": tenant, "queue": queue, "job_type": job_type}).scalar()
+    return found if isinstance(found, datetime) else None
 
 
 def queue_position(conn: Connection, row: Row) -> int | None:
@@ -218,6 +234,8 @@ def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: st
         clauses.append(job.c.status.in_([s.value for s in where.statuses]))
     if where.job_type:
         clauses.append(job.c.job_type == where.job_type)
+    if where.assignee:
+        clauses.append(job.c.review_assignee == where.assignee)
     if before is not None:
         clauses.append(job.c.id < before)
     query = select_jobs(*clauses).order_by(job.c.id.desc()).limit(page_size + 1)

@@ -19,6 +19,7 @@ from jobwire.domain.job import Artifact, ErrorCategory, JobFailure, JobRecord
 from jobwire.domain.lease import Holding
 from jobwire.domain.progress import Progress
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
+from jobwire.domain.review import Decision, Review, ReviewRequest
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
 
@@ -27,7 +28,8 @@ VISIBLE_COLUMNS = (
     "stage", "stage_index", "stage_count", "stages", "processed_units", "total_units",
     "stalled", "no_progress", "progress_at", "attempt", "attempt_base", "max_attempts", "created_at",
     "updated_at", "started_at", "finished_at", "run_after", "error_category", "error_stage",
-    "error_message", "error_retryable", "version", "depends_on", "waiting_on", "batch_id",
+    "error_message", "error_retryable", "version", "depends_on", "waiting_on", "batch_id", "review_assignee",
+    "review_items",
 )  # fmt: skip
 ARTIFACT_COLUMNS = ("uri", "size_bytes", "sha256", "content_type", "summary")
 TIME_COLUMNS = frozenset({"created_at", "updated_at", "started_at", "finished_at", "run_after", "progress_at"})
@@ -42,7 +44,11 @@ def plan_of(text: str | None) -> tuple[StageDef, ...]:
 
 
 def record_from_row(
-    row: Mapping[str, Any], *, queue_position: int | None = None, waiting_for: Sequence[str] | None = None
+    row: Mapping[str, Any],
+    *,
+    queue_position: int | None = None,
+    waiting_for: Sequence[str] | None = None,
+    no_worker: bool = False,
 ) -> JobRecord:
     """`waiting_for`: the dependencies not READY yet, when the caller read them (see `_waiting_for`)."""
     status = Status(row["status"])
@@ -85,6 +91,40 @@ def record_from_row(
         depends_on=depends_on,
         batch_id=row.get("batch_id"),
         waiting_for=_waiting_for(row, status, depends_on, waiting_for),
+        no_worker=no_worker and status is Status.QUEUED,
+        **_review_fields(row, status),
+    )
+
+
+def _review_fields(row: Mapping[str, Any], status: Status) -> dict[str, Any]:
+    """A WAITING job's reviewer and items (snapshots written before these columns have neither)."""
+    if status is not Status.WAITING:
+        return {}
+    return {"review_assignee": row.get("review_assignee") or "", "review_items": review_items_of(row)}
+
+
+def review_items_of(row: Mapping[str, Any]) -> tuple[str, ...]:
+    text = row.get("review_items")
+    return tuple(json.loads(text)) if text else ()
+
+
+def review_values(request: ReviewRequest) -> dict[str, Any]:
+    """The columns a WAITING job keeps for its reviewer; a decision of an earlier review is forgotten."""
+    return {
+        "review_assignee": request.assignee,
+        "review_items": json.dumps(list(request.items), ensure_ascii=False),
+        "review_decision": None,
+        "review_note": None,
+        "review_by": None,
+    }
+
+
+def review_of(row: Mapping[str, Any]) -> Review | None:
+    """The decision an approved job's next lease carries, or None."""
+    if not row.get("review_decision"):
+        return None
+    return Review(
+        decision=Decision(row["review_decision"]), note=row["review_note"] or "", resolved_by=row["review_by"] or ""
     )
 
 

@@ -83,12 +83,17 @@ class Lock:
     SHARE = " LOCK IN SHARE MODE"  # MariaDB's spelling of FOR SHARE (MySQL 8 takes both)
 
 
+JSON_PAIRS = 40
+
+
 class RowShape:
     """How a read's raw values become a row: the values SQLAlchemy would give, by name.
 
-    The job's columns travel as one JSON object (`json_names`): a result column costs the
-    driver a field descriptor to parse on every read, and a job row has fifty of them.
-    Blobs and the clock follow as plain columns (`names`).
+    The job's columns travel as JSON objects (`json_names`): a result column costs the
+    driver a field descriptor to parse on every read, and a job row has sixty of them.
+    SQLite's functions take at most 100 arguments (50 pairs), so the pairs are split into
+    a few objects of at most JSON_PAIRS each. Blobs and the clock follow as plain columns
+    (`names`).
     """
 
     def __init__(self, json_names: Sequence[str], names: Sequence[str], dialect: Dialect) -> None:
@@ -104,15 +109,19 @@ class RowShape:
         def source(name: str) -> str:
             return dialect.now if name == "db_now" else _SOURCES.get(name, f"job.{name}")
 
-        pairs = ", ".join(f"'{n}', {source(n)}" for n in self.json_names)
-        columns = [source(n) for n in self.names]
-        return ", ".join([f"{dialect.json_object}({pairs})", *columns] if pairs else columns)
+        objects = []
+        for start in range(0, len(self.json_names), JSON_PAIRS):
+            pairs = ", ".join(f"'{n}', {source(n)}" for n in self.json_names[start : start + JSON_PAIRS])
+            objects.append(f"{dialect.json_object}({pairs})")
+        return ", ".join([*objects, *(source(n) for n in self.names)])
 
     def rows(self, raw: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
         out = []
-        skip = 1 if self.json_names else 0
+        skip = -(-len(self.json_names) // JSON_PAIRS)  # the number of JSON objects
         for values in raw:
-            row: dict[str, Any] = json.loads(values[0]) if skip else {}
+            row: dict[str, Any] = {}
+            for text in values[:skip]:
+                row.update(json.loads(text))
             row.update(zip(self.names, values[skip:], strict=True))
             for name, convert in self._convert:
                 value = row[name]
@@ -163,6 +172,16 @@ class Statements:
                 f"{c} = excluded.{c}" for c in fresh
             )
         self.upsert_worker = d.text(worker)
+        # Many rows at once (a worker may serve 64 queues x 100 job types): the clause that
+        # makes it an upsert goes after the rows (Many.tail). The later claim wins, whichever
+        # replica commits first.
+        self.insert_worker_claim = d.text(_insert("worker_claim", ("tenant", "queue", "job_type", "claimed_at")))
+        if d.name == "mysql":
+            self.worker_claim_tail = " ON DUPLICATE KEY UPDATE claimed_at = GREATEST(claimed_at, VALUES(claimed_at))"
+        else:
+            self.worker_claim_tail = (
+                " ON CONFLICT (tenant, queue, job_type) DO UPDATE SET claimed_at = MAX(claimed_at, excluded.claimed_at)"
+            )
         counter = _insert("job_day_counter", ("day", "last_seq"))
         if d.name == "mysql":
             counter += " ON DUPLICATE KEY UPDATE last_seq = last_seq + VALUES(last_seq)"

@@ -32,6 +32,8 @@ from jobwire.domain.errors import BatchNotFound, JobNotFound, JobwireError, Work
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
+from jobwire.domain.serving import unserved
+from jobwire.domain.states import Status
 
 T = TypeVar("T")
 Extra = Callable[[Wire, datetime], Statement]  # a statement that rides with the COMMIT
@@ -66,6 +68,7 @@ class Claim:
     who: Claimant
     max_jobs: int
     seen: bool = True  # remember the worker for ListWorkers
+    kinds: Sequence[tuple[str, str]] = ()  # (queue, job type) to record as claimed for now (NO_WORKER)
 
 
 Work = Call | Submit | SubmitBatch | Claim
@@ -126,6 +129,8 @@ class JobStore:
             parts.append((i, leases.claim_ops(claim.who, found)))
             if claim.seen:
                 extra.append(leases.seen(wire, claim.who, now))
+            if claim.kinds:
+                extra.append(leases.claimed_kinds(wire, claim.who.tenant, claim.kinds, now))
         parts += [(i, call.ops) for i, call in calls]
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
@@ -138,12 +143,13 @@ class JobStore:
         return results
 
     # -- reads ----------------------------------------------------------------------------
-    def get(self, tenant: str, job_no: str) -> JobRecord:
+    def get(self, tenant: str, job_no: str, *, no_worker_after: timedelta) -> JobRecord:
         found = self.db.read(lambda c: reads.get(c, tenant, job_no))
         if found is None:
             raise JobNotFound()
         row, position, waiting = found
-        return record_from_row(row, queue_position=position, waiting_for=waiting)
+        no_worker = row["status"] == Status.QUEUED.value and unserved(row["claimed_at"], row["db_now"], no_worker_after)
+        return record_from_row(row, queue_position=position, waiting_for=waiting, no_worker=no_worker)
 
     def list_jobs(self, where: JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
         rows, token = self.db.read(lambda c: reads.list_jobs(c, where, page_size, page_token))
@@ -156,10 +162,18 @@ class JobStore:
         return found
 
     def inspect(
-        self, tenant: str, *, stalled_after: timedelta, queue: str, kinds: Collection[FindingKind]
+        self,
+        tenant: str,
+        *,
+        stalled_after: timedelta,
+        queue: str,
+        kinds: Collection[FindingKind],
+        no_worker_after: timedelta,
     ) -> list[Finding]:
         return self.db.read(
-            lambda c: inspect_queries.findings(c, tenant, stalled_after=stalled_after, queue=queue, kinds=kinds)
+            lambda c: inspect_queries.findings(
+                c, tenant, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=no_worker_after
+            )
         )
 
     def list_workers(self, tenant: str, queue: str, page_size: int, page_token: str) -> tuple[list[WorkerInfo], str]:

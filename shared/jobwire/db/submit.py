@@ -144,7 +144,8 @@ NEW_ROW_DEFAULTS: dict[str, object] = {
     "heartbeat_at": None, "stalled": False, "ended_token": None, "ended_kind": None,
     "attempt_deadline": None, "progress_at": None, "progress_deadline": None, "no_progress": False,
     "error_category": None, "error_stage": None, "error_message": None, "error_retryable": None,
-    "error_detail": None, "started_at": None, "finished_at": None,
+    "error_detail": None, "started_at": None, "finished_at": None, "review_assignee": None,
+    "review_items": None, "review_decision": None, "review_note": None, "review_by": None,
 }  # fmt: skip
 _NOT_INSERTED = frozenset({"id", "uri", "size_bytes", "sha256", "content_type", "summary"})
 

@@ -78,6 +78,13 @@ job = Table(
     Column("depends_on", Text, nullable=True),
     Column("waiting_on", Integer, nullable=False, server_default="0"),
     Column("batch_id", String(24), nullable=True),  # the SubmitBatch that made it (job_batch)
+    # review (jobwire.domain.review): who must review a WAITING job and what (a JSON list);
+    # the last decision, its note and who made it, for the next lease after an approval
+    Column("review_assignee", String(128), nullable=True),
+    Column("review_items", Text, nullable=True),
+    Column("review_decision", String(16), nullable=True),
+    Column("review_note", Text, nullable=True),
+    Column("review_by", String(128), nullable=True),
     # the lease: token embeds the epoch, so a token can never be valid twice
     Column("worker_id", String(128), nullable=True),
     Column("worker_token", String(80), nullable=True),
@@ -123,6 +130,7 @@ Index(
     job.c.id,
 )
 Index("ix_job_owner", job.c.tenant, job.c.owner, job.c.id)
+Index("ix_job_assignee", job.c.tenant, job.c.review_assignee, job.c.id)  # ListJobs by assignee
 Index("ix_job_lease", job.c.status, job.c.lease_expires_at)
 Index("ix_job_finished", job.c.status, job.c.finished_at)
 # The timeout sweeps: status first, so deadlines left behind by ended attempts and finished
@@ -229,6 +237,21 @@ worker = Table(
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
+)
+
+# When a worker last claimed for each queue and job type (written with the worker row, as
+# often), so "does anyone serve this kind of job?" is one primary-key lookup for a Get
+# and one join for Inspect, on any replica. The worker rows' JSON lists cannot be indexed.
+worker_claim = Table(
+    "worker_claim",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("queue", String(64), primary_key=True),
+    Column("job_type", String(64), primary_key=True),
+    Column("claimed_at", Timestamp, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
 )
 
 # One row per MySQL write transaction, so a COMMIT whose reply was lost can be told from one

@@ -5,8 +5,9 @@ index (status first, then the deadline) and decided on the database clock, on th
 read again FOR UPDATE SKIP LOCKED:
 
 1. `JobTimeout`: a job past its job_deadline ends FAILED TIMEOUT, not retryable, whatever
-   its status. First, because it outranks an attempt's own limit.
-2. `AttemptTimeout`: an attempt past its attempt_deadline loses its lease and ends as a
+   its status (WAITING for a review included). First, because it outranks an attempt's own limit.
+2. `AttemptTimeout`: a leased attempt past its attempt_deadline (a WAITING job holds no
+   lease and has none) loses its lease and ends as a
    retryable TIMEOUT failure: QUEUED after the backoff while attempts remain, else FAILED;
    CANCELLED when a cancel was pending.
 3. `NoProgress`: a RUNNING job past its progress_deadline is marked no progress (an
@@ -41,7 +42,7 @@ from jobwire.domain.timeouts import OnNoProgress
 
 BATCH = 200  # jobs per step and run; the rest wait for the next run
 _LEASED = [s.value for s in LEASED]
-_UNFINISHED = [Status.QUEUED.value, *_LEASED]
+_UNFINISHED = [Status.QUEUED.value, Status.WAITING.value, *_LEASED]
 Due = Callable[[Connection, int], list[tuple[str, str]]]
 
 

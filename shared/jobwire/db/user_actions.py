@@ -1,4 +1,4 @@
-"""What users and operators decide about a job: cancel, retry, requeue."""
+"""What users and operators decide about a job: cancel, retry, resolve a review, requeue."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobwire.db.changes import Change, JobOp, Row
-from jobwire.db.rows import UNSTAGED, holding_of, holding_values, record_from_row
-from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotRetryable
+from jobwire.db.rows import UNSTAGED, ending_values, holding_of, holding_values, record_from_row
+from jobwire.domain.endings import on_resolve
+from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotRetryable, NotWaiting
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import revoke
+from jobwire.domain.review import Review, evidence
 from jobwire.domain.states import Action, Status
 
 
@@ -38,7 +40,7 @@ class Cancel(_UserAction):
         assert row is not None
         if status in (Status.CANCEL_REQUESTED, Status.CANCELLED):
             return None  # idempotent
-        if status is Status.QUEUED:
+        if status in (Status.QUEUED, Status.WAITING):
             values = {"status": Status.CANCELLED.value, "finished_at": now}
             return Change(action=Action.CANCEL, kind=EventKind.CANCELLED, values=values)
         if status is Status.RUNNING:
@@ -71,6 +73,31 @@ class Retry(_UserAction):
             **UNSTAGED,
         }
         return Change(action=Action.RETRY, kind=EventKind.RETRIED, values=values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolve(_UserAction):
+    """A person's decision on a WAITING job: APPROVE queues it at once, the attempt not charged; REJECT fails it."""
+
+    tenant: str
+    job_no: str
+    review: Review
+
+    def decide(self, row: Row | None, now: datetime) -> Change:
+        row = _found(row)
+        if row["status"] != Status.WAITING.value:
+            raise NotWaiting(f"a {row['status']} job is not waiting for review")
+        ending = on_resolve(self.review, row["stage"] or "", now)
+        values = {
+            **ending_values(ending, now),
+            "review_decision": self.review.decision.value,
+            "review_note": self.review.note,
+            "review_by": self.review.resolved_by,
+        }
+        if ending.status is Status.QUEUED:
+            # As a Release: the attempt that asked for the review is given back.
+            values["attempt_base"] = row["attempt_base"] + 1
+        return Change(action=Action.RESOLVE, kind=ending.kind, values=values, detail=evidence(self.review))
 
 
 @dataclass(frozen=True, kw_only=True)

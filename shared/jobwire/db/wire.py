@@ -33,10 +33,15 @@ Committed = Callable[[BaseException, str], Awaitable[bool]]
 
 @dataclass(frozen=True, slots=True)
 class Many:
-    """One single-row INSERT ... VALUES (...) for many rows: a multi-row INSERT on MySQL."""
+    """One single-row INSERT ... VALUES (...) for many rows: a multi-row INSERT on MySQL.
+
+    `sql` ends at its VALUES (...); `tail` (an ON DUPLICATE KEY UPDATE clause) follows all
+    the rows on MySQL, and each row's statement on SQLite.
+    """
 
     sql: str
     rows: Sequence[Params]
+    tail: str = ""
 
 
 Statement = tuple[str, Params] | Many
@@ -119,7 +124,8 @@ class MySQLWire(Wire):
 def _render(statement: Statement) -> str:
     if isinstance(statement, Many):
         head, _, values = statement.sql.partition(" VALUES ")
-        return f"{head} VALUES " + ",".join(render(values, row) for row in statement.rows)
+        rows = ",".join(render(values, row) for row in statement.rows)
+        return f"{head} VALUES {rows}{statement.tail}"
     return render(*statement)
 
 
@@ -189,7 +195,8 @@ class SQLiteWire(Wire):
         counts = []
         for statement in batch:
             if isinstance(statement, Many):
-                cursor = self.connection.executemany(statement.sql, [_bind(r) for r in statement.rows])
+                sql = statement.sql + statement.tail
+                cursor = self.connection.executemany(sql, [_bind(r) for r in statement.rows])
             else:
                 cursor = self.connection.execute(statement[0], _bind(statement[1]))
             counts.append(cursor.rowcount)

@@ -55,6 +55,7 @@ class JobFilter:
     owner: str = ""
     statuses: Sequence[Status] = ()
     job_type: str = ""
+    assignee: str = ""  # handed to this reviewer (jobwire.domain.review)
 
 
 @dataclass(frozen=True, kw_only=True)

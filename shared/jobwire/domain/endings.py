@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import ErrorCategory, JobFailure
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
+from jobwire.domain.review import Decision, Review, rejection
 from jobwire.domain.states import Status
 from jobwire.domain.timeouts import OnNoProgress
 
@@ -96,6 +97,13 @@ def on_job_timeout(stage: str) -> Ending:
     """Past the job's own time limit: FAILED whatever its status; a retry would only time out again."""
     failure = JobFailure(category=ErrorCategory.TIMEOUT, stage=stage, message=JOB_TIMEOUT_MESSAGE, retryable=False)
     return Ending(status=Status.FAILED, kind=EventKind.JOB_TIMED_OUT, error=failure)
+
+
+def on_resolve(review: Review, stage: str, now: datetime) -> Ending:
+    """A reviewer decided: APPROVE runs it again at once, REJECT ends it FAILED with their note."""
+    if review.decision is Decision.APPROVE:
+        return Ending(status=Status.QUEUED, kind=EventKind.REVIEW_APPROVED, run_after=now)
+    return Ending(status=Status.FAILED, kind=EventKind.REVIEW_REJECTED, error=rejection(review.note, stage))
 
 
 def _timed_out(

@@ -109,6 +109,12 @@ class CancelNotRequested(JobwireError):
     reason = "CANCEL_NOT_REQUESTED"
 
 
+class NotWaiting(JobwireError):
+    """The job is not waiting for review."""
+
+    reason = "JOB_NOT_WAITING"
+
+
 class InvalidTransition(JobwireError):
     """The job is not in a state that allows this."""
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from jobwire.domain.serving import last_asked
 from jobwire.domain.states import Status
 
 
@@ -41,13 +42,17 @@ class EventKind(StrEnum):
     NO_PROGRESS = "NO_PROGRESS"  # marked (RUNNING stays), or ended as ATTEMPT_TIMED_OUT would under FAIL
     DEPENDENCY_READY = "DEPENDENCY_READY"  # a dependency ended READY; QUEUED stays, runnable once none is left
     DEPENDENCY_FAILED = "DEPENDENCY_FAILED"  # a dependency ended FAILED or CANCELLED: CANCELLED, naming it
+    AWAITING_REVIEW = "AWAITING_REVIEW"  # the worker handed it to a person: WAITING, no lease
+    REVIEW_APPROVED = "REVIEW_APPROVED"  # QUEUED again; the detail names who resolved and their note
+    REVIEW_REJECTED = "REVIEW_REJECTED"  # FAILED REJECTED; the detail names who resolved and their note
 
 
 class FindingKind(StrEnum):
     STALLED = "STALLED"  # a lease past its expiry
     RUNNING_WITHOUT_LEASE = "RUNNING_WITHOUT_LEASE"  # a broken invariant: must stay empty
-    TERMINAL_WITH_TOKEN = "TERMINAL_WITH_TOKEN"  # a broken invariant: must stay empty
+    TERMINAL_WITH_TOKEN = "TERMINAL_WITH_TOKEN"  # a broken invariant (finished or WAITING): must stay empty
     NO_PROGRESS = "NO_PROGRESS"  # RUNNING with no new units and no new stage for its stage_timeout
+    NO_WORKER = "NO_WORKER"  # QUEUED, and no worker claimed for its queue and job type lately (domain.serving)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +78,9 @@ class Finding:
     stage_timeout_s: float | None = None
     marked_no_progress: bool = False
     on_no_progress: str = "INSPECT"
+    job_type: str = ""
+    claimed_at: datetime | None = None  # NO_WORKER: when a worker last claimed for its queue and job type
+    unclaimed_s: float | None = None  # how long ago that was, by the database clock
 
     @property
     def detail(self) -> str:
@@ -80,6 +88,11 @@ class Finding:
         status = self.status.value
         if self.kind is FindingKind.NO_PROGRESS:
             return self._no_progress_detail()
+        if self.kind is FindingKind.NO_WORKER:
+            return (
+                f"no worker serves queue {self.queue}, job type {self.job_type}; a worker last asked for it: "
+                f"{last_asked(self.claimed_at, self.unclaimed_s)}"
+            )
         if self.kind is FindingKind.RUNNING_WITHOUT_LEASE:
             gaps = (("no lease token", not self.token_present), ("no lease expiry", self.lease_expires_at is None))
             missing = [part for part, absent in gaps if absent]
@@ -88,7 +101,8 @@ class Finding:
                 "cannot recover it; requeue or cancel it"
             )
         if self.kind is FindingKind.TERMINAL_WITH_TOKEN:
-            return f"a {status} job still holds a lease token: a finished job must hold none"
+            held_by = "a job waiting for review" if self.status is Status.WAITING else "a finished job"
+            return f"a {status} job still holds a lease token: {held_by} must hold none"
         if self.overdue_s is None or self.overdue_s <= 0:
             return ""
         then = "ends CANCELLED" if self.status is Status.CANCEL_REQUESTED else f"policy {self.on_lease_lost}"

@@ -24,6 +24,7 @@ class ErrorCategory(StrEnum):
     WORKER_LOST = "WORKER_LOST"
     RESULT_INVALID = "RESULT_INVALID"
     PROCESSING_ERROR = "PROCESSING_ERROR"
+    REJECTED = "REJECTED"  # a person reviewing it said no
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +117,11 @@ class JobRecord:
     # The dependencies not READY yet while it waits for them (claimable once none is left).
     waiting_for: tuple[str, ...] = ()
     batch_id: str | None = None
+    # WAITING only: who must review it and what they should look at
+    review_assignee: str = ""
+    review_items: tuple[str, ...] = ()
+    # QUEUED only, as of a Get: no worker has claimed for its queue and job type lately (NO_WORKER)
+    no_worker: bool = False
 
     @property
     def stage_def(self) -> StageDef | None:
@@ -126,7 +132,7 @@ class JobRecord:
 
     @property
     def cancellable(self) -> bool:
-        if self.status is Status.QUEUED:
+        if self.status in (Status.QUEUED, Status.WAITING):
             return True
         if self.status is Status.RUNNING:
             current = self.stage_def

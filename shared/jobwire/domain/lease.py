@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from jobwire.domain.review import Review
 from jobwire.domain.stages import StageDef
 
 
@@ -23,6 +24,7 @@ class Lease:
     lease_expires_at: datetime
     lease_seconds: float
     attempt_deadline: datetime | None = None  # when this attempt's time runs out (None: no limit)
+    review: Review | None = None  # a reviewer's approval of this job, when there was one: who, and their note
 
 
 class LeaseState(StrEnum):

@@ -18,6 +18,7 @@ class Status(StrEnum):
     READY = "READY"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    WAITING = "WAITING"  # a person must review it: nobody holds it, and no time runs for its attempt
 
     @property
     def terminal(self) -> bool:
@@ -46,10 +47,13 @@ class Action(StrEnum):
     NO_PROGRESS = "NO_PROGRESS"  # the sweep found a RUNNING job with no progress for its stage_timeout
     DEPENDENCY_READY = "DEPENDENCY_READY"  # a job it depends on ended READY: one fewer to wait for
     DEPENDENCY_FAILED = "DEPENDENCY_FAILED"  # a job it depends on ended FAILED or CANCELLED
+    AWAIT_REVIEW = "AWAIT_REVIEW"  # the lease's holder hands the job to a person
+    RESOLVE = "RESOLVE"  # a person's decision on a WAITING job
 
 
 Q, R, CR = Status.QUEUED, Status.RUNNING, Status.CANCEL_REQUESTED
 READY, FAILED, CANCELLED = Status.READY, Status.FAILED, Status.CANCELLED
+W = Status.WAITING
 
 # action -> {from status -> the statuses it may end in}. Anything absent is refused.
 TRANSITIONS: Final[dict[Action, dict[Status, frozenset[Status]]]] = {
@@ -59,6 +63,7 @@ TRANSITIONS: Final[dict[Action, dict[Status, frozenset[Status]]]] = {
         R: frozenset({CR}),
         CR: frozenset({CR}),  # idempotent
         CANCELLED: frozenset({CANCELLED}),  # idempotent
+        W: frozenset({CANCELLED}),  # nobody holds it, so it ends at once
     },
     Action.REPORT: {R: frozenset({R}), CR: frozenset({CR})},
     Action.HEARTBEAT: {R: frozenset({R}), CR: frozenset({CR})},
@@ -77,12 +82,21 @@ TRANSITIONS: Final[dict[Action, dict[Status, frozenset[Status]]]] = {
     # retried, whatever the status. No progress is first a finding (same status); with
     # on_no_progress FAIL it ends the attempt as an attempt timeout would.
     Action.ATTEMPT_TIMEOUT: {R: frozenset({Q, FAILED}), CR: frozenset({CANCELLED})},
-    Action.JOB_TIMEOUT: {Q: frozenset({FAILED}), R: frozenset({FAILED}), CR: frozenset({FAILED})},
+    Action.JOB_TIMEOUT: {
+        Q: frozenset({FAILED}),
+        R: frozenset({FAILED}),
+        CR: frozenset({FAILED}),
+        W: frozenset({FAILED}),
+    },
     Action.NO_PROGRESS: {R: frozenset({R, Q, FAILED})},
     # Dependencies (jobwire.db.dependencies). A job waits QUEUED, unclaimable, until each job
     # it depends on is READY; one ending FAILED or CANCELLED cancels it, and so on down the chain.
     Action.DEPENDENCY_READY: {Q: frozenset({Q})},
     Action.DEPENDENCY_FAILED: {Q: frozenset({CANCELLED})},
+    # Waiting for a person (jobwire.domain.review): the lease ends; a pending cancel wins, as
+    # with Release. APPROVE queues it again (the attempt not charged); REJECT fails it.
+    Action.AWAIT_REVIEW: {R: frozenset({W}), CR: frozenset({CANCELLED})},
+    Action.RESOLVE: {W: frozenset({Q, FAILED})},
 }
 
 

@@ -28,6 +28,7 @@ STATUS_LABELS: dict[Status, dict[str, str]] = {
     Status.READY: {"en": "Done", "zh-CN": "处理完成"},
     Status.FAILED: {"en": "Not completed", "zh-CN": "未完成"},
     Status.CANCELLED: {"en": "Cancelled", "zh-CN": "已取消"},
+    Status.WAITING: {"en": "Waiting for review", "zh-CN": "等待审核"},
 }
 
 _TEXT = {
@@ -38,6 +39,8 @@ _TEXT = {
     "ahead_one": {"en": "1 job ahead", "zh-CN": "前面还有 1 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
     "waiting_for": {"en": "Waiting for {jobs}", "zh-CN": "等待 {jobs} 完成"},
+    "no_worker": {"en": "No worker is serving this kind of job yet", "zh-CN": "暂时没有可处理此类任务的处理程序"},
+    "review": {"en": "Waiting for review by {who}", "zh-CN": "等待 {who} 审核"},
     "stalled": {"en": "no news from the worker", "zh-CN": "处理程序暂无响应"},
     "no_progress": {"en": "no progress for {duration}", "zh-CN": "已 {duration}没有进展"},
     "seconds": {"en": "{n} s", "zh-CN": "{n} 秒"},
@@ -62,7 +65,7 @@ def normalize_locale(locale: str) -> str:
 
 
 def actions_for(job: JobRecord) -> tuple[UserAction, ...]:
-    if job.status is Status.QUEUED:
+    if job.status in (Status.QUEUED, Status.WAITING):
         return (UserAction.VIEW, UserAction.CANCEL)
     if job.status is Status.RUNNING:
         return (UserAction.VIEW, UserAction.CANCEL) if job.cancellable else (UserAction.VIEW,)
@@ -86,10 +89,14 @@ def render(job: JobRecord, locale: str) -> View:
     if job.status is Status.QUEUED and job.waiting_for:
         # Not in line yet: it runs once these are READY, however short the queue.
         parts.append(_TEXT["waiting_for"][loc].format(jobs=", ".join(job.waiting_for)))
+    elif job.status is Status.QUEUED and job.no_worker:
+        parts.append(_TEXT["no_worker"][loc])  # a place in line means nothing without a worker
     elif job.status is Status.QUEUED and job.queue_position is not None:
         n = job.queue_position
         ahead = _TEXT["ahead_one"][loc] if n == 1 else _TEXT["ahead"][loc].format(n=n)
         parts.append(ahead if n else _TEXT["next"][loc])
+    if job.status is Status.WAITING:
+        parts = [_TEXT["review"][loc].format(who=job.review_assignee), *job.review_items]
     if stage_label:
         parts = [_stage_line(job, stage_label, loc)]
         if job.status is Status.CANCEL_REQUESTED:

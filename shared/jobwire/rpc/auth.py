@@ -24,6 +24,11 @@ SERVICE_ROLES = {
     "jobwire.v1.WorkerService": "worker",
     "jobwire.v1.AdminService": "admin",
 }
+# Methods a role besides their service's may call: a review is decided by a person, through
+# a backend (client) or an operator's console (admin).
+METHOD_ROLES = {
+    "jobwire.v1.JobService/Resolve": frozenset({"client", "admin"}),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +86,8 @@ class Authenticator:
         self._tokens = tokens
 
     def resolve(self, method: str, metadata: Any) -> Principal:
-        service = method.lstrip("/").split("/", 1)[0]
+        full_name = method.lstrip("/")
+        service = full_name.split("/", 1)[0]
         role = SERVICE_ROLES.get(service)
         if self._tokens is None or role is None:
             return ANONYMOUS
@@ -93,8 +99,8 @@ class Authenticator:
         principal = next((p for h, p in self._tokens.items() if hmac.compare_digest(h, digest)), None)
         if principal is None:
             raise Unauthenticated()
-        if role not in principal.roles:
-            raise PermissionDenied(f"this token is not allowed to call {service}")
+        if not principal.roles & METHOD_ROLES.get(full_name, frozenset({role})):
+            raise PermissionDenied(f"this token is not allowed to call {full_name}")
         return principal
 
 

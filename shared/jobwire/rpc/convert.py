@@ -13,6 +13,7 @@ from jobwire.domain.batches import BatchRecord
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import Artifact, ErrorCategory, JobRecord
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
+from jobwire.domain.review import Decision, Review
 from jobwire.domain.states import LEASED, Status
 from jobwire.domain.timeouts import OnNoProgress, Timeouts
 from jobwire.domain.view import render
@@ -92,6 +93,9 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
         priority=job.priority,
         depends_on=job.depends_on,
         batch_id=job.batch_id or "",
+        review_assignee=job.review_assignee,
+        review_items=job.review_items,
+        no_worker=job.no_worker,
     )
     if job.error is not None:
         out.error.CopyFrom(job_pb2.JobError(
@@ -186,3 +190,18 @@ def artifact(result: job_pb2.Artifact, schemes: Collection[str]) -> Artifact:
         content_type=result.content_type,
         summary=result.summary,
     ).verified(schemes)
+
+
+def decision(number: int) -> Decision:
+    _known(job_pb2.Review.Decision, number, "decision")
+    if number == job_pb2.Review.DECISION_UNSPECIFIED:
+        raise InvalidArgument("decision", "must be APPROVE or REJECT")
+    return Decision(job_pb2.Review.Decision.Name(cast(job_pb2.Review.Decision.ValueType, number)))
+
+
+def review_to_proto(review: Review | None) -> job_pb2.Review | None:
+    if review is None:
+        return None
+    return job_pb2.Review(
+        decision=job_pb2.Review.Decision.Value(review.decision.value), note=review.note, resolved_by=review.resolved_by
+    )

@@ -32,6 +32,8 @@ class Settings:
     reaper_interval_seconds: float = 5.0
     stall_grace_seconds: float | None = None  # default: one lease
     default_attempt_timeout_seconds: float | None = None  # for submits that set no attempt_timeout
+    # a QUEUED job whose queue and job type no worker has claimed for this long is NO_WORKER
+    no_worker_after_seconds: float = 300.0
     max_streams: int = 4000
     db_pool_size: int = 8
     feed_poll_seconds: float = 0.05
@@ -68,6 +70,8 @@ class Settings:
         timeout = self.default_attempt_timeout_seconds
         if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
             problems.append("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT must be more than 0 and at most 2592000 (30 days)")
+        if not 0 < self.no_worker_after_seconds <= MAX_TIMEOUT_S:
+            problems.append("JOBWIRE_NO_WORKER_AFTER must be more than 0 and at most 2592000 (30 days)")
         if self.max_streams < 1 or self.db_pool_size < 1:
             problems.append("JOBWIRE_MAX_STREAMS and JOBWIRE_DB_POOL_SIZE must be at least 1")
         if not self.result_schemes or not all(URI_SCHEME.fullmatch(x) for x in self.result_schemes):
@@ -119,6 +123,7 @@ class Settings:
             reaper_interval_seconds=number("JOBWIRE_REAPER_INTERVAL_SECONDS", 5.0),
             stall_grace_seconds=float(grace) if grace else None,
             default_attempt_timeout_seconds=float(attempt_timeout) if attempt_timeout else None,
+            no_worker_after_seconds=number("JOBWIRE_NO_WORKER_AFTER", 300.0),
             max_streams=int(env.get("JOBWIRE_MAX_STREAMS", 4000)),
             db_pool_size=int(env.get("JOBWIRE_DB_POOL_SIZE", 8)),
             retention_ready_days=number("JOBWIRE_RETENTION_READY_DAYS", 30.0),

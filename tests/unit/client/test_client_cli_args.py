@@ -224,3 +224,15 @@ def test_watch_against_a_wrong_port_says_it_reconnects_and_gives_up() -> None:
     assert len(lines) == commands.WATCH_RECONNECTS
     assert lines[0].startswith("lost jobwire at 127.0.0.1:1 (UNAVAILABLE")
     assert lines[-1].endswith(f"(try {commands.WATCH_RECONNECTS} of {commands.WATCH_RECONNECTS})")
+
+
+def test_resolve_and_list_by_assignee_arguments() -> None:
+    args = parse("resolve", "PT-20261201-007", "reject", "--note", "Totals are off")
+    assert (args.job_no, args.decision, args.note, args.handler) == (
+        "PT-20261201-007", "REJECT", "Totals are off", commands.cmd_resolve,
+    )  # fmt: skip
+    assert parse("resolve", "PT-1", "approve").note == ""
+    with pytest.raises(SystemExit):
+        parse("resolve", "PT-1", "maybe")
+    args = parse("list", "--status", "WAITING", "--assignee", "alice")
+    assert (args.status, args.assignee) == ([job_pb2.Job.WAITING], "alice")

@@ -66,6 +66,12 @@ def test_queued_job_shows_its_position_and_zh_words() -> None:
     assert render.progress_summary(job, "zh-CN") == "前面还有 3 个任务"
 
 
+def test_a_queued_job_no_worker_serves_says_so_instead_of_its_place() -> None:
+    job = Job(status=Job.QUEUED, queue_position=0, no_worker=True)
+    assert render.progress_summary(job, "en") == "no worker serves this kind of job yet"
+    assert render.progress_summary(job, "zh-CN") == "暂时没有可处理此类任务的处理程序"
+
+
 def test_stalled_job_says_so() -> None:
     assert "stalled" in render.progress_summary(running(1, stalled=True), "en")
 

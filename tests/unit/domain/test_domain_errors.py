@@ -17,6 +17,7 @@ CASES = [
     (e.ProgressRegression, "FAILED_PRECONDITION", "PROGRESS_REGRESSION"),
     (e.TotalChanged, "FAILED_PRECONDITION", "TOTAL_CHANGED"),
     (e.CancelNotRequested, "FAILED_PRECONDITION", "CANCEL_NOT_REQUESTED"),
+    (e.NotWaiting, "FAILED_PRECONDITION", "JOB_NOT_WAITING"),
     (e.InvalidTransition, "FAILED_PRECONDITION", "INVALID_STATE"),
     (e.IdempotencyKeyReused, "ALREADY_EXISTS", "IDEMPOTENCY_KEY_REUSED"),
     (e.Unauthenticated, "UNAUTHENTICATED", "UNAUTHENTICATED"),

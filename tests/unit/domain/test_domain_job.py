@@ -144,6 +144,7 @@ def test_error_categories_match_contract() -> None:
         "WORKER_LOST",
         "RESULT_INVALID",
         "PROCESSING_ERROR",
+        "REJECTED",
     }
 
 

@@ -24,6 +24,11 @@ EXPECTED below is written independently from the design text, not copied from st
 | RUNNING | no progress | RUNNING (a finding, INSPECT) / QUEUED or FAILED (FAIL, as an attempt timeout) |
 | QUEUED (waiting) | a dependency ends READY | QUEUED (runnable once none is left) |
 | QUEUED (waiting) | a dependency ends FAILED or CANCELLED | CANCELLED |
+| RUNNING | AwaitReview | WAITING |                       (issue: waiting for a person; the lease ends)
+| CANCEL_REQUESTED | AwaitReview | CANCELLED |             (the user asked it to stop, as with Release)
+| WAITING | Resolve | QUEUED (APPROVE) or FAILED (REJECT) |
+| WAITING | Cancel | CANCELLED |                           (nobody holds it, so at once)
+| WAITING | job timeout | FAILED (TIMEOUT) |
 Cancel is idempotent on CANCEL_REQUESTED / CANCELLED; on READY / FAILED it is refused (§4).
 """
 
@@ -47,15 +52,16 @@ CR = Status.CANCEL_REQUESTED
 READY = Status.READY
 FAILED = Status.FAILED
 CANCELLED = Status.CANCELLED
+W = Status.WAITING
 
-ALL_STATUSES = (Q, R, CR, READY, FAILED, CANCELLED)
+ALL_STATUSES = (Q, R, CR, READY, FAILED, CANCELLED, W)
 ALL_ACTIONS = tuple(Action)
 
 # action -> {from -> set of allowed ends}; every (action, from) pair NOT listed is refused.
 EXPECTED: dict[Action, dict[Status, set[Status]]] = {
     Action.SUBMIT: {},  # creates a job; it starts from no status
     Action.CLAIM: {Q: {R}},
-    Action.CANCEL: {Q: {CANCELLED}, R: {CR}, CR: {CR}, CANCELLED: {CANCELLED}},
+    Action.CANCEL: {Q: {CANCELLED}, R: {CR}, CR: {CR}, CANCELLED: {CANCELLED}, W: {CANCELLED}},
     Action.REPORT: {R: {R}, CR: {CR}},
     Action.HEARTBEAT: {R: {R}, CR: {CR}},
     Action.COMPLETE: {R: {READY}, CR: {READY}},
@@ -69,11 +75,13 @@ EXPECTED: dict[Action, dict[Status, set[Status]]] = {
     Action.RETRY: {FAILED: {Q}},
     Action.REQUEUE: {R: {Q}},
     Action.ATTEMPT_TIMEOUT: {R: {Q, FAILED}, CR: {CANCELLED}},
-    Action.JOB_TIMEOUT: {Q: {FAILED}, R: {FAILED}, CR: {FAILED}},
+    Action.JOB_TIMEOUT: {Q: {FAILED}, R: {FAILED}, CR: {FAILED}, W: {FAILED}},
     Action.NO_PROGRESS: {R: {R, Q, FAILED}},
     # A job waiting for its dependencies is QUEUED; a running job's dependencies all ended READY.
     Action.DEPENDENCY_READY: {Q: {Q}},
     Action.DEPENDENCY_FAILED: {Q: {CANCELLED}},
+    Action.AWAIT_REVIEW: {R: {W}, CR: {CANCELLED}},
+    Action.RESOLVE: {W: {Q, FAILED}},
 }
 
 
@@ -149,6 +157,16 @@ def test_allowed_matches_expected(action: Action, current: Status, target: Statu
         (Action.JOB_TIMEOUT, CANCELLED),
         (Action.NO_PROGRESS, Q),
         (Action.NO_PROGRESS, CR),
+        (Action.NO_PROGRESS, W),
+        (Action.ATTEMPT_TIMEOUT, W),  # no attempt runs while a person decides
+        (Action.LEASE_EXPIRED, W),  # nor is a lease held for the reaper to find
+        (Action.HEARTBEAT, W),
+        (Action.AWAIT_REVIEW, Q),
+        (Action.AWAIT_REVIEW, W),
+        (Action.RESOLVE, Q),
+        (Action.RESOLVE, R),
+        (Action.RESOLVE, FAILED),
+        (Action.CLAIM, W),
     ],
     ids=lambda v: v.value,
 )
@@ -173,6 +191,12 @@ def test_named_refusals(action: Action, current: Status) -> None:
         (Action.JOB_TIMEOUT, Q, FAILED),
         (Action.JOB_TIMEOUT, CR, FAILED),
         (Action.NO_PROGRESS, R, R),
+        (Action.AWAIT_REVIEW, R, W),
+        (Action.AWAIT_REVIEW, CR, CANCELLED),
+        (Action.RESOLVE, W, Q),
+        (Action.RESOLVE, W, FAILED),
+        (Action.CANCEL, W, CANCELLED),
+        (Action.JOB_TIMEOUT, W, FAILED),
     ],
     ids=lambda v: v.value,
 )
@@ -196,6 +220,7 @@ def test_submit_starts_from_nothing() -> None:
 def test_terminal_and_leased_sets() -> None:
     assert {READY, FAILED, CANCELLED} == TERMINAL
     assert {R, CR} == LEASED
+    assert W not in TERMINAL and W not in LEASED  # nobody holds it, and it is not over
     for s in ALL_STATUSES:
         assert s.terminal is (s in {READY, FAILED, CANCELLED})
 
@@ -208,6 +233,7 @@ def test_status_values_match_contract_names() -> None:
         "READY",
         "FAILED",
         "CANCELLED",
+        "WAITING",
     ]
 
 
@@ -241,6 +267,7 @@ def test_only_worker_actions_start_from_a_leased_status() -> None:
         Action.ATTEMPT_TIMEOUT,
         Action.JOB_TIMEOUT,
         Action.NO_PROGRESS,
+        Action.AWAIT_REVIEW,
     }
 
 

@@ -77,6 +77,7 @@ LABELS = [
     (Status.READY, "Done", "处理完成"),
     (Status.FAILED, "Not completed", "未完成"),
     (Status.CANCELLED, "Cancelled", "已取消"),
+    (Status.WAITING, "Waiting for review", "等待审核"),
 ]
 
 
@@ -356,3 +357,18 @@ def test_a_job_waiting_for_dependencies_names_them_instead_of_its_place() -> Non
     assert render(job, "en").detail == "Waiting · Waiting for PT-2"
     assert render(job, "zh-CN").detail == "等待处理 · 等待 PT-2 完成"
     assert "next in line" in render(make_job(Status.QUEUED, depends_on=("PT-1",), queue_position=0), "en").detail
+
+
+def test_a_waiting_job_names_its_reviewer_and_items_in_both_locales() -> None:
+    job = make_job(Status.WAITING, stage="PROCESSING", review_assignee="alice", review_items=("Totals", "Payee"))
+    assert render(job, "en").detail == "Waiting for review by alice · Totals · Payee"
+    assert render(job, "zh-CN").detail == "等待 alice 审核 · Totals · Payee"
+    assert render(job, "en").stage_label == ""  # no stage runs while a person decides
+    assert set(render(job, "en").actions) == {UserAction.VIEW, UserAction.CANCEL}
+
+
+def test_a_queued_job_no_worker_serves_says_so_instead_of_its_place() -> None:
+    job = make_job(Status.QUEUED, queue_position=0, no_worker=True)
+    assert render(job, "en").detail == "Waiting · No worker is serving this kind of job yet"
+    assert render(job, "zh-CN").detail == "等待处理 · 暂时没有可处理此类任务的处理程序"
+    assert render(make_job(Status.QUEUED, queue_position=0), "en").detail == "Waiting · next in line"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from jobwire.domain.job import ErrorCategory
+from jobwire.domain.review import Decision, Review, ReviewRequest
 from jobwire.worker.sdk import JobCancelled, JobContext, Result, TimedOut
 from jobwire.worker.sdk.testing import EndKind, JobEnvironment
 
@@ -261,3 +263,24 @@ def test_the_registry_supplies_handler_and_plan() -> None:
     env = JobEnvironment(handlers=registry, job_type="thing")
     assert env.run().kind is EndKind.COMPLETE
     assert [r.stage for r in env.reports] == ["DONE"]
+
+
+def test_await_review_ends_the_attempt_with_the_request_and_the_checkpoint() -> None:
+    def asks(ctx: JobContext) -> Result:
+        ctx.stage("PROCESSING")
+        try:
+            ctx.await_review("alice", ["Payee is new"], checkpoint=b"half")
+        except Exception:  # noqa: BLE001 - an ordinary except does not swallow it: it is a stop, not an error
+            raise AssertionError("await_review was caught as an error") from None
+        raise AssertionError("await_review returned")
+
+    outcome = JobEnvironment().run(asks)
+    assert outcome.kind is EndKind.AWAIT_REVIEW
+    assert outcome.review == ReviewRequest(assignee="alice", items=("Payee is new",))
+    assert outcome.checkpoint == b"half"
+
+
+def test_a_handler_reads_the_approval_it_resumes_after() -> None:
+    approved = Review(decision=Decision.APPROVE, note="ok", resolved_by="acme")
+    outcome = JobEnvironment(review=approved).run(lambda ctx: Result.from_json({"note": ctx.review.note}))
+    assert outcome.kind is EndKind.COMPLETE and json.loads(outcome.read_result()) == {"note": "ok"}

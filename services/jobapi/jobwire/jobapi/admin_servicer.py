@@ -39,6 +39,8 @@ def finding(found: Finding) -> admin_pb2.Finding:
         checkpoint_present=found.checkpoint_present,
         lease_expires_at=convert.timestamp(found.lease_expires_at),
         progress_at=convert.timestamp(found.progress_at),
+        job_type=found.job_type,
+        worker_claimed_at=convert.timestamp(found.claimed_at),
     )
 
 

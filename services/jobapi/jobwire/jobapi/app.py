@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from jobwire.jobapi.admin_servicer import AdminServicer
 from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
@@ -12,7 +14,8 @@ from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 
 def add_jobapi(rt: Runtime) -> None:
-    jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.wakeup)
+    no_worker_after = timedelta(seconds=rt.settings.no_worker_after_seconds)
+    jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.wakeup, no_worker_after=no_worker_after)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
         JobServicer(jobs, add_watching(rt), rt.settings),

@@ -97,6 +97,13 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         job = await self.jobs.retry(auth.current(), limits.job_no(request.job_no))
         return convert.job_to_proto(job, locale)
 
+    async def Resolve(self, request: job_pb2.ResolveRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        decision = convert.decision(request.decision)
+        note = limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS)
+        locale = limits.locale(request.locale)  # a bad request is refused before anything changes
+        job = await self.jobs.resolve(auth.current(), limits.job_no(request.job_no), decision, note)
+        return convert.job_to_proto(job, locale)
+
     async def ListJobs(
         self, request: job_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.ListJobsResponse:
@@ -105,6 +112,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             owner=limits.key("owner", request.owner),
             statuses=[convert.status(s) for s in request.statuses],
             job_type=limits.name("job_type", request.job_type) if request.job_type else "",
+            assignee=limits.key("assignee", request.assignee),
         )
         locale = limits.locale(request.locale)
         jobs, token = await self.jobs.list_jobs(where, limits.page_size(request.page_size), request.page_token)

@@ -12,12 +12,13 @@ from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
 from jobwire.db.store import Call, JobStore, Submit, SubmitBatch, Work
-from jobwire.db.user_actions import Cancel, Requeue, Retry
+from jobwire.db.user_actions import Cancel, Requeue, Resolve, Retry
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.commands import JobFilter, NewJob
 from jobwire.domain.errors import JobwireError
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import JobRecord
+from jobwire.domain.review import Decision, Review
 from jobwire.domain.states import Status
 from jobwire.rpc.auth import Principal
 from jobwire.rpc.batching import Batcher
@@ -34,8 +35,11 @@ class Jobs:
         blocking: Blocking,
         commits: Batcher[Work, Any],
         wakeup: Wakeup,
+        *,
+        no_worker_after: timedelta,
     ) -> None:
         self.store = store
+        self.no_worker_after = no_worker_after  # JOBWIRE_NO_WORKER_AFTER
         self.blocking = blocking
         self.commits = commits
         self.wakeup = wakeup
@@ -77,13 +81,21 @@ class Jobs:
         return await self.get_batch(who, batch_id)
 
     async def get(self, who: Principal, job_no: str) -> JobRecord:
-        return await self.blocking(self.store.get, who.tenant, job_no)
+        return await self.blocking(lambda: self.store.get(who.tenant, job_no, no_worker_after=self.no_worker_after))
 
     async def cancel(self, who: Principal, job_no: str) -> JobRecord:
         return await self._one(Cancel(tenant=who.tenant, job_no=job_no))
 
     async def retry(self, who: Principal, job_no: str) -> JobRecord:
         job = await self._one(Retry(tenant=who.tenant, job_no=job_no))
+        if job.status is Status.QUEUED:
+            self.wakeup.notify(who.tenant, job.queue, job.job_type)
+        return job
+
+    async def resolve(self, who: Principal, job_no: str, decision: Decision, note: str) -> JobRecord:
+        # A principal has no name of its own beyond its tenant: the tenant is who resolved it.
+        review = Review(decision=decision, note=note, resolved_by=who.tenant)
+        job = await self._one(Resolve(tenant=who.tenant, job_no=job_no, review=review))
         if job.status is Status.QUEUED:
             self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
@@ -111,7 +123,9 @@ class Jobs:
         self, who: Principal, stalled_after: timedelta, queue: str, kinds: list[FindingKind]
     ) -> list[Finding]:
         return await self.blocking(
-            self.store.inspect, who.tenant, stalled_after=stalled_after, queue=queue, kinds=kinds
+            lambda: self.store.inspect(
+                who.tenant, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=self.no_worker_after
+            )
         )
 
     async def list_workers(

@@ -21,10 +21,12 @@ Run it with ``jobwire-worker --target HOST:PORT --handlers mymodule:handlers``, 
 from __future__ import annotations
 
 from jobwire.domain.job import ErrorCategory
+from jobwire.domain.review import Decision, Review
 from jobwire.domain.stages import StageDef
 from jobwire.worker.sdk._config import WorkerConfig
 from jobwire.worker.sdk._context import JobContext
 from jobwire.worker.sdk._errors import (
+    AwaitingReview,
     DependencyFailed,
     HandlerError,
     InputInvalid,
@@ -41,6 +43,8 @@ from jobwire.worker.sdk._result import Result
 from jobwire.worker.sdk._worker import Worker
 
 __all__ = [
+    "AwaitingReview",
+    "Decision",
     "DependencyFailed",
     "ErrorCategory",
     "HandlerError",
@@ -53,6 +57,7 @@ __all__ = [
     "Result",
     "ResultInvalid",
     "RetryableError",
+    "Review",
     "ShuttingDown",
     "StageDef",
     "TimedOut",

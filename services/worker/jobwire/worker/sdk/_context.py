@@ -16,13 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from jobwire.domain import limits
 from jobwire.domain.errors import ProgressRegression
 from jobwire.domain.progress import Progress, apply_report
+from jobwire.domain.review import Review, review_request
 from jobwire.domain.stages import StageDef, index_of
 from jobwire.worker.sdk._errors import (
+    AwaitingReview,
     InputInvalid,
     JobCancelled,
     LeaseLost,
@@ -81,6 +83,7 @@ class JobInfo:
     stages: tuple[StageDef, ...]
     tmp_dir: Path
     deadline: datetime | None = None  # when the attempt's time runs out (aware, UTC)
+    review: Review | None = None  # a reviewer's approval of this job, when there was one
 
 
 class AttemptState:
@@ -346,6 +349,33 @@ class JobContext:
     def checkpoint(self, data: bytes) -> None:
         """Save where a later attempt may resume (at most 64 KiB); sent with the next report."""
         self._state.save_checkpoint(data)
+
+    @property
+    def review(self) -> Review | None:
+        """The reviewer's decision (APPROVE), note and name when this job was approved after
+        an `await_review`; None when nobody reviewed it."""
+        return self._state.info.review
+
+    def await_review(self, assignee: str, items: Sequence[str] = (), checkpoint: bytes | None = None) -> NoReturn:
+        """Hand the job to a person and end this attempt: raises AwaitingReview, which the
+        handler lets propagate (as it would a stop).
+
+        The job then WAITs with no lease and no attempt clock. If the reviewer approves, a
+        later attempt runs with `review` set and `last_checkpoint` as saved here (or by the
+        last `checkpoint()`); if they reject it, the job ends FAILED with their note.
+
+        Args:
+            assignee: Who must review it (a name, at most 128 characters).
+            items: What they should look at: at most 50 lines of plain text, 500 characters each.
+            checkpoint: Where the next attempt resumes (at most 64 KiB).
+
+        Raises:
+            InvalidArgument: A missing assignee, or items past the limits (nothing is sent).
+        """
+        request = review_request(assignee, tuple(items))
+        if checkpoint is not None:
+            self._state.save_checkpoint(checkpoint)
+        raise AwaitingReview(request)
 
     def check(self) -> None:
         """A safe point: return, or raise JobCancelled, LeaseLost, ShuttingDown or TimedOut.

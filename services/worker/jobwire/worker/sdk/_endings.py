@@ -10,8 +10,9 @@ import asyncio
 import enum
 from dataclasses import dataclass
 
+from jobwire.domain.review import ReviewRequest
 from jobwire.worker.sdk._context import AttemptState, JobContext, StopReason
-from jobwire.worker.sdk._errors import Failure, JobInterrupted, failure_of
+from jobwire.worker.sdk._errors import AwaitingReview, Failure, JobInterrupted, failure_of
 from jobwire.worker.sdk._handlers import AsyncHandler
 
 
@@ -20,6 +21,7 @@ class EndKind(enum.StrEnum):
     FAIL = "FAIL"  # Fail with a category
     CONFIRM_CANCEL = "CONFIRM_CANCEL"  # temp output removed, then ConfirmCancel
     RELEASE = "RELEASE"  # graceful shutdown: Release with the latest checkpoint
+    AWAIT_REVIEW = "AWAIT_REVIEW"  # the handler handed the job to a person: AwaitReview with the latest checkpoint
     DISCARD = "DISCARD"  # the lease is gone: drop everything, tell nobody
     TIMED_OUT = "TIMED_OUT"  # the attempt's time ran out: drop everything, tell nobody (the server ends it)
     ABANDON = "ABANDON"  # stopped without a safe point: leave the lease to expire
@@ -30,6 +32,7 @@ class Ending:
     kind: EndKind
     result: object = None
     failure: Failure | None = None
+    review: ReviewRequest | None = None  # AWAIT_REVIEW: who and what
 
 
 _BY_STOP = {
@@ -60,6 +63,9 @@ def decide(
             # The handler was told to stop but returned anyway: its output may be partial.
             return Ending(kind=_BY_STOP[stop])
         return Ending(kind=EndKind.COMPLETE, result=result)
+    if isinstance(error, AwaitingReview) and stop is not StopReason.CANCEL:
+        # As graceful as a release, so it outranks a shutdown; a cancel still wins.
+        return Ending(kind=EndKind.AWAIT_REVIEW, review=error.request)
     if isinstance(error, JobInterrupted | asyncio.CancelledError) and stop is not None:
         # The strongest reason wins: a cancel that arrived during shutdown is a cancel. An
         # async handler's task is cancelled by a stop: that is the stop, not a failure.

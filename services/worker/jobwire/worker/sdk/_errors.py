@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from jobwire.domain.job import ErrorCategory, plain_message
 from jobwire.domain.limits import MAX_DETAIL_CHARS
+from jobwire.domain.review import ReviewRequest
 
 
 class JobInterrupted(BaseException):
@@ -41,6 +42,14 @@ class LeaseLost(JobInterrupted):
 
 class ShuttingDown(JobInterrupted):
     """The worker is shutting down: stop, the job is released with its last checkpoint."""
+
+
+class AwaitingReview(JobInterrupted):
+    """The handler handed the job to a person (`JobContext.await_review`): the attempt ends, the job waits."""
+
+    def __init__(self, request: ReviewRequest) -> None:
+        super().__init__(f"waiting for review by {request.assignee}")
+        self.request = request
 
 
 class HandlerError(Exception):
@@ -115,6 +124,7 @@ PLAIN_SENTENCES: dict[ErrorCategory, str] = {
     ErrorCategory.WORKER_LOST: "The worker running the job stopped.",
     ErrorCategory.RESULT_INVALID: "The job's result could not be delivered.",
     ErrorCategory.PROCESSING_ERROR: "The job failed while processing.",
+    ErrorCategory.REJECTED: "A reviewer rejected the job.",
 }
 _NETWORK_ERRNOS = frozenset(
     getattr(errno, name)

@@ -52,6 +52,10 @@ class WorkerStub(Protocol):
 
     def Release(self, request: worker_pb2.ReleaseRequest, *, timeout: float | None = ...) -> Awaitable[job_pb2.Job]: ...
 
+    def AwaitReview(
+        self, request: worker_pb2.AwaitReviewRequest, *, timeout: float | None = ...
+    ) -> Awaitable[job_pb2.Job]: ...
+
 
 def _code(error: BaseException) -> grpc.StatusCode | None:
     """The status code of a failed call (aio, sync, or a test's fake); None for anything else."""

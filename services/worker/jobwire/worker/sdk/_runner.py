@@ -24,6 +24,7 @@ import grpc
 
 from jobwire.codec import stages_from_proto
 from jobwire.domain.job import ErrorCategory
+from jobwire.domain.review import Decision, Review, ReviewRequest
 from jobwire.domain.stages import StageDef
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snapshot, StopReason
@@ -143,6 +144,7 @@ class JobRunner:
             stages=stages,
             tmp_dir=tmp,
             deadline=lease.attempt_deadline.ToDatetime(tzinfo=UTC) if lease.HasField("attempt_deadline") else None,
+            review=review_of(lease),
         )
 
     async def _invoke(self, state: AttemptState) -> Ending:
@@ -196,6 +198,9 @@ class _Finisher:
             )
         elif ending.kind is EndKind.RELEASE:
             await self._release()
+        elif ending.kind is EndKind.AWAIT_REVIEW:
+            assert ending.review is not None
+            await self._await_review(ending.review)
         elif ending.kind is EndKind.DISCARD:
             self._log("lease lost; result discarded")
         elif ending.kind is EndKind.TIMED_OUT:
@@ -268,6 +273,18 @@ class _Finisher:
         kept = "with its checkpoint" if checkpoint is not None else "without a checkpoint"
         await self._end("Release", self._deps.stub.Release, request, done=f"released {kept}")
 
+    async def _await_review(self, review: ReviewRequest) -> None:
+        await self._reporter.flush(FLUSH_TIMEOUT_S)
+        request = worker_pb2.AwaitReviewRequest(
+            job_no=self._lease.job_no, worker_token=self._lease.worker_token, assignee=review.assignee,
+            items=review.items,
+        )  # fmt: skip
+        if self._state.checkpoint is not None:
+            request.checkpoint = self._state.checkpoint
+        await self._end(
+            "AwaitReview", self._deps.stub.AwaitReview, request, done=f"waiting for review by {review.assignee}"
+        )
+
     def _log(self, what: str) -> None:
         log.info("job %s attempt %d: %s", self._lease.job_no, self._lease.attempt, what)
 
@@ -299,3 +316,10 @@ class _Outcome(enum.Enum):
     LOST = "LOST"  # WORKER_LEASE_LOST: someone else decides the job now
     REFUSED = "REFUSED"  # a definite no for another reason
     UNREACHABLE = "UNREACHABLE"  # gave up retrying; the call may or may not have landed
+
+
+def review_of(lease: worker_pb2.Lease) -> Review | None:
+    if not lease.HasField("review"):
+        return None
+    r = lease.review
+    return Review(decision=Decision(job_pb2.Review.Decision.Name(r.decision)), note=r.note, resolved_by=r.resolved_by)

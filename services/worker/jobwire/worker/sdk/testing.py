@@ -27,6 +27,7 @@ from typing import cast
 
 from jobwire.domain.job import Artifact
 from jobwire.domain.progress import Progress
+from jobwire.domain.review import Review, ReviewRequest
 from jobwire.domain.stages import StageDef
 from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snapshot, StopReason
 from jobwire.worker.sdk._endings import (
@@ -63,15 +64,16 @@ class Report:
 class Outcome:
     """How the attempt ended, and what the worker would have sent.
 
-    `kind` is one of COMPLETE, FAIL, CONFIRM_CANCEL, RELEASE, DISCARD (lost lease),
-    TIMED_OUT (past the attempt's deadline).
+    `kind` is one of COMPLETE, FAIL, CONFIRM_CANCEL, RELEASE, AWAIT_REVIEW, DISCARD (lost
+    lease), TIMED_OUT (past the attempt's deadline).
     """
 
     kind: EndKind
     artifact: Artifact | None = None
     result_path: Path | None = None
     failure: Failure | None = None
-    checkpoint: bytes | None = None  # what Release would carry
+    checkpoint: bytes | None = None  # what Release or AwaitReview would carry
+    review: ReviewRequest | None = None  # AWAIT_REVIEW: who must review it, and what
     # Keeps a default (temporary) results folder alive as long as the outcome is.
     keepalive: object = field(default=None, repr=False, compare=False)
 
@@ -96,6 +98,7 @@ class JobEnvironment:
             None gives file:// URIs.
         tmp_root: Where the attempt's temporary folder is made.
         deadline: What `ctx.deadline` says; the attempt stops only when `time_out()` is called.
+        review: What `ctx.review` says: a reviewer's approval of the job, or None.
     """
 
     def __init__(
@@ -112,9 +115,11 @@ class JobEnvironment:
         results_url: str | None = None,
         tmp_root: Path | None = None,
         deadline: datetime | None = None,
+        review: Review | None = None,
     ) -> None:
         self.payload = _encode(payload)
         self.deadline = deadline
+        self.review = review
         self.handlers, self.job_type, self.job_no = handlers, job_type, job_no
         self.attempt, self.last_checkpoint = attempt, last_checkpoint
         self._stages = stages
@@ -227,6 +232,7 @@ class JobEnvironment:
             stages=spec.stages,
             tmp_dir=self.tmp_dir,
             deadline=self.deadline,
+            review=self.review,
         )
         state = AttemptState(info, _Sink(self._record))
         with self._lock:
@@ -248,6 +254,8 @@ class JobEnvironment:
             return Outcome(kind=ending.kind, failure=ending.failure)
         if ending.kind is EndKind.RELEASE:
             return Outcome(kind=ending.kind, checkpoint=state.checkpoint)
+        if ending.kind is EndKind.AWAIT_REVIEW:
+            return Outcome(kind=ending.kind, checkpoint=state.checkpoint, review=ending.review)
         if ending.kind is not EndKind.COMPLETE:
             return Outcome(kind=ending.kind)
         begin_delivery(state)

@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
-from jobwire.db.leases import Complete, ConfirmCancel, Fail, Release, Report
+from jobwire.db.leases import AwaitReview, Complete, ConfirmCancel, Fail, Release, Report
 from jobwire.db.store import Call, Claim, JobStore, Work, heartbeat_call, lease_states
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import JobwireError, ResourceExhausted
 from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.lease import Lease, LeaseStatus
+from jobwire.domain.review import ReviewRequest
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.metrics import Metrics
@@ -36,6 +37,7 @@ POLL_INTERVAL_S = 30.0
 # ListWorkers needs "last seen", not every call: one write per worker this often.
 SEEN_EVERY_S = 5.0
 MAX_SEEN = 10_000  # workers remembered; each SDK restart is a new worker id
+MAX_KINDS = 100_000  # (tenant, queue, job type) remembered as recently recorded for NO_WORKER
 MAX_WAITING_CLAIMS = 20_000  # long polls one process holds at once, shared among tenants
 
 
@@ -57,6 +59,7 @@ class Leasing:
         # not leave another's without a place to wait (jobwire.runtime.shares).
         self.waiting = TenantShares(MAX_WAITING_CLAIMS, tenants)
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._kinds_written: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._handing_back: set[asyncio.Future[Any]] = set()
 
     async def claim(self, who: Claimant, max_jobs: int, wait_s: float) -> list[Lease]:
@@ -81,7 +84,9 @@ class Leasing:
                 return []
 
     async def _claim_once(self, who: Claimant, max_jobs: int) -> list[Lease]:
-        attempt = asyncio.ensure_future(self.commits(Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id))))
+        attempt = asyncio.ensure_future(
+            self.commits(Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id), kinds=self._kinds_due(who)))
+        )
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -119,6 +124,22 @@ class Leasing:
             self._seen.popitem(last=False)  # the longest unseen: at worst one write more for it
         return True
 
+    def _kinds_due(self, who: Claimant) -> list[tuple[str, str]]:
+        """The (queue, job type) pairs of `who` this process has not recorded as claimed for
+        in the last SEEN_EVERY_S (NO_WORKER): writes grow with the kinds served, not with the
+        workers serving them (320 workers of 64 queues x 100 job types each once took minutes)."""
+        now, due = time.monotonic(), []
+        for queue in who.queues:
+            for job_type in who.plans:
+                key = (who.tenant, queue, job_type)
+                if now - self._kinds_written.get(key, -SEEN_EVERY_S) >= SEEN_EVERY_S:
+                    self._kinds_written[key] = now
+                    self._kinds_written.move_to_end(key)
+                    due.append((queue, job_type))
+        while len(self._kinds_written) > MAX_KINDS:
+            self._kinds_written.popitem(last=False)  # the longest unwritten: at worst one write more for it
+        return due
+
     async def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[LeaseStatus]:
         call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id))
         return lease_states(held, await self.commits(call))
@@ -143,6 +164,13 @@ class Leasing:
     async def release(self, tenant: str, job_no: str, token: str, checkpoint: bytes | None, note: str) -> JobRecord:
         op = Release(tenant=tenant, job_no=job_no, token=token, checkpoint=checkpoint, note=note)
         return self._requeued(await self._one(op))
+
+    async def await_review(
+        self, tenant: str, job_no: str, token: str, request: ReviewRequest, checkpoint: bytes | None
+    ) -> JobRecord:
+        return await self._one(
+            AwaitReview(tenant=tenant, job_no=job_no, token=token, request=request, checkpoint=checkpoint)
+        )
 
     async def _one(self, op: JobOp[T]) -> T:
         outcome = (await self.commits(Call([op])))[0]

@@ -9,6 +9,7 @@ from jobwire.domain import limits
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import InvalidArgument, JobwireError
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
+from jobwire.domain.review import review_request
 from jobwire.domain.stages import validate_plan
 from jobwire.rpc import auth, convert
 from jobwire.rpc.errors import status_proto
@@ -76,6 +77,7 @@ def _lease(lease: Lease) -> worker_pb2.Lease:
         lease_expires_at=convert.timestamp(lease.lease_expires_at),
         heartbeat_interval=convert.duration(lease.lease_seconds / 3),
         attempt_deadline=convert.timestamp(lease.attempt_deadline),
+        review=convert.review_to_proto(lease.review),
     )
 
 
@@ -202,11 +204,26 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return convert.job_to_proto(job)
 
     async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
-        checkpoint = request.checkpoint if request.HasField("checkpoint") else None
-        if checkpoint is not None:
-            limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES)
+        checkpoint = _checkpoint(request)
         note = limits.short_text("note", request.note, limits.MAX_MESSAGE_CHARS)
         job = await self.leasing.release(
             auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), checkpoint, note
         )
         return convert.job_to_proto(job)
+
+    async def AwaitReview(
+        self, request: worker_pb2.AwaitReviewRequest, context: grpc.aio.ServicerContext
+    ) -> job_pb2.Job:
+        checkpoint = _checkpoint(request)
+        review = review_request(request.assignee, request.items)
+        job = await self.leasing.await_review(
+            auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), review, checkpoint
+        )
+        return convert.job_to_proto(job)
+
+
+def _checkpoint(request: worker_pb2.ReleaseRequest | worker_pb2.AwaitReviewRequest) -> bytes | None:
+    checkpoint = request.checkpoint if request.HasField("checkpoint") else None
+    if checkpoint is not None:
+        limits.blob("checkpoint", checkpoint, limits.MAX_CHECKPOINT_BYTES)
+    return checkpoint

@@ -1,7 +1,7 @@
 """batches and dependencies: job_batch and job.batch_id, job_dependency, a job's waiting count, and the claim index skipping waiting jobs
 
-Revision ID: 0006
-Revises: 0004
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-02 09:00:00
 """
 
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-revision = "0006"
-down_revision = "0004"  # 0005 is being written alongside; the merge chains this after it
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

@@ -72,3 +72,15 @@ def _later(s: Served) -> Any:
 
 async def _finding(s: Served, job_no: str) -> admin_pb2.Finding | None:
     return (await unserved(s)).get(job_no)
+
+
+async def test_list_jobs_says_no_worker_too(serve: Any) -> None:
+    s: Served = await serve()
+    assert await claim(s, "frames", worker_id="w-frames") == []  # a worker asks for frames; none yet
+    orphans = [await submit(s, "orphan.list") for _ in range(3)]
+    served_kind = await submit(s, "frames")
+    reply = await s.jobs.ListJobs(job_pb2.ListJobsRequest(statuses=[job_pb2.Job.QUEUED]))
+    details = {j.job_no: j.display.detail for j in reply.jobs}
+    assert [details[o.job_no] for o in orphans] == [UNSERVED] * 3
+    assert details[served_kind.job_no] != UNSERVED
+    assert "No worker" not in details[served_kind.job_no]

@@ -24,6 +24,7 @@ from jobwire.db.tables import worker as worker_table
 from jobwire.domain.commands import JobFilter
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import JobEvent, WorkerInfo
+from jobwire.domain.serving import unserved
 from jobwire.domain.states import LEASED, Status
 
 Row = dict[str, Any]
@@ -93,6 +94,16 @@ def claimed_at(conn: Connection, tenant: str, queue: str, job_type: str) -> date
     """When a worker last claimed for `queue` and `job_type`: one primary-key lookup."""
     found = conn.execute(_CLAIMED_AT, {"tenant": tenant, "queue": queue, "job_type": job_type}).scalar()
     return found if isinstance(found, datetime) else None
+
+
+def unserved_kinds(conn: Connection, tenant: str, rows: Sequence[Row], limit: timedelta) -> set[tuple[str, str]]:
+    """The (queue, job type) of `rows`' QUEUED jobs no worker claimed for within `limit`:
+    one primary-key lookup per kind on the page, not per job."""
+    kinds = {(r["queue"], r["job_type"]) for r in rows if r["status"] == Status.QUEUED.value}
+    if not kinds:
+        return set()
+    now = clock(conn)
+    return {kind for kind in kinds if unserved(claimed_at(conn, tenant, *kind), now, limit)}
 
 
 def queue_position(conn: Connection, row: Row) -> int | None:

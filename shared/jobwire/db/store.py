@@ -15,6 +15,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sqlalchemy.engine import Connection
+
 from jobwire.db import batches, commit_markers, dependencies, feed, leases, reads, reaper, retention, submit, timeouts
 from jobwire.db import inspect as inspect_queries
 from jobwire.db.cache import RowCache
@@ -151,9 +153,15 @@ class JobStore:
         no_worker = row["status"] == Status.QUEUED.value and unserved(row["claimed_at"], row["db_now"], no_worker_after)
         return record_from_row(row, queue_position=position, waiting_for=waiting, no_worker=no_worker)
 
-    def list_jobs(self, where: JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
-        rows, token = self.db.read(lambda c: reads.list_jobs(c, where, page_size, page_token))
-        return [record_from_row(r) for r in rows], token
+    def list_jobs(
+        self, where: JobFilter, page_size: int, page_token: str, *, no_worker_after: timedelta
+    ) -> tuple[list[JobRecord], str]:
+        def read(conn: Connection) -> tuple[list[Row], str, set[tuple[str, str]]]:
+            rows, token = reads.list_jobs(conn, where, page_size, page_token)
+            return rows, token, reads.unserved_kinds(conn, where.tenant, rows, no_worker_after)
+
+        rows, token, unserved_kinds = self.db.read(read)
+        return [record_from_row(r, no_worker=(r["queue"], r["job_type"]) in unserved_kinds) for r in rows], token
 
     def list_events(self, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[JobEvent], str]:
         found = self.db.read(lambda c: reads.list_events(c, tenant, job_no, page_size, page_token))

@@ -107,7 +107,9 @@ class Jobs:
         return outcome  # type: ignore[no-any-return]
 
     async def list_jobs(self, where: JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
-        return await self.blocking(self.store.list_jobs, where, page_size, page_token)
+        return await self.blocking(
+            lambda: self.store.list_jobs(where, page_size, page_token, no_worker_after=self.no_worker_after)
+        )
 
     async def requeue(self, who: Principal, job_no: str, reason: str) -> JobRecord:
         job = await self._one(Requeue(tenant=who.tenant, job_no=job_no, reason=reason))

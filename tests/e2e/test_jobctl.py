@@ -76,12 +76,18 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     # on submit --timeout is the attempt's time limit; the per-call one goes before the command
     "submit": {"--payload", "--payload-file", "--queue", "--priority", "--idempotency-key", "--owner", "--label",
                "--max-attempts", "--on-lease-lost", "--timeout", "--job-timeout", "--stage-timeout",
-               "--on-no-progress", "--run-after", "--watch"},
+               "--on-no-progress", "--run-after", "--watch", "--depends-on"},
     "get": set(),
     "cancel": set(),
     "retry": set(),
+    "resolve": {"--note"},
     "watch": {"--after-version"},
-    "list": {"--owner", "--status", "--type", "--limit"},
+    "list": {"--owner", "--status", "--type", "--limit", "--assignee"},
+    # a group: each of its commands has the global options and its own
+    "batch submit": {"--idempotency-key", "--watch"},
+    "batch get": set(),
+    "batch watch": set(),
+    "batch cancel": set(),
     "inspect": {"--queue", "--kind", "--stalled-after"},
     "events": {"--limit"},
     "requeue": {"--reason"},
@@ -330,6 +336,12 @@ class Worker:
         )  # fmt: skip
         return self.stub.Fail(request, metadata=self.metadata, timeout=30)
 
+    def await_review(self, lease: worker_pb2.Lease, assignee: str, items: list[str]) -> Job:
+        request = worker_pb2.AwaitReviewRequest(
+            job_no=lease.job_no, worker_token=lease.worker_token, assignee=assignee, items=items
+        )
+        return self.stub.AwaitReview(request, metadata=self.metadata, timeout=30)
+
     def confirm_cancel(self, lease: worker_pb2.Lease) -> Job:
         request = worker_pb2.ConfirmCancelRequest(job_no=lease.job_no, worker_token=lease.worker_token)
         return self.stub.ConfirmCancel(request, metadata=self.metadata, timeout=30)
@@ -468,7 +480,7 @@ def test_help_lists_every_command_and_every_exit_code(stack: Stack) -> None:
     assert top.code == 0 and top.err == "", top
     listed = set(re.findall(r"^ {4}([a-z]+) {2,}\S", top.out, flags=re.MULTILINE))
     # A command added to jobctl without tests here fails this line: cover it below first.
-    assert listed == set(OPTIONS), top
+    assert listed == {command.split()[0] for command in OPTIONS}, top
     promised = {int(n) for n in re.findall(r"^ {4}(\d+) +\S", top.out.split("Exit codes:", 1)[1], re.MULTILINE)}
     assert promised == EXIT_CODES, top
     assert set(re.findall(r"--[a-z-]+", top.out.split("Exit codes:", 1)[0])) == {"--help", *GLOBAL_OPTIONS}
@@ -483,7 +495,7 @@ def test_help_lists_every_command_and_every_exit_code(stack: Stack) -> None:
 def test_each_commands_help_offers_the_options_tested_here(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     # In this process: help never reaches a server, and ten more interpreters would cost seconds.
     console = Console(file=io.StringIO())
-    assert run_jobctl([command, "--help"], out=console, err=console, env={}) == 0
+    assert run_jobctl([*command.split(), "--help"], out=console, err=console, env={}) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"usage: jobctl {command} ")
     # An option added to a command without a test here fails this line: cover it first.
@@ -1340,3 +1352,63 @@ def test_admin_client_on_a_shared_channel_leaves_it_open(stack: Stack) -> None:
         borrower.close()  # not its channel: closing the borrower must not close it
         assert isinstance(owner.inspect(), list)
         assert isinstance(borrower.inspect(), list)
+
+
+# ---- waiting for a person, dependencies, batches --------------------------------------
+
+
+def test_resolve_decides_on_a_waiting_job_that_list_finds_by_assignee(stack: Stack) -> None:
+    job_type = fresh_type("review")
+    approved, rejected = stack.submit(job_type), stack.submit(job_type)
+    for _ in (approved, rejected):
+        lease = stack.worker.claim(job_type)
+        assert stack.worker.await_review(lease, "alice", ["Totals", "Payee"]).status == Job.WAITING
+    listed = stack.jobctl("list", "--status", "WAITING", "--assignee", "alice", "--type", job_type)
+    assert sorted(row["JOB"] for row in table(listed.out)) == sorted([approved, rejected]), listed
+    assert details(stack.jobctl("get", approved).out)["progress"] == "waiting for review by alice · Totals · Payee"
+    assert stack.jobctl("list", "--assignee", "bob", "--type", job_type).out.count(job_type) == 0
+    ok = stack.jobctl("resolve", approved, "approve", "--note", "Checked the totals")
+    assert ok.code == 0 and stack.get(approved).status == Job.QUEUED, ok
+    no = stack.jobctl("resolve", rejected, "reject", "--note", "The payee is wrong")
+    assert no.code == 0, no
+    failed = stack.get(rejected)
+    assert (failed.status, failed.error.category, failed.error.message) == (
+        Job.FAILED, job_pb2.JobError.REJECTED, "The payee is wrong",
+    )  # fmt: skip
+    assert_clean_error(stack.jobctl("resolve", approved, "approve"), 4, "FAILED_PRECONDITION", "JOB_NOT_WAITING")
+    assert_clean_error(stack.jobctl("resolve", approved, "approve", token=WORKER), 4, "PERMISSION_DENIED")
+    assert_usage_error(stack.jobctl("resolve", approved, "maybe"), "MAYBE")
+
+
+def test_submit_depends_on_waits_for_its_dependency(stack: Stack) -> None:
+    first_type, then_type = fresh_type("dep-first"), fresh_type("dep-then")
+    first = stack.submit(first_type)
+    then = stack.submit_with_jobctl(then_type, "--depends-on", first)
+    assert f"waiting for its dependencies ({first})" in details(stack.jobctl("get", then).out)["progress"]
+    assert stack.worker.claim_all(then_type) == []  # not before its dependency is READY
+    stack.worker.complete(stack.worker.claim(first_type))
+    assert stack.worker.claim(then_type).job_no == then
+    unknown = stack.jobctl("submit", then_type, "--depends-on", "PT-20000101-001")
+    assert_clean_error(unknown, 4, "INVALID_ARGUMENT", "depends_on")
+
+
+def test_batch_submit_get_watch_and_cancel(stack: Stack) -> None:
+    job_type = fresh_type("batch")
+    jobs = stack.root / f"{job_type}.jsonl"
+    jobs.write_text("".join(json.dumps({"job_type": job_type, "payload": {"page": n}}) + "\n" for n in range(3)))
+    made = stack.jobctl("--json", "batch", "submit", str(jobs), "--idempotency-key", f"{job_type}-key")
+    assert made.code == 0, made
+    batch_id, numbers = made.json()["batch_id"], [j["job_no"] for j in made.json()["jobs"]]
+    again = stack.jobctl("--json", "batch", "submit", str(jobs), "--idempotency-key", f"{job_type}-key")
+    assert again.json()["batch_id"] == batch_id  # the key replays the batch
+    got = stack.jobctl("batch", "get", batch_id)
+    assert got.code == 0 and "0/3 finished (0%)" in got.out and "queued 3" in got.out, got
+    stack.worker.complete(stack.worker.claim(job_type))
+    watching = stack.watch("batch", "watch", batch_id)
+    cancelled = stack.jobctl("batch", "cancel", batch_id)
+    assert cancelled.code == 0 and "3/3 finished (100%)" in cancelled.out and "cancelled 2" in cancelled.out
+    assert watching.finish() == 0
+    assert "3/3 finished" in watching.text, watching.text
+    assert {stack.get(n).status for n in numbers} == {Job.READY, Job.CANCELLED}
+    assert_clean_error(stack.jobctl("batch", "get", batch_id, token=OTHER_CLIENT), 4, "NOT_FOUND")
+    assert_usage_error(stack.jobctl("batch", "submit", str(stack.root / "absent.jsonl")), "absent.jsonl")

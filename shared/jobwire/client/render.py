@@ -39,6 +39,8 @@ _WORDS = {
     "stage": {"en": "stage {i}/{n}", "zh-CN": "第 {i}/{n} 步"},
     "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
     "ahead_one": {"en": "1 job ahead", "zh-CN": "前面还有 1 个任务"},
+    "dependencies": {"en": "waiting for its dependencies ({jobs})", "zh-CN": "等待前置任务完成（{jobs}）"},
+    "review": {"en": "waiting for review by {who}", "zh-CN": "等待 {who} 审核"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
     "no_worker": {"en": "no worker serves this kind of job yet", "zh-CN": "暂时没有可处理此类任务的处理程序"},
     "stalled": {"en": "stalled: no news from the worker", "zh-CN": "处理程序暂无响应"},
@@ -110,8 +112,13 @@ def units_text(progress: job_pb2.Progress) -> str:
 
 
 def queue_text(job: job_pb2.Job, locale: str) -> str:
+    """Where a job that is not running stands: its place in line, or why it has none."""
+    if job.status == job_pb2.Job.WAITING:
+        return " · ".join([word("review", locale, who=job.review_assignee), *job.review_items])
     if job.status != job_pb2.Job.QUEUED:
         return ""
+    if not job.HasField("queue_position") and job.depends_on:  # no place in line until they are READY
+        return word("dependencies", locale, jobs=", ".join(job.depends_on))
     if job.no_worker:
         return word("no_worker", locale)
     if not job.HasField("queue_position"):

@@ -73,14 +73,15 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):  # type: ignor
     async def _latest_within(self, tenant: str, job_no: str, seconds: float) -> job_pb2.Job:
         """The job as it is when it ends or `seconds` pass, from WatchStatus's change feed."""
         latest: job_pb2.Job | None = None
+        limit = asyncio.timeout(seconds)
         try:
-            async with asyncio.timeout(seconds):
-                # aclosing: a timeout ends the stream at once, and its subscription with it
-                async with aclosing(self.watches.status(tenant, job_no, 0, "")) as updates:
-                    async for update in updates:
-                        latest = update.job
+            # aclosing: a timeout ends the stream at once, and its subscription with it
+            async with limit, aclosing(self.watches.status(tenant, job_no, 0, "")) as updates:
+                async for update in updates:
+                    latest = update.job
         except TimeoutError:
-            pass
+            if not limit.expired():  # some other time limit (the store's): not ours to hide
+                raise
         if latest is None:  # the time ran out before the stream's first message
             return convert.job_to_proto(await self.jobs.get(auth.current(), job_no))
         return latest

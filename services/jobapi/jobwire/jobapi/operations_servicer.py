@@ -24,7 +24,7 @@ from jobwire.rpc import operations as ops
 from jobwire.v1 import job_pb2
 
 MAX_WAIT_S = 60.0  # WaitOperation's default and its ceiling: a wait is one held stream, not a session
-DEADLINE_MARGIN_S = 0.25  # answer this long before the caller's deadline, so the answer arrives
+DEADLINE_MARGIN_S = 0.5  # answer this long before the caller's deadline, so the answer arrives
 
 
 def wait_seconds(request: operations_pb2.WaitOperationRequest, time_remaining: float | None) -> float:

@@ -186,9 +186,7 @@ def delete_finished(db: Database, tenant: str, job_no: str, deleter: ArtifactDel
     found = db.read(partial(_one_terminal, tenant=tenant, job_no=job_no))
     if found.artifact is not None:
         deleter(found.artifact)
-    gone = db.write(partial(_delete_rows, job_id=found.job_id))
-    if not gone:  # deleted meanwhile by a second caller or by retention
-        raise JobNotFound()
+    db.write(partial(_delete_rows, job_id=found.job_id, job_no=job_no))
 
 
 def _one_terminal(conn: Connection, tenant: str, job_no: str) -> Due:
@@ -212,8 +210,15 @@ def _one_terminal(conn: Connection, tenant: str, job_no: str) -> Due:
     return Due(job_id=r["id"], artifact=found)
 
 
-def _delete_rows(conn: Connection, job_id: int) -> int:
-    # Terminal states are final (domain/states.py), so the status read before still holds.
+def _delete_rows(conn: Connection, job_id: int, job_no: str) -> None:
+    # A FAILED job may be retried (FAILED -> QUEUED) between the read and now: read the status
+    # again under the row's lock, as a purge does, and delete only what is still terminal.
+    query = sa.select(job.c.status).where(job.c.id == job_id).with_for_update()
+    status = conn.execute(query).scalar()
+    if status is None:  # deleted meanwhile, by a second caller or by retention
+        raise JobNotFound()
+    if not Status(status).terminal:
+        raise InvalidTransition(f"job {job_no} has not finished; cancel it first, or wait for it")
     conn.execute(sa.delete(job_event).where(job_event.c.job_id == job_id))
     conn.execute(sa.delete(artifact).where(artifact.c.job_id == job_id))
-    return int(conn.execute(sa.delete(job).where(job.c.id == job_id)).rowcount)
+    conn.execute(sa.delete(job).where(job.c.id == job_id))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
+from google.longrunning import operations_pb2_grpc
 
 from jobwire.jobapi.app import add_jobapi
 from jobwire.runtime.parts import Runtime, open_runtime
@@ -34,6 +35,7 @@ class Served:
     jobs: job_pb2_grpc.JobServiceStub
     workers: worker_pb2_grpc.WorkerServiceStub
     admin: admin_pb2_grpc.AdminServiceStub
+    operations: operations_pb2_grpc.OperationsStub  # google.longrunning over the same jobs
 
     @property
     def is_mysql(self) -> bool:
@@ -60,6 +62,7 @@ async def start_server(database_url: str, **settings: object) -> Served:
         jobs=job_pb2_grpc.JobServiceStub(channel),
         workers=worker_pb2_grpc.WorkerServiceStub(channel),
         admin=admin_pb2_grpc.AdminServiceStub(channel),
+        operations=operations_pb2_grpc.OperationsStub(channel),
     )
 
 

@@ -13,9 +13,11 @@ import base64
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import pytest
+from google.longrunning import operations_pb2
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from service_support import artifact, claim, db_rows, duration, get, rpc_failure, running, submit
@@ -753,6 +755,60 @@ LIST_WORKERS = [
     ),  # type: ignore[attr-defined]
 ]
 
+
+def _operation_names(rpc: str, call: Callable[[Ctx, str], Awaitable[object]]) -> list[Bad]:
+    """Names that are not `operations/<job_no>`, each refused as `name` before anything is read."""
+    names: list[Callable[[Ctx], str]] = [
+        lambda c: "",
+        lambda c: c.job_no,  # a job number without the collection
+        lambda c: "operations/",
+        lambda c: "operations/garbage",
+        lambda c: "Operations/" + c.job_no,
+        lambda c: f"operations/{c.job_no}/x",
+        lambda c: f"jobs/{c.queued_no}",
+    ]
+    return [Bad(f"{rpc} name #{i}", lambda c, n=n: call(c, n(c)), "name") for i, n in enumerate(names)]  # type: ignore[misc]
+
+
+def _ops(c: Ctx) -> Any:
+    return c.served.operations  # type: ignore[attr-defined]
+
+
+def _list_operations(case: str, field: str, **fields: object) -> Bad:
+    request = operations_pb2.ListOperationsRequest(**fields)  # type: ignore[arg-type]
+    return Bad(f"ListOperations {case}", lambda c: _ops(c).ListOperations(request), field)
+
+
+def _wait(c: Ctx, timeout: Duration) -> Awaitable[object]:
+    request = operations_pb2.WaitOperationRequest(name=f"operations/{c.queued_no}", timeout=timeout)
+    return _ops(c).WaitOperation(request)  # type: ignore[no-any-return]
+
+
+OPERATIONS_GET = _operation_names(
+    "GetOperation", lambda c, n: _ops(c).GetOperation(operations_pb2.GetOperationRequest(name=n))
+)
+OPERATIONS_LIST = [
+    _list_operations("name=jobs", "name", name="jobs"),
+    _list_operations("name=operations/", "name", name="operations/"),
+    _list_operations("filter=done=true", "filter", filter="done = true"),
+    _list_operations("page_size=-1", "page_size", page_size=-1),
+    *(_list_operations(f"page_token={t[:20]!r}", "page_token", page_token=t) for t in GARBAGE_TOKENS),
+]
+OPERATIONS_WAIT = [
+    *_operation_names("WaitOperation", lambda c, n: _ops(c).WaitOperation(operations_pb2.WaitOperationRequest(name=n))),
+    Bad("WaitOperation timeout=-1s", lambda c: _wait(c, raw_duration(-1)), "timeout"),
+    Bad("WaitOperation timeout=-1ns", lambda c: _wait(c, raw_duration(0, -1)), "timeout"),
+    Bad("WaitOperation timeout nanos=1e9", lambda c: _wait(c, raw_duration(0, 1_000_000_000)), "timeout"),
+]
+# a bad name must refuse the call before any job is cancelled or deleted
+OPERATIONS_CANCEL = _operation_names(
+    "CancelOperation", lambda c, n: _ops(c).CancelOperation(operations_pb2.CancelOperationRequest(name=n))
+)
+OPERATIONS_DELETE = _operation_names(
+    "DeleteOperation", lambda c, n: _ops(c).DeleteOperation(operations_pb2.DeleteOperationRequest(name=n))
+)
+
+
 MATRIX: dict[str, list[Bad]] = {
     "JobService.Submit": SUBMIT,
     "JobService.Get": GET,
@@ -778,6 +834,11 @@ MATRIX: dict[str, list[Bad]] = {
     "AdminService.ListEvents": LIST_EVENTS,
     "AdminService.Requeue": REQUEUE,
     "AdminService.ListWorkers": LIST_WORKERS,
+    "Operations.GetOperation": OPERATIONS_GET,
+    "Operations.ListOperations": OPERATIONS_LIST,
+    "Operations.WaitOperation": OPERATIONS_WAIT,
+    "Operations.CancelOperation": OPERATIONS_CANCEL,
+    "Operations.DeleteOperation": OPERATIONS_DELETE,
 }
 
 
@@ -788,7 +849,7 @@ def test_the_matrix_covers_every_rpc() -> None:
 
     rpcs = {
         f"{service.name}.{method.name}"
-        for module in (a, j, w)
+        for module in (a, j, w, operations_pb2)
         for service in module.DESCRIPTOR.services_by_name.values()
         for method in service.methods
     }
@@ -831,7 +892,7 @@ async def _problems(served, ctx: Ctx, case: Bad) -> list[str]:  # type: ignore[n
     return problems
 
 
-@pytest.mark.parametrize("service", ["JobService", "WorkerService", "AdminService"])
+@pytest.mark.parametrize("service", ["JobService", "WorkerService", "AdminService", "Operations"])
 async def test_bad_input(served, service: str) -> None:  # type: ignore[no-untyped-def]
     """Every case of every RPC of `service`; all problems are reported together."""
     ctx = await _context(served)

@@ -55,11 +55,13 @@ async def test_a_thousand_watchers_all_receive_the_terminal_state(tmp_path: Path
         await served.runtime.stop(grace=1.0)
 
 
-def _stubs(channel: grpc.aio.Channel) -> tuple[object, object, object]:
+def _stubs(channel: grpc.aio.Channel) -> tuple[object, object, object, object]:
+    from google.longrunning import operations_pb2_grpc
+
     from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
 
     return (job_pb2_grpc.JobServiceStub(channel), worker_pb2_grpc.WorkerServiceStub(channel),
-            admin_pb2_grpc.AdminServiceStub(channel))  # fmt: skip
+            admin_pb2_grpc.AdminServiceStub(channel), operations_pb2_grpc.OperationsStub(channel))  # fmt: skip
 
 
 def _count_event_reads(served) -> list[str]:  # type: ignore[no-untyped-def]

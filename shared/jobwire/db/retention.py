@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 from jobwire.db.engine import Database
 from jobwire.db.reads import clock
 from jobwire.db.tables import artifact, job, job_event
+from jobwire.domain.errors import InvalidTransition, JobNotFound
 from jobwire.domain.states import Status
 
 log = logging.getLogger(__name__)
@@ -173,3 +174,51 @@ def _files_deleted(deleter: ArtifactDeleter, found: Due) -> bool:
     except Exception:  # a deleter's failure keeps the rows; it must not stop the run
         log.warning("retention: could not delete the result of %s; its rows stay", found.artifact.job_no, exc_info=True)
         return False
+
+
+def delete_finished(db: Database, tenant: str, job_no: str, deleter: ArtifactDeleter) -> None:
+    """Delete one terminal job now, as retention would once it is due (DeleteOperation).
+
+    Raises JobNotFound for no such job of this tenant and InvalidTransition for one still
+    unfinished. As in a purge, the file goes first and the rows after; a file that would not
+    go leaves the rows in place (the deleter's error is raised), so files never outlive rows.
+    """
+    found = db.read(partial(_one_terminal, tenant=tenant, job_no=job_no))
+    if found.artifact is not None:
+        deleter(found.artifact)
+    db.write(partial(_delete_rows, job_id=found.job_id, job_no=job_no))
+
+
+def _one_terminal(conn: Connection, tenant: str, job_no: str) -> Due:
+    query = (
+        sa.select(job.c.id, job.c.status, artifact.c.uri, artifact.c.size_bytes, artifact.c.sha256,
+                  artifact.c.content_type)
+        .select_from(job.outerjoin(artifact, artifact.c.job_id == job.c.id))
+        .where(job.c.tenant == tenant, job.c.job_no == job_no)
+    )  # fmt: skip
+    r = conn.execute(query).mappings().first()
+    if r is None:
+        raise JobNotFound()
+    if not Status(r["status"]).terminal:
+        raise InvalidTransition(f"job {job_no} has not finished; cancel it first, or wait for it")
+    found = None
+    if r["uri"] is not None:
+        found = ExpiredArtifact(
+            tenant=tenant, job_no=job_no, uri=r["uri"], size_bytes=r["size_bytes"],
+            sha256=r["sha256"], content_type=r["content_type"],
+        )  # fmt: skip
+    return Due(job_id=r["id"], artifact=found)
+
+
+def _delete_rows(conn: Connection, job_id: int, job_no: str) -> None:
+    # A FAILED job may be retried (FAILED -> QUEUED) between the read and now: read the status
+    # again under the row's lock, as a purge does, and delete only what is still terminal.
+    query = sa.select(job.c.status).where(job.c.id == job_id).with_for_update()
+    status = conn.execute(query).scalar()
+    if status is None:  # deleted meanwhile, by a second caller or by retention
+        raise JobNotFound()
+    if not Status(status).terminal:
+        raise InvalidTransition(f"job {job_no} has not finished; cancel it first, or wait for it")
+    conn.execute(sa.delete(job_event).where(job_event.c.job_id == job_id))
+    conn.execute(sa.delete(artifact).where(artifact.c.job_id == job_id))
+    conn.execute(sa.delete(job).where(job.c.id == job_id))

@@ -265,6 +265,12 @@ class JobStore:
         """Delete terminal jobs past their retention with their events and artifacts, in batches."""
         return retention.purge_expired(self.db, keep, deleter, batch=batch)
 
+    def delete_finished(
+        self, tenant: str, job_no: str, deleter: retention.ArtifactDeleter = retention.keep_files
+    ) -> None:
+        """Delete one terminal job with its events and artifact now (DeleteOperation)."""
+        retention.delete_finished(self.db, tenant, job_no, deleter)
+
 
 def heartbeat_call(tenant: str, worker_id: str, held: Sequence[tuple[str, str]], *, touch: bool) -> Call:
     """A worker's heartbeat as one call: a renewal per lease, and its last-seen time."""

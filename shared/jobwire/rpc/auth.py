@@ -23,6 +23,8 @@ SERVICE_ROLES = {
     "jobwire.v1.JobService": "client",
     "jobwire.v1.WorkerService": "worker",
     "jobwire.v1.AdminService": "admin",
+    # Operations are jobs seen by a generic long-running-operations client: JobService's callers.
+    "google.longrunning.Operations": "client",
 }
 # Methods a role besides their service's may call: a review is decided by a person, through
 # a backend (client) or an operator's console (admin).

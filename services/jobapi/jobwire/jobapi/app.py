@@ -1,4 +1,4 @@
-"""Wiring JobService and AdminService into a server process."""
+"""Wiring JobService, AdminService and google.longrunning.Operations into a server process."""
 
 from __future__ import annotations
 
@@ -8,18 +8,28 @@ from jobwire.jobapi.admin_servicer import AdminServicer
 from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
 from jobwire.jobapi.jobs import Jobs
+from jobwire.jobapi.operations_servicer import OperationsServicer
 from jobwire.jobapi.watch import StreamRegistry, Watches
+from jobwire.rpc import operations
+from jobwire.runtime.housekeeping import load_deleter
 from jobwire.runtime.parts import Runtime
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 
 def add_jobapi(rt: Runtime) -> None:
     no_worker_after = timedelta(seconds=rt.settings.no_worker_after_seconds)
-    jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.wakeup, no_worker_after=no_worker_after)
+    deleter = load_deleter(rt.settings.artifact_deleter)
+    jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.wakeup, no_worker_after=no_worker_after, deleter=deleter)
+    watches = add_watching(rt)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
-        JobServicer(jobs, add_watching(rt), rt.settings),
+        JobServicer(jobs, watches, rt.settings),
         job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+    )
+    rt.host.add_servicer(
+        operations.add_OperationsServicer_to_server,
+        OperationsServicer(jobs, watches),
+        operations.SERVICE,
     )
     rt.host.add_servicer(
         admin_pb2_grpc.add_AdminServiceServicer_to_server,

@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
+from jobwire.db.retention import ArtifactDeleter, keep_files
 from jobwire.db.store import Call, JobStore, Submit, SubmitBatch, Work
 from jobwire.db.user_actions import Cancel, Requeue, Resolve, Retry
 from jobwire.domain.batches import BatchRecord, NewBatch
@@ -37,8 +38,10 @@ class Jobs:
         wakeup: Wakeup,
         *,
         no_worker_after: timedelta,
+        deleter: ArtifactDeleter = keep_files,
     ) -> None:
         self.store = store
+        self.deleter = deleter  # JOBWIRE_ARTIFACT_DELETER: a deleted job's result file goes too
         self.no_worker_after = no_worker_after  # JOBWIRE_NO_WORKER_AFTER
         self.blocking = blocking
         self.commits = commits
@@ -85,6 +88,10 @@ class Jobs:
 
     async def cancel(self, who: Principal, job_no: str) -> JobRecord:
         return await self._one(Cancel(tenant=who.tenant, job_no=job_no))
+
+    async def delete(self, who: Principal, job_no: str) -> None:
+        """Remove a finished job now, as retention would later; an unfinished one is refused."""
+        await self.blocking(self.store.delete_finished, who.tenant, job_no, self.deleter)
 
     async def retry(self, who: Principal, job_no: str) -> JobRecord:
         job = await self._one(Retry(tenant=who.tenant, job_no=job_no))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -215,7 +215,7 @@ class Watches:
 
     async def status(
         self, tenant: str, job_no: str, after_version: int, locale: str
-    ) -> AsyncIterator[job_pb2.JobUpdate]:
+    ) -> AsyncGenerator[job_pb2.JobUpdate, None]:
         """The job now (or what was missed after `after_version`), then each change, until terminal."""
         with self.registry.inbox(tenant) as box:
             await box.until(self.feed.ready())

@@ -31,6 +31,7 @@ from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
 from jobwire.db.store import JobStore
 from jobwire.domain.errors import StoreUnavailable
 from jobwire.runtime.blocking import Blocking
+from jobwire.runtime.results import ResultStore
 from jobwire.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,15 @@ def load_deleter(spec: str) -> ArtifactDeleter:
 class Housekeeping:
     """The reaper, timeout and retention loop of one server process."""
 
-    def __init__(self, store: JobStore, blocking: Blocking, settings: Settings, *, deleter: ArtifactDeleter) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        blocking: Blocking,
+        settings: Settings,
+        *,
+        deleter: ArtifactDeleter,
+        results: ResultStore | None = None,
+    ) -> None:
         self.store = store
         self.blocking = blocking
         self.interval = settings.reaper_interval_seconds
@@ -66,7 +75,9 @@ class Housekeeping:
             cancelled=settings.retention_cancelled_days,
             failed=settings.retention_failed_days,
         )
-        self.deleter = deleter
+        self.results = results
+        self.deleter = results.deleter(deleter) if results is not None else deleter
+        self.upload_ttl = settings.upload_ttl_seconds
         self.forget_workers_after = timedelta(days=settings.retention_worker_days)
         self.by = reaper_id()
         self._reachable = True
@@ -88,6 +99,7 @@ class Housekeeping:
             purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
             await self.blocking(self.store.purge_workers, self.forget_workers_after)
             await self.blocking(self.store.purge_commit_markers)
+            abandoned = await self.blocking(self.remove_abandoned_uploads)
         except StoreUnavailable:
             if self._reachable:
                 log.warning("housekeeping paused: the database is unreachable")
@@ -107,11 +119,26 @@ class Housekeeping:
             log.info("dependencies: %d waiting jobs settled", settled)
         if purged.jobs or purged.kept:
             log.info("retention: %s", purged)
+        if abandoned:
+            log.info("results: %d uploads no Complete named removed", abandoned)
+
+    def remove_abandoned_uploads(self) -> int:
+        """Uploads older than JOBWIRE_UPLOAD_TTL_SECONDS that no artifact names (blocking)."""
+        if self.results is None:
+            return 0
+        stale = self.results.stale_keys(self.upload_ttl)
+        kept = self.store.stored_keys(stale)
+        for key in stale:
+            if key not in kept:
+                self.results.remove_now(key)
+        return len(stale) - len(kept)
 
 
-def start(store: JobStore, blocking: Blocking, settings: Settings) -> asyncio.Task[None] | None:
+def start(
+    store: JobStore, blocking: Blocking, settings: Settings, results: ResultStore | None = None
+) -> asyncio.Task[None] | None:
     """Housekeeping as a background task for its host to stop; None when the interval is 0."""
     if settings.reaper_interval_seconds <= 0:
         return None
-    keeper = Housekeeping(store, blocking, settings, deleter=load_deleter(settings.artifact_deleter))
+    keeper = Housekeeping(store, blocking, settings, deleter=load_deleter(settings.artifact_deleter), results=results)
     return asyncio.get_running_loop().create_task(keeper.run(), name="jobwire-housekeeping")

@@ -8,6 +8,7 @@ from jobwire.jobapi.admin_servicer import AdminServicer
 from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
 from jobwire.jobapi.jobs import Jobs
+from jobwire.jobapi.results import ResultReader
 from jobwire.jobapi.watch import StreamRegistry, Watches
 from jobwire.runtime.parts import Runtime
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
@@ -18,7 +19,7 @@ def add_jobapi(rt: Runtime) -> None:
     jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.wakeup, no_worker_after=no_worker_after)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
-        JobServicer(jobs, add_watching(rt), rt.settings),
+        JobServicer(jobs, add_watching(rt), rt.settings, ResultReader(rt.store, rt.blocking, rt.results)),
         job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     )
     rt.host.add_servicer(

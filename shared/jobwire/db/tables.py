@@ -219,6 +219,8 @@ artifact = Table(
     mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
 
+Index("ix_artifact_stored_key", artifact.c.stored_key)  # housekeeping: is an upload named by any result?
+
 job_day_counter = Table(
     "job_day_counter",
     metadata,

@@ -19,7 +19,7 @@ from typing import Any
 import fsspec
 
 from jobwire.db.retention import ArtifactDeleter, ExpiredArtifact
-from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.errors import InvalidArgument, ResultNotAvailable
 from jobwire.domain.results import RESULT_CHUNK_BYTES
 from jobwire.runtime.blocking import Blocking
 
@@ -74,7 +74,12 @@ class ResultStore:
         return int(summed["size_bytes"]), str(summed["sha256"]), str(summed["content_type"])
 
     async def read(self, key: str) -> AsyncIterator[bytes]:
-        src = await self.blocking(self.fs.open, self.path(key), "rb")
+        try:
+            src = await self.blocking(self.fs.open, self.path(key), "rb")
+        except FileNotFoundError:
+            # A server whose JOBWIRE_RESULT_STORE is not the one the upload went to.
+            log.error("result %s is not in the result store %s", key, self.root)
+            raise ResultNotAvailable("the result's bytes are not in this server's result store") from None
         try:
             while data := await self.blocking(src.read, RESULT_CHUNK_BYTES):
                 yield data

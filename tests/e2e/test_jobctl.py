@@ -81,6 +81,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "cancel": set(),
     "retry": set(),
     "watch": {"--after-version"},
+    "result": {"--output"},  # against a server in tests/e2e/test_results_processes.py
     "list": {"--owner", "--status", "--type", "--limit"},
     "inspect": {"--queue", "--kind", "--stalled-after"},
     "events": {"--limit"},

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -174,6 +175,7 @@ async def test_retention_and_housekeeping_remove_stored_results(
     error = await rpc_failure(s.jobs.Get(job_pb2.GetRequest(job_no=lease.job_no)))
     assert error.code() == grpc.StatusCode.NOT_FOUND
     assert len(store_files(s)) == 2  # the abandoned upload is not old enough yet
-    keeper.upload_ttl = 1e-9
-    await keeper.tick()
+    later = Housekeeping(rt.store, rt.blocking, replace(rt.settings, upload_ttl_seconds=1e-9),
+                         deleter=keep_files, results=rt.results)  # fmt: skip
+    await later.tick()
     assert store_files(s) == []

@@ -21,6 +21,7 @@ import os
 import random
 import secrets
 import socket
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
@@ -36,6 +37,7 @@ from jobwire.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+UPLOAD_SWEEP_S = 600.0
 
 
 def reaper_id() -> str:
@@ -78,6 +80,9 @@ class Housekeeping:
         self.results = results
         self.deleter = results.deleter(deleter) if results is not None else deleter
         self.upload_ttl = settings.upload_ttl_seconds
+        # Listing the result store costs more than a round's queries: at most this often.
+        self.upload_sweep_every = min(UPLOAD_SWEEP_S, self.upload_ttl)
+        self._next_upload_sweep = 0.0
         self.forget_workers_after = timedelta(days=settings.retention_worker_days)
         self.by = reaper_id()
         self._reachable = True
@@ -124,8 +129,10 @@ class Housekeeping:
 
     def remove_abandoned_uploads(self) -> int:
         """Uploads older than JOBWIRE_UPLOAD_TTL_SECONDS that no artifact names (blocking)."""
-        if self.results is None:
+        now = time.monotonic()
+        if self.results is None or now < self._next_upload_sweep:
             return 0
+        self._next_upload_sweep = now + self.upload_sweep_every
         stale = self.results.stale_keys(self.upload_ttl)
         kept = self.store.stored_keys(stale)
         for key in stale:

@@ -177,8 +177,11 @@ async def test_a_forged_tokens_upload_is_refused_and_leaves_no_file(hosts: Hosts
         epoch, _, mac = lease.worker_token.partition(".")
         for forged in (f"{epoch}.{'0' * len(mac)}", f"{int(epoch) + 1}.{mac}"):
             with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await workers.UploadResult(_chunks(job_no, forged, 3))
+                await workers.UploadResult(_chunks(job_no, forged, 0))
             assert error_info(refused.value).reason == "WORKER_LEASE_LOST"
+            # Refused while megabytes are still on their way: the call fails, nothing is kept.
+            with pytest.raises(grpc.aio.AioRpcError):
+                await workers.UploadResult(_chunks(job_no, forged, 3))
             assert hosts.stored_files() == set()
         up = await workers.UploadResult(_chunks(job_no, lease.worker_token, 3))
         assert up.size_bytes == 1000 + 3 * (1 << 20) and len(hosts.stored_files()) == 2  # the bytes and their sum

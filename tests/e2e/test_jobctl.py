@@ -82,6 +82,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "retry": set(),
     "resolve": {"--note"},
     "watch": {"--after-version"},
+    "result": {"--output"},  # against a server in tests/e2e/test_results_processes.py
     "list": {"--owner", "--status", "--type", "--limit", "--assignee"},
     # a group: each of its commands has the global options and its own
     "batch submit": {"--idempotency-key", "--watch"},

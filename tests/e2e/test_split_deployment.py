@@ -4,9 +4,10 @@ As compose runs it: `python -m jobwire migrate` first, on an empty database; the
 (`python -m jobwire.jobapi`) and the worker service (`python -m jobwire.worker.server`), each
 on a port of its own, with one auth file holding a client, a worker and an admin token;
 then `jobwire-worker` fleet workers running `examples:handlers` against the worker service
-only, with JOBWIRE_RESULTS_DIR / JOBWIRE_RESULTS_URL; and `jobctl` against jobapi.
+only, each in an empty folder of its own and keeping no results (the servers share one
+JOBWIRE_RESULT_STORE, as compose's volume); and `jobctl` against jobapi.
 
-- a submitted job is watched to READY and its result's sha256 matches the delivered file;
+- a submitted job is watched to READY and `jobctl result` gives bytes whose sha256 is the result's;
 - a running job is cancelled: it ends CANCELLED, confirmed by its worker at a safe point
   (the events show it), with no result and no temporary files left;
 - the worker running a job is killed with SIGKILL: the reaper requeues the job (retry
@@ -32,7 +33,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote
 
 import pytest
 import sqlalchemy as sa
@@ -72,10 +72,6 @@ class Deployment:
         return self.root / "results"
 
     @property
-    def results_url(self) -> str:
-        return self.results.as_uri() + "/"
-
-    @property
     def tmp(self) -> Path:
         return self.root / "worker-tmp"
 
@@ -87,6 +83,7 @@ class Deployment:
             "JOBWIRE_MIGRATE": "0",
             "JOBWIRE_LISTEN": "127.0.0.1:0",
             "JOBWIRE_AUTH_FILE": str(auth_file),
+            "JOBWIRE_RESULT_STORE": str(self.results),  # both servers: compose's results volume
             "JOBWIRE_REAPER_INTERVAL_SECONDS": "0.5",
             "JOBWIRE_STALL_GRACE_SECONDS": "1",
         }
@@ -109,18 +106,16 @@ class Deployment:
 
     def worker(self, worker_id: str, target: str) -> subprocess.Popen[bytes]:
         """A fleet worker as compose's example-worker runs, with the test's short lease and claim wait."""
-        env = {
-            **os.environ,
-            "JOBWIRE_TOKEN": self.worker_token.secret,
-            "JOBWIRE_RESULTS_DIR": str(self.results),
-            "JOBWIRE_RESULTS_URL": self.results_url,
-        }
-        env.pop("JOBWIRE_TARGET", None)
+        env = {**os.environ, "JOBWIRE_TOKEN": self.worker_token.secret}
+        for name in ("JOBWIRE_TARGET", "JOBWIRE_RESULTS_DIR", "JOBWIRE_RESULTS_URL"):
+            env.pop(name, None)
+        host = self.root / worker_id  # an empty working folder, as on a machine of its own
+        host.mkdir()
         args = [str(BIN / "jobwire-worker"), "--target", target, "--handlers", "examples:handlers",
                 "--worker-id", worker_id, "--tmp-dir", str(self.tmp), "--lease-seconds", str(LEASE_S),
                 "--claim-wait", "1", "--grace-seconds", "15"]  # fmt: skip
         log = (self.root / f"{worker_id}.log").open("wb")
-        proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=host)
         self.workers[worker_id] = proc
         return proc
 
@@ -249,12 +244,19 @@ def watched(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return last
 
 
-def delivered_file(d: Deployment, uri: str) -> Path:
-    """The file behind a result URI: JOBWIRE_RESULTS_URL plus its path below JOBWIRE_RESULTS_DIR."""
-    assert uri.startswith(d.results_url), uri
-    path = (d.results / unquote(uri.removeprefix(d.results_url))).resolve()
-    assert path.is_relative_to(d.results.resolve()) and path.is_file(), uri
-    return path
+def fetched(d: Deployment, target: str, job_no: str, result: job_pb2.Artifact | dict[str, object]) -> bytes:
+    """`jobctl result JOB_NO -o FILE` in a process of its own; the bytes, checked against the result."""
+    uri, sha256, size = (
+        (result.uri, result.sha256, result.size_bytes) if isinstance(result, job_pb2.Artifact)
+        else (result["uri"], result["sha256"], int(str(result["size_bytes"])))
+    )  # fmt: skip
+    assert uri == f"jobwire://results/{job_no}"
+    out = d.root / f"{job_no}.result"
+    done = d.jobctl(d.client, target, "result", job_no, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    data = out.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == sha256 and len(data) == size
+    return data
 
 
 def events(admin: AdminClient, job_no: str) -> list[admin_pb2.JobEvent]:
@@ -294,7 +296,7 @@ def test_compose_deployment_on_mariadb(deployment: Deployment) -> None:
         JobClient.connect(jobapi.target, d.client.secret, timeout=10) as client,
         AdminClient.connect(jobapi.target, d.admin.secret, timeout=10) as admin,
     ):
-        # 5a. Submit, watch to READY, the result is the file delivered.
+        # 5a. Submit, watch to READY, the result is what the worker handed the server.
         frames = submit(d, jobapi.target, "frames", {"frames": 120, "frame_ms": 1})
         watch = d.jobctl(d.client, jobapi.target, "--json", "watch", frames)
         assert watch.returncode == 0, watch.stderr
@@ -302,9 +304,7 @@ def test_compose_deployment_on_mariadb(deployment: Deployment) -> None:
         assert final["status"] == "READY"
         result = final["result"]
         assert isinstance(result, dict)
-        path = delivered_file(d, str(result["uri"]))
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == result["sha256"]
-        assert path.stat().st_size == int(result["size_bytes"])
+        fetched(d, jobapi.target, frames, result)
 
         # 5b. Cancel a running job: it stops at its next safe point (frame 40 holds for a minute).
         slow = submit(d, jobapi.target, "frames", {"frames": 900, "frame_ms": 1, "pause_at": 40, "pause_ms": 60000})
@@ -336,7 +336,8 @@ def test_compose_deployment_on_mariadb(deployment: Deployment) -> None:
         assert end.version > asked[0].version
         assert not [e for e in trail if e.kind.startswith("LEASE_") or e.kind == "COMPLETED"]
         assert list(d.tmp.iterdir()) == []  # its temporary folder went with it
-        assert not (d.results / slow).exists()  # and nothing was delivered
+        refused = d.jobctl(d.client, jobapi.target, "result", slow)
+        assert refused.returncode == 4 and "not READY" in refused.stderr, refused.stderr
 
         # 5c. kill -9 the worker running an import; another worker resumes it from its checkpoint.
         rows, target_db = 20_000, d.root / "import.db"
@@ -353,8 +354,8 @@ def test_compose_deployment_on_mariadb(deployment: Deployment) -> None:
         assert watch.returncode == 0, watch.stderr
         recovered = client.get(imported)
         assert recovered.status == READY and recovered.attempt == 2
-        path = delivered_file(d, recovered.result.uri)
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == recovered.result.sha256
+        data = fetched(d, jobapi.target, imported, recovered.result)
+        assert client.result(imported) == data
         trail = events(admin, imported)
         kinds = [e.kind for e in trail]
         assert "LEASE_EXPIRED" in kinds and "LEASE_REVOKED_REQUEUED" in kinds, kinds
@@ -362,7 +363,7 @@ def test_compose_deployment_on_mariadb(deployment: Deployment) -> None:
         finishers = [e.worker_id for e in trail if e.kind == "COMPLETED"]
         assert len(claims) == 2 and claims[0] == holder[0] and claims[1] != holder[0], claims
         assert finishers == [claims[1]]
-        summary = json.loads(path.read_text())
+        summary = json.loads(data)
         assert summary["rows"] == rows and summary["resumed_at_row"] >= 3000  # resumed, not started over
         with sqlite3.connect(target_db) as conn:
             total, distinct = conn.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM imported_rows").fetchone()
@@ -378,8 +379,7 @@ def test_compose_deployment_on_mariadb(deployment: Deployment) -> None:
         assert json.loads(inspect.stdout) == []  # no STALLED, RUNNING_WITHOUT_LEASE or TERMINAL_WITH_TOKEN
         assert list(admin.inspect()) == []
         assert completions(d.database_url) == {frames: 1, imported: 1}
-        for job_no in (frames, imported):
-            attempts = sorted(p.name for p in (d.results / job_no).iterdir())
-            assert len(attempts) == 1, (job_no, attempts)  # one delivery per job
+        for worker_id in d.workers:
+            assert list((d.root / worker_id).rglob("*")) == []  # nothing kept on a worker's machine
         # Temporary folders: only the killed attempt's is left (SIGKILL leaves no chance to clean up).
         assert [p.name.startswith(f"jobwire-{imported}-a1-") for p in d.tmp.iterdir()] == [True]

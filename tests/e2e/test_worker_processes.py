@@ -1,7 +1,9 @@
 """The worker runtime end to end, in real processes.
 
 The embedded server (`python -m jobwire serve`) on a fresh SQLite file, and `jobwire-worker`
-processes running `examples:handlers`, killed and stopped the way deployments do it.
+processes running `examples:handlers`, killed and stopped the way deployments do it. Each
+worker runs in a folder of its own and keeps no results: by default the server keeps them
+(jobwire://results/<job_no>) and a client reads them back with GetResult.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import grpc
 import pytest
@@ -44,15 +45,18 @@ class Stack:
         return self.root / "worker-tmp"
 
     @property
-    def results(self) -> Path:
-        return self.root / "results"
+    def result_store(self) -> Path:
+        return self.root / "results"  # the server's default: beside its SQLite file
 
     def worker(self) -> subprocess.Popen[bytes]:
-        log = (self.root / f"worker-{len(self.workers) + 1}.log").open("wb")
+        n = len(self.workers) + 1
+        log = (self.root / f"worker-{n}.log").open("wb")
+        host = self.root / f"host-{n}"  # its own empty working folder, as on another machine
+        host.mkdir()
         args = [str(BIN / "jobwire-worker"), "--target", self.target, "--handlers", "examples:handlers",
-                "--results-dir", str(self.results), "--tmp-dir", str(self.tmp), "--lease-seconds", str(LEASE_S),
+                "--tmp-dir", str(self.tmp), "--lease-seconds", str(LEASE_S),
                 "--claim-wait", "1", "--grace-seconds", "15"]  # fmt: skip
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=host)
         self.workers.append(proc)
         return proc
 
@@ -111,17 +115,18 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
             print(f"----- {log.name}\n{log.read_text(errors='replace')[-4000:]}")
 
 
-def result_file(job: job_pb2.Job) -> Path:
-    uri = urlparse(job.result.uri)
-    assert uri.scheme == "file"
-    return Path(unquote(uri.path))
+def result_bytes(stack: Stack, job: job_pb2.Job) -> bytes:
+    assert job.result.uri == f"jobwire://results/{job.job_no}"
+    stream = stack.jobs.GetResult(job_pb2.GetResultRequest(job_no=job.job_no), timeout=30)
+    return b"".join(chunk.data for chunk in stream)
 
 
 def assert_verified(stack: Stack, job: job_pb2.Job) -> None:
-    path = result_file(job)
-    assert path.is_relative_to(stack.results)
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == job.result.sha256
-    assert path.stat().st_size == job.result.size_bytes
+    data = result_bytes(stack, job)
+    assert hashlib.sha256(data).hexdigest() == job.result.sha256
+    assert len(data) == job.result.size_bytes
+    for host in stack.root.glob("host-*"):
+        assert list(host.rglob("*")) == []  # nothing kept on the worker's machine
 
 
 def imported(db: Path) -> tuple[int, int, dict[int, int]]:
@@ -166,7 +171,10 @@ def test_cancel_during_frames_removes_temp_output_and_delivers_nothing(stack: St
     job = stack.wait(job_no, lambda j: j.status == CANCELLED, timeout=20)
     assert not job.HasField("result")
     assert list(stack.tmp.iterdir()) == []
-    assert not (stack.results / job_no).exists()
+    with pytest.raises(grpc.RpcError) as refused:
+        list(stack.jobs.GetResult(job_pb2.GetResultRequest(job_no=job_no), timeout=30))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert [p for p in stack.result_store.rglob("*") if p.is_file()] == []
 
 
 def test_kill_9_mid_import_resumes_from_the_checkpoint_and_imports_each_row_once(stack: Stack) -> None:
@@ -180,7 +188,7 @@ def test_kill_9_mid_import_resumes_from_the_checkpoint_and_imports_each_row_once
     job = stack.wait(job_no, lambda j: j.status == READY, timeout=90)
     assert job.attempt == 2
     assert_verified(stack, job)
-    summary = json.loads(result_file(job).read_text())
+    summary = json.loads(result_bytes(stack, job))
     assert summary["resumed_at_row"] >= seen  # the checkpoint is written before progress shows it
     assert summary["inserted_by_this_attempt"] == rows - imported(db)[2][1]
     total, distinct, by_attempt = imported(db)
@@ -202,7 +210,7 @@ def test_sigterm_mid_import_releases_with_a_checkpoint_and_another_worker_finish
     assert list(stack.tmp.iterdir()) == []
     stack.worker()
     job = stack.wait(job_no, lambda j: j.status == READY, timeout=60)
-    summary = json.loads(result_file(job).read_text())
+    summary = json.loads(result_bytes(stack, job))
     assert summary["resumed_at_row"] >= seen
     total, distinct, _ = imported(db)
     assert total == distinct == rows

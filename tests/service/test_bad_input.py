@@ -585,6 +585,7 @@ def result(**fields: object) -> job_pb2.Artifact:
 
 
 DI = "DELIVERABLE_INVALID"
+NO_CLAIM = job_pb2.Artifact()  # a result the server keeps: the worker claims nothing of it
 COMPLETE = [
     *(complete_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
     complete_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
@@ -600,6 +601,38 @@ COMPLETE = [
     complete_case("summary of 2001 chars", "result", DI, result=result(summary="s" * 2001)),
     # a result page turns the URI into a link
     complete_case("javascript: uri", "result", DI, result=result(uri="javascript:alert(1)")),
+    # results the server keeps
+    complete_case("inline_result and upload_id", "upload_id", result=NO_CLAIM, inline_result=b"x", upload_id="a" * 32),
+    complete_case("upload_id not hex", "upload_id", result=NO_CLAIM, upload_id="z" * 32),
+    complete_case("upload_id of 31 digits", "upload_id", result=NO_CLAIM, upload_id="a" * 31),
+    complete_case("upload_id never uploaded", "upload_id", result=NO_CLAIM, upload_id="a" * 32),
+    complete_case("inline_result over 1 MiB", "inline_result", result=NO_CLAIM, inline_result=b"x" * (MiB + 1)),
+    complete_case(
+        "inline_result with another sha256",
+        "result.sha256",
+        DI,
+        result=job_pb2.Artifact(sha256="0" * 64),
+        inline_result=b"x",
+    ),
+    complete_case(
+        "inline_result with another size",
+        "result.size_bytes",
+        DI,
+        result=job_pb2.Artifact(size_bytes=2),
+        inline_result=b"x",
+    ),
+    complete_case("inline_result with a uri of its own", "result.uri", DI, result=result(), inline_result=b"x"),
+    Bad(
+        "Complete inline_result over 4 MiB",
+        lambda c: c.served.workers.Complete(
+            worker_pb2.CompleteRequest(  # type: ignore[attr-defined]
+                job_no=c.job_no, worker_token=c.token, inline_result=b"x" * (4 * MiB + 1)
+            )
+        ),
+        None,
+        TOO_BIG,
+        None,
+    ),
     complete_case("data: uri", "result", DI, result=result(uri="data:text/html,<b>x</b>")),
     complete_case("uri with ESC", "result", DI, result=result(uri="https://x/\x1b[2J")),
 ]
@@ -742,6 +775,41 @@ REQUEUE = [
     requeue("reason with a newline", "reason", reason="line\nbreak"),
 ]
 
+
+async def _upload(c: Ctx, *chunks: job_pb2.ResultChunk) -> object:
+    async def stream():  # type: ignore[no-untyped-def]
+        for chunk in chunks:
+            yield chunk
+
+    return await c.served.workers.UploadResult(stream())  # type: ignore[attr-defined]
+
+
+def upload_case(name: str, field: str | None, *more: job_pb2.ResultChunk, code: grpc.StatusCode = INVALID,
+                reason: str | None = "INVALID_ARGUMENT", **first: object) -> Bad:  # fmt: skip
+    def call(c: Ctx) -> Awaitable[object]:
+        values: dict[str, object] = {"job_no": c.job_no, "worker_token": c.token, "data": b"abc", **first}
+        return _upload(c, job_pb2.ResultChunk(**values), *more)  # type: ignore[arg-type]
+
+    return Bad(f"UploadResult {name}", call, field, code, reason)
+
+
+UPLOAD_RESULT = [
+    *(upload_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    upload_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
+    upload_case("content_type of 256 chars", "content_type", content_type="t" * 256),
+    upload_case("content_type with a newline", "content_type", content_type="text/plain\n"),
+    upload_case("data over 1 MiB in one chunk", "data", data=b"x" * (MiB + 1)),
+    upload_case("a later chunk naming the job", "job_no", job_pb2.ResultChunk(job_no="PT-20260101-001", data=b"x")),
+    upload_case("a later chunk over 1 MiB", "data", job_pb2.ResultChunk(data=b"x" * (MiB + 1))),
+    upload_case("a chunk over 4 MiB", None, code=TOO_BIG, reason=None, data=b"x" * (4 * MiB + 1)),
+    Bad("UploadResult no chunk at all", lambda c: _upload(c), "job_no"),
+]
+
+GET_RESULT = _job_no_cases(
+    "GetResult",
+    lambda c, n: first_message(c.served.jobs.GetResult(job_pb2.GetResultRequest(job_no=n))),  # type: ignore[attr-defined]
+)
+
 LIST_WORKERS = [
     Bad(
         "ListWorkers queue with a space",
@@ -821,6 +889,7 @@ MATRIX: dict[str, list[Bad]] = {
     "JobService.SubmitBatch": SUBMIT_BATCH,
     "JobService.GetBatch": GET_BATCH,
     "JobService.CancelBatch": CANCEL_BATCH,
+    "JobService.GetResult": GET_RESULT,
     "WorkerService.Claim": CLAIM,
     "WorkerService.Heartbeat": HEARTBEAT,
     "WorkerService.ReportStage": REPORT,
@@ -830,6 +899,7 @@ MATRIX: dict[str, list[Bad]] = {
     "WorkerService.ConfirmCancel": CONFIRM,
     "WorkerService.Release": RELEASE,
     "WorkerService.AwaitReview": AWAIT_REVIEW,
+    "WorkerService.UploadResult": UPLOAD_RESULT,
     "AdminService.Inspect": INSPECT,
     "AdminService.ListEvents": LIST_EVENTS,
     "AdminService.Requeue": REQUEUE,
@@ -1026,13 +1096,15 @@ async def test_bytes_that_do_not_parse_answer_invalid_argument(served) -> None: 
     for module in (a, j, w):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
-                request_class = getattr(module, method.input_type.name)
+                request_class = getattr(module, method.input_type.name, None) or getattr(j, method.input_type.name)
                 raw = _undecodable(request_class())
                 if raw is None:
                     continue
                 tried += 1
                 path = f"/{service.full_name}/{method.name}"
-                if method.server_streaming:
+                if method.client_streaming:  # UploadResult: one chunk that does not parse
+                    failure = rpc_failure(served.channel.stream_unary(path)(iter([raw])))
+                elif method.server_streaming:
                     call = served.channel.unary_stream(path)(raw)
                     failure = rpc_failure(first_message(call))
                 else:

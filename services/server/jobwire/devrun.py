@@ -118,6 +118,7 @@ def print_howto(target: str, results: Path) -> None:
         print(f"  {jobctl} submit {job_type} --payload '{json.dumps(payload)}' --watch")
     print(f"  {jobctl} list")
     print(f"  {jobctl} get JOB_NO            {jobctl} cancel JOB_NO")
+    print(f"  {jobctl} result JOB_NO -o FILE  (a READY job's result, kept by the server)")
     print(f"  {jobctl} events JOB_NO         {jobctl} inspect         {jobctl} workers")
     print("\nCtrl-C (or SIGTERM) stops both processes; if either dies, this stops too.\n", flush=True)
 
@@ -126,8 +127,15 @@ def demo(target: str, results: Path) -> int:
     jobctl = [_tool("jobctl"), "--target", target]
     failures = 0
     for job_type, payload in examples(results).items():
-        print(f"\n== {job_type}: submit and watch to the end", flush=True)
-        failures += subprocess.call([*jobctl, "submit", job_type, "--payload", json.dumps(payload), "--watch"]) != 0
+        print(f"\n== {job_type}: submit, watch to the end, fetch its result from the server", flush=True)
+        job_no = _submit(jobctl, job_type, payload)
+        failures += subprocess.call([*jobctl, "watch", job_no]) != 0
+        out = results / f"{job_no}.result"
+        # The worker kept nothing: the server holds the bytes (jobwire://results/JOB_NO).
+        if subprocess.call([*jobctl, "result", job_no, "-o", str(out)]) == 0:
+            print(f"   jobctl result {job_no} -o {out}: {out.stat().st_size} bytes", flush=True)
+        else:
+            failures += 1
     print("\n== cancel: a slow frames job, cancelled while it runs", flush=True)
     job_no = _submit(jobctl, "frames", {"frames": 900, "frame_ms": 20})
     _wait_running(jobctl, job_no)

@@ -200,6 +200,23 @@ def cmd_get(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_result(ctx: Context, args: argparse.Namespace) -> int:
+    """The bytes as they arrive; to a file only once whole (a failed fetch leaves no partial FILE)."""
+    with ctx.jobs() as client:
+        if args.output is None:
+            client.result_to(args.job_no, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+            return EXIT_OK
+        partial = args.output.with_name(args.output.name + ".part")
+        try:
+            with partial.open("wb") as out:
+                client.result_to(args.job_no, out)
+            partial.replace(args.output)
+        finally:
+            partial.unlink(missing_ok=True)
+    return EXIT_OK
+
+
 def cmd_cancel(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.jobs() as client:
         _show_job(ctx, client.cancel(args.job_no))

@@ -6,11 +6,14 @@ from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
+
+import grpc
 
 from jobwire.client import convert
 from jobwire.client.base import BaseClient
 from jobwire.client.convert import Payload, Seconds
+from jobwire.client.errors import from_rpc_error
 from jobwire.client.watch import OnReconnect, UpdateStream, watch_job
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
@@ -206,6 +209,35 @@ class JobClient(BaseClient):
         request = job_pb2.GetRequest(job_no=job_no, locale=self._locale(locale))
         job: job_pb2.Job = self._unary(lambda: self._stub.Get(request, timeout=self.timeout), idempotent=True)
         return job
+
+    def result_chunks(self, job_no: str) -> Iterator[bytes]:
+        """The bytes of a READY job's result the server keeps (uri jobwire://results/<job_no>), in chunks.
+
+        Raises:
+            NotFoundError: no such job in your tenant.
+            FailedPreconditionError: RESULT_NOT_AVAILABLE (not READY, or the worker published
+                the result at its own uri: fetch that instead).
+        """
+        stream = self._stub.GetResult(job_pb2.GetResultRequest(job_no=job_no))  # as long as the bytes take
+        try:
+            for chunk in stream:
+                yield chunk.data
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            stream.cancel()
+
+    def result(self, job_no: str) -> bytes:
+        """A READY job's result, whole (see `result_chunks`; `result_to` writes a large one to a file)."""
+        return b"".join(self.result_chunks(job_no))
+
+    def result_to(self, job_no: str, out: BinaryIO) -> int:
+        """Write a READY job's result to `out` as it arrives; the number of bytes written."""
+        written = 0
+        for data in self.result_chunks(job_no):
+            out.write(data)
+            written += len(data)
+        return written
 
     def cancel(self, job_no: str, *, locale: str | None = None) -> job_pb2.Job:
         """Ask the job to stop: QUEUED ends CANCELLED at once, RUNNING becomes CANCEL_REQUESTED.

@@ -43,6 +43,7 @@ from jobwire.db.writer import RetryTransaction
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact
+from jobwire.domain.results import KeptResult
 from jobwire.domain.states import Action, Status, allowed
 
 Row = dict[str, Any]
@@ -61,6 +62,7 @@ class Change:
         renew: The lease runs again from the database clock (lease_expires_at, heartbeat_at).
         versioned: False for a heartbeat's renewal: no version, no event, nothing anyone sees.
         artifact: The result row a Complete adds.
+        kept: The bytes (or their place in the result store) kept with that row.
         guards: Extra conditions `(sql, params)` on columns that change without a version.
     """
 
@@ -72,6 +74,7 @@ class Change:
     renew: bool = False
     versioned: bool = True
     artifact: Artifact | None = None
+    kept: KeptResult | None = None
     guards: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
@@ -317,9 +320,11 @@ def _records(wire: Wire, jobs: Iterable[_Job], now: datetime, evidence: Evidence
                     step.after, change.kind, step.after["updated_at"], step.before["status"], detail=change.detail
                 ))  # fmt: skip
                 if change.artifact is not None:
-                    artifacts.append(
-                        {"job_id": step.after["id"], "created_at": now, **artifact_values(change.artifact)}
-                    )
+                    kept = change.kept or KeptResult()
+                    artifacts.append({
+                        "job_id": step.after["id"], "created_at": now, **artifact_values(change.artifact),
+                        "inline_data": kept.inline, "stored_key": kept.stored_key,
+                    })  # fmt: skip
             elif isinstance(step.error, LateCall) and step.before is not None and evidence.allow(step.before["id"]):
                 events.append(event_values(
                     step.before, EventKind.LATE_CALL_REJECTED, now, step.before["status"], visible=False,

@@ -42,6 +42,7 @@ from jobwire.domain.job import Artifact, JobFailure, JobRecord, plain_message
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus, end, revoke
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.domain.progress import Progress, apply_report, moved
+from jobwire.domain.results import KeptResult
 from jobwire.domain.review import ReviewRequest
 from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Action, Status
@@ -346,6 +347,7 @@ class Complete(_Ending):
     """RUNNING or CANCEL_REQUESTED -> READY with its artifact, in one transaction."""
 
     result: Artifact
+    kept: KeptResult | None = None
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
         if held(row, self.token, "COMPLETE"):
@@ -353,8 +355,9 @@ class Complete(_Ending):
         assert row is not None
         values = {**_ended(row, "COMPLETE", Status.READY), "finished_at": now}
         return Change(
-            action=Action.COMPLETE, kind=EventKind.COMPLETED, values=values, fenced=True, artifact=self.result
-        )
+            action=Action.COMPLETE, kind=EventKind.COMPLETED, values=values, fenced=True, artifact=self.result,
+            kept=self.kept,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)

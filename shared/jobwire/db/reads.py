@@ -10,6 +10,7 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -348,3 +349,43 @@ def purge_workers(conn: Connection, older_than: timedelta) -> int:
     """Forget workers not seen for `older_than` (ListWorkers would list every restart forever)."""
     cutoff = sa.literal(clock(conn) - older_than, type_=worker_table.c.last_seen_at.type)
     return int(conn.execute(sa.delete(worker_table).where(worker_table.c.last_seen_at < cutoff)).rowcount)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeptRow:
+    """A job's status and, when the server keeps its result, the artifact's bytes or their key."""
+
+    status: str
+    content_type: str
+    inline: bytes | None
+    stored_key: str | None
+
+
+def kept_result(conn: Connection, tenant: str, job_no: str) -> KeptRow | None:
+    query = (
+        sa.select(job.c.status, artifact.c.content_type, artifact.c.inline_data, artifact.c.stored_key)
+        .select_from(_JOINED)
+        .where(job.c.tenant == tenant, job.c.job_no == job_no)
+    )
+    found = conn.execute(query).mappings().first()
+    if found is None:
+        return None
+    return KeptRow(
+        status=found["status"], content_type=found["content_type"] or "", inline=found["inline_data"],
+        stored_key=found["stored_key"],
+    )  # fmt: skip
+
+
+def lease_held(conn: Connection, tenant: str, job_no: str, token: str) -> bool:
+    """True while `token` is the current lease of the job (an upload is fenced on it)."""
+    query = sa.select(job.c.worker_token, job.c.status).where(job.c.tenant == tenant, job.c.job_no == job_no)
+    found = conn.execute(query).mappings().first()
+    return found is not None and found["worker_token"] == token and Status(found["status"]) in LEASED
+
+
+def stored_keys(conn: Connection, keys: Sequence[str]) -> set[str]:
+    """Those of `keys` some artifact row names: the uploads a Complete kept."""
+    if not keys:
+        return set()
+    query = sa.select(artifact.c.stored_key).where(artifact.c.stored_key.in_(list(keys)))
+    return {r[0] for r in conn.execute(query)}

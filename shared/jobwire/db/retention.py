@@ -61,6 +61,7 @@ class ExpiredArtifact:
     size_bytes: int
     sha256: str
     content_type: str
+    stored_key: str | None = None  # a result the server keeps in its result store (jobwire.runtime.results)
 
 
 ArtifactDeleter = Callable[[ExpiredArtifact], None]
@@ -104,7 +105,7 @@ def due(conn: Connection, status: Status, keep: timedelta, limit: int, skip: Col
         where.append(job.c.id.not_in(list(skip)))
     query = (
         sa.select(job.c.id, job.c.tenant, job.c.job_no, artifact.c.uri, artifact.c.size_bytes, artifact.c.sha256,
-                  artifact.c.content_type)
+                  artifact.c.content_type, artifact.c.stored_key)
         .select_from(job.outerjoin(artifact, artifact.c.job_id == job.c.id))
         .where(*where)
         .order_by(job.c.finished_at, job.c.id)
@@ -116,7 +117,7 @@ def due(conn: Connection, status: Status, keep: timedelta, limit: int, skip: Col
         if r["uri"] is not None:
             found = ExpiredArtifact(
                 tenant=r["tenant"], job_no=r["job_no"], uri=r["uri"], size_bytes=r["size_bytes"],
-                sha256=r["sha256"], content_type=r["content_type"],
+                sha256=r["sha256"], content_type=r["content_type"], stored_key=r["stored_key"],
             )  # fmt: skip
         out.append(Due(job_id=r["id"], artifact=found))
     return out

@@ -30,10 +30,11 @@ from jobwire.db.rows import record_from_row
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.commands import Claimant, JobFilter, NewJob
-from jobwire.domain.errors import BatchNotFound, JobNotFound, JobwireError, WorkerLeaseLost
+from jobwire.domain.errors import BatchNotFound, JobNotFound, JobwireError, ResultNotAvailable, WorkerLeaseLost
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
+from jobwire.domain.results import KeptResult
 from jobwire.domain.serving import unserved
 from jobwire.domain.states import Status
 
@@ -152,6 +153,23 @@ class JobStore:
         row, position, waiting = found
         no_worker = row["status"] == Status.QUEUED.value and unserved(row["claimed_at"], row["db_now"], no_worker_after)
         return record_from_row(row, queue_position=position, waiting_for=waiting, no_worker=no_worker)
+
+    def kept_result(self, tenant: str, job_no: str) -> tuple[str, KeptResult]:
+        """A READY job's content type and the result the server keeps (GetResult)."""
+        found = self.db.read(lambda c: reads.kept_result(c, tenant, job_no))
+        if found is None:
+            raise JobNotFound()
+        if found.status != Status.READY.value:
+            raise ResultNotAvailable(f"the job is {found.status}, not READY: it has no result yet")
+        if found.inline is None and found.stored_key is None:
+            raise ResultNotAvailable("the worker published this result itself: fetch it from the job's result.uri")
+        return found.content_type, KeptResult(inline=found.inline, stored_key=found.stored_key)
+
+    def lease_held(self, tenant: str, job_no: str, token: str) -> bool:
+        return self.db.read(lambda c: reads.lease_held(c, tenant, job_no, token))
+
+    def stored_keys(self, keys: Sequence[str]) -> set[str]:
+        return self.db.read(lambda c: reads.stored_keys(c, keys))
 
     def list_jobs(
         self, where: JobFilter, page_size: int, page_token: str, *, no_worker_after: timedelta

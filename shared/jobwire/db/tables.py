@@ -210,11 +210,16 @@ artifact = Table(
     Column("content_type", String(255), nullable=False),
     Column("summary", Text, nullable=False),
     Column("created_at", Timestamp, nullable=False),
+    # a result the server keeps (uri jobwire://results/<job_no>): its bytes, or where the result store has them
+    Column("inline_data", Blob, nullable=True),
+    Column("stored_key", String(200), nullable=True),
     UniqueConstraint("job_id", name="uq_artifact_job"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",  # idempotency keys and names compare exactly
 )
+
+Index("ix_artifact_stored_key", artifact.c.stored_key)  # housekeeping: is an upload named by any result?
 
 job_day_counter = Table(
     "job_day_counter",

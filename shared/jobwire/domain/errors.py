@@ -177,3 +177,9 @@ class DependencyEnded(JobwireError):
     def __init__(self, job_no: str = "", status: str = "") -> None:
         super().__init__(f"depends_on: {job_no} has ended {status}; the job could never run" if job_no else None)
         self.job_no = job_no
+
+
+class ResultNotAvailable(JobwireError):
+    """The job has no result the server keeps."""
+
+    reason = "RESULT_NOT_AVAILABLE"

@@ -192,6 +192,14 @@ def artifact(result: job_pb2.Artifact, schemes: Collection[str]) -> Artifact:
     ).verified(schemes)
 
 
+def claimed_artifact(result: job_pb2.Artifact) -> Artifact:
+    """What a worker says of bytes the server keeps; the server checks it (jobwire.domain.results)."""
+    return Artifact(
+        uri=result.uri, size_bytes=result.size_bytes, sha256=result.sha256, content_type=result.content_type,
+        summary=result.summary,
+    )  # fmt: skip
+
+
 def decision(number: int) -> Decision:
     _known(job_pb2.Review.Decision, number, "decision")
     if number == job_pb2.Review.DECISION_UNSPECIFIED:

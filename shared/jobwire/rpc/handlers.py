@@ -37,13 +37,15 @@ class Wrapping:
         self._metrics = metrics
 
     def handler(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        if handler.unary_unary is None and handler.unary_stream is None:
-            return handler  # client streams (server reflection): no role, nothing of ours to map
+        if handler.unary_unary is None and handler.unary_stream is None and handler.stream_unary is None:
+            return handler  # two-way streams (server reflection): no role, nothing of ours to map
         if handler.request_deserializer is not None:
             # Only where the wrapper below answers an Undecodable: it never reaches a servicer.
             handler = handler._replace(request_deserializer=_tolerant(handler.request_deserializer))
         if handler.unary_unary is not None:
             return handler._replace(unary_unary=self._unary(method, handler.unary_unary, stream=False))
+        if handler.stream_unary is not None:  # an upload: its chunks are checked as they come (`decoded`)
+            return handler._replace(stream_unary=self._unary(method, handler.stream_unary, stream=True))
         inner = handler.unary_stream
         if inspect.isasyncgenfunction(inner):
             return handler._replace(unary_stream=self._stream(method, inner))
@@ -106,6 +108,14 @@ class Wrapping:
                 metrics.observe(method, code, time.monotonic() - start)
 
         return stream
+
+
+async def decoded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A client stream's messages; one whose bytes did not parse is refused like a bad request."""
+    async for request in requests:
+        if isinstance(request, Undecodable):
+            raise request.error()
+        yield request
 
 
 class Undecodable:

@@ -21,6 +21,7 @@ import os
 import random
 import secrets
 import socket
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
@@ -31,10 +32,12 @@ from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
 from jobwire.db.store import JobStore
 from jobwire.domain.errors import StoreUnavailable
 from jobwire.runtime.blocking import Blocking
+from jobwire.runtime.results import ResultStore
 from jobwire.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+UPLOAD_SWEEP_S = 600.0
 
 
 def reaper_id() -> str:
@@ -56,7 +59,15 @@ def load_deleter(spec: str) -> ArtifactDeleter:
 class Housekeeping:
     """The reaper, timeout and retention loop of one server process."""
 
-    def __init__(self, store: JobStore, blocking: Blocking, settings: Settings, *, deleter: ArtifactDeleter) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        blocking: Blocking,
+        settings: Settings,
+        *,
+        deleter: ArtifactDeleter,
+        results: ResultStore | None = None,
+    ) -> None:
         self.store = store
         self.blocking = blocking
         self.interval = settings.reaper_interval_seconds
@@ -66,7 +77,12 @@ class Housekeeping:
             cancelled=settings.retention_cancelled_days,
             failed=settings.retention_failed_days,
         )
-        self.deleter = deleter
+        self.results = results
+        self.deleter = results.deleter(deleter) if results is not None else deleter
+        self.upload_ttl = settings.upload_ttl_seconds
+        # Listing the result store costs more than a round's queries: at most this often.
+        self.upload_sweep_every = min(UPLOAD_SWEEP_S, self.upload_ttl)
+        self._next_upload_sweep = 0.0
         self.forget_workers_after = timedelta(days=settings.retention_worker_days)
         self.by = reaper_id()
         self._reachable = True
@@ -88,6 +104,7 @@ class Housekeeping:
             purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
             await self.blocking(self.store.purge_workers, self.forget_workers_after)
             await self.blocking(self.store.purge_commit_markers)
+            abandoned = await self.blocking(self.remove_abandoned_uploads)
         except StoreUnavailable:
             if self._reachable:
                 log.warning("housekeeping paused: the database is unreachable")
@@ -107,11 +124,28 @@ class Housekeeping:
             log.info("dependencies: %d waiting jobs settled", settled)
         if purged.jobs or purged.kept:
             log.info("retention: %s", purged)
+        if abandoned:
+            log.info("results: %d uploads no Complete named removed", abandoned)
+
+    def remove_abandoned_uploads(self) -> int:
+        """Uploads older than JOBWIRE_UPLOAD_TTL_SECONDS that no artifact names (blocking)."""
+        now = time.monotonic()
+        if self.results is None or now < self._next_upload_sweep:
+            return 0
+        self._next_upload_sweep = now + self.upload_sweep_every
+        stale = self.results.stale_keys(self.upload_ttl)
+        kept = self.store.stored_keys(stale)
+        for key in stale:
+            if key not in kept:
+                self.results.remove_now(key)
+        return len(stale) - len(kept)
 
 
-def start(store: JobStore, blocking: Blocking, settings: Settings) -> asyncio.Task[None] | None:
+def start(
+    store: JobStore, blocking: Blocking, settings: Settings, results: ResultStore | None = None
+) -> asyncio.Task[None] | None:
     """Housekeeping as a background task for its host to stop; None when the interval is 0."""
     if settings.reaper_interval_seconds <= 0:
         return None
-    keeper = Housekeeping(store, blocking, settings, deleter=load_deleter(settings.artifact_deleter))
+    keeper = Housekeeping(store, blocking, settings, deleter=load_deleter(settings.artifact_deleter), results=results)
     return asyncio.get_running_loop().create_task(keeper.run(), name="jobwire-housekeeping")

@@ -18,6 +18,7 @@ from jobwire.rpc.batching import Batcher
 from jobwire.rpc.server import Endpoint, ServerHost, check_exposure
 from jobwire.runtime import family, housekeeping
 from jobwire.runtime.blocking import Blocking
+from jobwire.runtime.results import ResultStore
 from jobwire.runtime.settings import Settings
 from jobwire.runtime.tail import EventTail
 from jobwire.runtime.wakeup import Wakeup
@@ -33,6 +34,7 @@ class Runtime:
     settings: Settings
     store: JobStore
     blocking: Blocking
+    results: ResultStore  # uploaded results (UploadResult, GetResult)
     commits: Batcher[Work, Any]  # every write: submits, claims and changes share transactions
     wakeup: Wakeup
     tail: EventTail  # the one reader of job_event, for watch streams and waiting claims
@@ -50,10 +52,12 @@ def open_runtime(settings: Settings) -> Runtime:
     store = open_store(
         settings.database_url, pool_size=settings.db_pool_size, job_prefix=settings.job_prefix, migrate=settings.migrate
     )
+    blocking = Blocking(settings.db_pool_size)
     rt = Runtime(
         settings=settings,
         store=store,
-        blocking=Blocking(settings.db_pool_size),
+        blocking=blocking,
+        results=ResultStore(settings.result_store_url, blocking),
         commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH),
         wakeup=Wakeup(),
         tail=EventTail(FeedReader(store.db), settings.feed_poll_seconds),
@@ -65,7 +69,7 @@ def open_runtime(settings: Settings) -> Runtime:
         rt.wakeup.relay = relay
         rt.host.add_stop_hook(relay.close)
     if family.keeps_house():  # the lease reaper and retention, stopped with the host
-        keeper = housekeeping.start(store, rt.blocking, settings)
+        keeper = housekeeping.start(store, rt.blocking, settings, rt.results)
         if keeper is not None:
             rt.host.add_task(keeper)
     return rt

@@ -9,13 +9,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobwire.domain.job import DEFAULT_RESULT_SCHEMES
-from jobwire.domain.limits import MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
+from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES, MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
+from jobwire.domain.results import DEFAULT_MAX_INLINE_RESULT
 
 DEFAULT_DATABASE_URL = "sqlite:///var/jobwire.db"
 # Job numbers must read back through jobwire.domain.limits.JOB_NO: PT-20261129-001.
 JOB_PREFIX = re.compile(r"[A-Z][A-Z0-9]{0,15}")
 URI_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*")
 MAX_PROCESSES = 64
+# A CompleteRequest carries the inline result with the rest of the call in one gRPC message.
+MAX_INLINE_RESULT = MAX_GRPC_MESSAGE_BYTES - (256 << 10)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +48,12 @@ class Settings:
     artifact_deleter: str = ""
     # URI schemes a worker's result may have (JOBWIRE_RESULT_SCHEMES, comma-separated)
     result_schemes: frozenset[str] = DEFAULT_RESULT_SCHEMES
+    # results the server keeps: CompleteRequest.inline_result up to this size, larger ones
+    # uploaded (UploadResult) into the result store, a directory or an fsspec URL
+    # ("": var/results beside the SQLite file, else ./var/results)
+    max_inline_result_bytes: int = DEFAULT_MAX_INLINE_RESULT
+    result_store: str = ""
+    upload_ttl_seconds: float = 86_400.0  # an upload no Complete named is removed after this long
     # serving processes on one port (JOBWIRE_PROCESSES; the entry points default to the cores)
     processes: int = 1
     share_port: bool = False  # a child of a family: join the port its parent holds (jobwire.runtime.family)
@@ -76,12 +85,25 @@ class Settings:
             problems.append("JOBWIRE_MAX_STREAMS and JOBWIRE_DB_POOL_SIZE must be at least 1")
         if not self.result_schemes or not all(URI_SCHEME.fullmatch(x) for x in self.result_schemes):
             problems.append("JOBWIRE_RESULT_SCHEMES must list URI schemes in lower case, such as https,s3")
+        if not 0 <= self.max_inline_result_bytes <= MAX_INLINE_RESULT:
+            problems.append(f"JOBWIRE_MAX_INLINE_RESULT must be between 0 and {MAX_INLINE_RESULT} bytes")
+        if self.upload_ttl_seconds <= 0:
+            problems.append("JOBWIRE_UPLOAD_TTL_SECONDS must be positive")
         if self.retention_worker_days <= 0:
             problems.append("JOBWIRE_RETENTION_WORKER_DAYS must be positive")
         if not 1 <= self.processes <= MAX_PROCESSES:
             problems.append(f"JOBWIRE_PROCESSES must be between 1 and {MAX_PROCESSES}")
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def result_store_url(self) -> str:
+        """Where uploaded results go: JOBWIRE_RESULT_STORE, else var/results beside the SQLite file."""
+        if self.result_store:
+            return self.result_store
+        if self.database_url.startswith("sqlite:///") and ":memory:" not in self.database_url:
+            return str(Path(self.database_url.removeprefix("sqlite:///")).parent / "results")
+        return "var/results"
 
     @property
     def stall_grace(self) -> float:
@@ -132,6 +154,9 @@ class Settings:
             retention_worker_days=number("JOBWIRE_RETENTION_WORKER_DAYS", 7.0),
             artifact_deleter=env.get("JOBWIRE_ARTIFACT_DELETER", ""),
             result_schemes=schemes("JOBWIRE_RESULT_SCHEMES"),
+            max_inline_result_bytes=int(env.get("JOBWIRE_MAX_INLINE_RESULT", DEFAULT_MAX_INLINE_RESULT)),
+            result_store=env.get("JOBWIRE_RESULT_STORE", ""),
+            upload_ttl_seconds=number("JOBWIRE_UPLOAD_TTL_SECONDS", 86_400.0),
             processes=int(env.get("JOBWIRE_PROCESSES") or os.cpu_count() or 1),
             migrate=flag("JOBWIRE_MIGRATE", True),
         )

@@ -27,6 +27,7 @@ CASES = [
     (e.CommitUnknown, "UNAVAILABLE", "COMMIT_UNKNOWN"),
     (e.Conflict, "ABORTED", "CONFLICT"),
     (e.DependencyEnded, "FAILED_PRECONDITION", "DEPENDENCY_ENDED"),
+    (e.ResultNotAvailable, "FAILED_PRECONDITION", "RESULT_NOT_AVAILABLE"),
 ]
 
 

@@ -9,6 +9,7 @@ from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.operations_servicer import OperationsServicer
+from jobwire.jobapi.results import ResultReader
 from jobwire.jobapi.watch import StreamRegistry, Watches
 from jobwire.rpc import operations
 from jobwire.runtime.housekeeping import load_deleter
@@ -23,7 +24,7 @@ def add_jobapi(rt: Runtime) -> None:
     watches = add_watching(rt)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
-        JobServicer(jobs, watches, rt.settings),
+        JobServicer(jobs, watches, rt.settings, ResultReader(rt.store, rt.blocking, rt.results)),
         job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     )
     rt.host.add_servicer(

@@ -12,6 +12,7 @@ from jobwire.domain.batches import NewBatch, new_batch_id
 from jobwire.domain.commands import JobFilter, NewJob
 from jobwire.domain.errors import InvalidArgument
 from jobwire.jobapi.jobs import Jobs
+from jobwire.jobapi.results import ResultReader
 from jobwire.jobapi.watch import Watches
 from jobwire.rpc import auth, convert
 from jobwire.runtime.settings import Settings
@@ -54,10 +55,20 @@ def decode_batch(request: job_pb2.SubmitBatchRequest, tenant: str, default_attem
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
-    def __init__(self, jobs: Jobs, watches: Watches, settings: Settings) -> None:
+    def __init__(self, jobs: Jobs, watches: Watches, settings: Settings, results: ResultReader) -> None:
         self.jobs = jobs
         self.watches = watches
         self.settings = settings
+        self.results = results
+
+    async def GetResult(
+        self, request: job_pb2.GetResultRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[job_pb2.ResultChunk]:
+        content_type, chunks = await self.results.open(auth.current(), limits.job_no(request.job_no))
+        first = True
+        async for data in chunks:
+            yield job_pb2.ResultChunk(data=data, content_type=content_type if first else "")
+            first = False
 
     async def Submit(self, request: job_pb2.SubmitRequest, context: grpc.aio.ServicerContext) -> job_pb2.SubmitResponse:
         who = auth.current()

@@ -35,12 +35,15 @@ class WorkerConfig:
         lease_duration: Seconds a lease lasts (1 s to 1 h); None takes the server's default.
         grace_period: Seconds running jobs get to reach a safe point on shutdown.
         claim_wait: Seconds one Claim long-polls for work.
-        results_dir: Where results are delivered on this machine.
+        results_dir: None (the default): the server keeps each result (inline when small,
+            uploaded otherwise; its URI is ``jobwire://results/<job_no>``, fetched with
+            GetResult). Set it to publish results yourself: they are delivered into this
+            folder on this machine.
         results_url: The base URL under which `results_dir` is published, e.g.
             ``https://files.example/jobwire/`` or ``s3://bucket/prefix/``: a result's URI is
-            this base plus its path below `results_dir`. None gives ``file://`` URIs of this
-            worker's disk, which only fit the embedded single-machine setup: on a fleet they
-            point at a path users cannot reach.
+            this base plus its path below `results_dir` (which defaults to ``var/results``
+            when only this is set). With `results_dir` alone, URIs are ``file://`` URIs of
+            this worker's disk, which only fit a single-machine setup.
         tmp_root: Where per-attempt temporary folders are made; None for the system's.
         report_interval: Minimum seconds between two progress reports in one stage.
     """
@@ -57,7 +60,7 @@ class WorkerConfig:
     lease_duration: float | None = None
     grace_period: float = 25.0
     claim_wait: float = 5.0
-    results_dir: Path = Path("var/results")
+    results_dir: Path | None = None
     results_url: str | None = None
     tmp_root: Path | None = None
     report_interval: float = 0.25
@@ -79,6 +82,13 @@ class WorkerConfig:
             raise ValueError("claim_wait is at most 60 seconds")
         if self.results_url is not None:
             check_base_url(self.results_url)
+            if self.results_dir is None:
+                object.__setattr__(self, "results_dir", Path("var/results"))
+
+    @property
+    def publishes_results(self) -> bool:
+        """True when this worker publishes results itself rather than handing them to the server."""
+        return self.results_dir is not None
 
     @property
     def heartbeat_interval(self) -> float:

@@ -1,6 +1,8 @@
 """What a handler returns, and how it becomes a verified, delivered artifact.
 
-The runtime copies a result into the results folder only after the handler returned,
+By default the runtime hands the bytes to the server (jobwire.worker.sdk._upload). A worker
+that publishes results itself (`results_dir`, `results_url`) uses the ResultStore here: the
+runtime copies a result into the results folder only after the handler returned,
 hashing the bytes as it writes them, and moves the finished file into place atomically:
 a crash, a cancellation or a lost lease never leaves a half-written or temporary file
 where a result is expected.
@@ -125,16 +127,10 @@ class ResultStore:
 
         A dict or list is taken as a JSON document (`Result.from_json`).
         """
-        if isinstance(result, dict | list):
-            try:
-                result = Result.from_json(result)
-            except (TypeError, ValueError) as exc:
-                raise ResultInvalid(f"the handler returned a {type(result).__name__} that is not JSON") from exc
-        if not isinstance(result, Result):
-            raise ResultInvalid(f"the handler returned {type(result).__name__}, not a Result")
+        result = as_result(result)
         name = _safe_name(result, job_no)
         final = self.root / job_no / f"attempt-{attempt}" / name
-        with _source(result, tmp_dir) as src:
+        with open_source(result, tmp_dir) as src:
             sha256, size = _copy(src, final)
         artifact = Artifact(
             uri=self.uri_of(final),
@@ -159,6 +155,18 @@ class ResultStore:
                 break
 
 
+def as_result(result: object) -> Result:
+    """What a handler returned as a Result: a dict or list is a JSON document; else ResultInvalid."""
+    if isinstance(result, dict | list):
+        try:
+            result = Result.from_json(result)
+        except (TypeError, ValueError) as exc:
+            raise ResultInvalid(f"the handler returned a {type(result).__name__} that is not JSON") from exc
+    if not isinstance(result, Result):
+        raise ResultInvalid(f"the handler returned {type(result).__name__}, not a Result")
+    return result
+
+
 def _safe_name(result: Result, job_no: str) -> str:
     raw = result.filename or (result.path.name if result.path else "")
     if not raw:
@@ -168,7 +176,7 @@ def _safe_name(result: Result, job_no: str) -> str:
 
 
 @contextmanager
-def _source(result: Result, tmp_dir: Path) -> Iterator[BinaryIO]:
+def open_source(result: Result, tmp_dir: Path) -> Iterator[BinaryIO]:
     if result.data is not None:
         yield io.BytesIO(result.data)
         return

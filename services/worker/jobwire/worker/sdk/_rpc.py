@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeVar
 
 import grpc
@@ -55,6 +55,10 @@ class WorkerStub(Protocol):
     def AwaitReview(
         self, request: worker_pb2.AwaitReviewRequest, *, timeout: float | None = ...
     ) -> Awaitable[job_pb2.Job]: ...
+
+    def UploadResult(
+        self, request_iterator: AsyncIterator[job_pb2.ResultChunk], *, timeout: float | None = ...
+    ) -> Awaitable[worker_pb2.UploadResultResponse]: ...
 
 
 def _code(error: BaseException) -> grpc.StatusCode | None:

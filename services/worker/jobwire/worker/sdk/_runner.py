@@ -36,7 +36,7 @@ from jobwire.worker.sdk._endings import (
     decide,
     run_async_handler,
 )
-from jobwire.worker.sdk._errors import Failure, failure_of
+from jobwire.worker.sdk._errors import DependencyFailed, Failure, failure_of
 from jobwire.worker.sdk._handlers import AsyncHandler, HandlerSpec, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
 from jobwire.worker.sdk._reporter import JobReporter, ReportSender
@@ -49,6 +49,7 @@ from jobwire.worker.sdk._rpc import (
     is_lease_lost,
     is_transient,
 )
+from jobwire.worker.sdk._upload import complete_request
 
 log = logging.getLogger("jobwire.worker")
 FLUSH_TIMEOUT_S = 5.0
@@ -60,7 +61,7 @@ class RunnerDeps:
 
     stub: WorkerStub
     keeper: LeaseKeeper
-    store: ResultStore
+    store: ResultStore | None  # None: the server keeps results (the default); else this worker publishes them
     tmp_root: Path | None
     run_sync: Callable[[SyncHandler, JobContext], Awaitable[object]]
     give_up_at: Callable[[], float | None]
@@ -213,6 +214,9 @@ class _Finisher:
         begin_delivery(state)
         # The DELIVERING report travels while the result is written; Complete waits for its answer.
         self._reporter.send_now()
+        if self._deps.store is None:
+            await self._hand_over(result)
+            return
         try:
             delivered = await asyncio.to_thread(
                 self._deps.store.deliver,
@@ -241,6 +245,31 @@ class _Finisher:
         if outcome in (_Outcome.LOST, _Outcome.REFUSED):
             # Refused for good (not merely unreachable): the file must not look delivered.
             self._deps.store.discard(delivered.path)
+        if outcome is _Outcome.REFUSED:
+            refused = Failure(category=ErrorCategory.RESULT_INVALID, message="the result was refused", retryable=False)
+            await self._fail(refused)
+
+    async def _hand_over(self, result: object) -> None:
+        """The default: the server keeps the bytes (inline or uploaded), then Complete names them."""
+        try:
+            request = await complete_request(self._deps.stub, self._lease, result, self._state.info.tmp_dir)
+        except grpc.RpcError as exc:
+            if is_lease_lost(exc):
+                self._log("lease lost during the upload; result discarded")
+                return
+            await self._fail(failure_of(DependencyFailed(f"the result could not be uploaded: {describe(exc)}")))
+            return
+        except Exception as exc:  # noqa: BLE001 - an undeliverable result is reported as a failure
+            await self._fail(failure_of(exc))
+            return
+        if self._state.stop in (StopReason.LOST, StopReason.TIMED_OUT):
+            return
+        await self._reporter.flush(FLUSH_TIMEOUT_S)
+        a = request.result
+        how = "inline" if not request.upload_id else "uploaded"
+        outcome = await self._end(
+            "Complete", self._deps.stub.Complete, request, done=f"READY, {a.size_bytes} bytes {how}"
+        )
         if outcome is _Outcome.REFUSED:
             refused = Failure(category=ErrorCategory.RESULT_INVALID, message="the result was refused", retryable=False)
             await self._fail(refused)

@@ -62,7 +62,9 @@ class Worker:
             raise ValueError("a worker needs at least one handler")
         self.config, self.handlers = config, handlers
         self._stub = stub
-        self._store = ResultStore(config.results_dir, base_url=config.results_url)
+        self._store = (
+            ResultStore(config.results_dir, base_url=config.results_url) if config.results_dir is not None else None
+        )
         self._running: dict[str, _Running] = {}
         self._stopping = False
         self._deadline = float("inf")

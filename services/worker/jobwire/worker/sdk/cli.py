@@ -4,9 +4,11 @@
                    [--concurrency N] [--worker-id ID] [--token-file PATH] [--lease-seconds S]
 
 Environment fallbacks: JOBWIRE_TARGET, JOBWIRE_TOKEN (or JOBWIRE_TOKEN_FILE),
-JOBWIRE_RESULTS_DIR, JOBWIRE_RESULTS_URL. Set --results-url to the URL under which the
-results folder is published; without it results get file:// URIs of this machine, which
-only suit a single-machine setup. SIGTERM or SIGINT stops claiming and gives running jobs the grace
+JOBWIRE_RESULTS_DIR, JOBWIRE_RESULTS_URL. By default the server keeps each result (inline
+when small, uploaded otherwise) and clients fetch it with GetResult (`jobctl result`). To
+publish results yourself, set --results-dir and --results-url (the URL under which that
+folder is published); --results-dir alone gives file:// URIs of this machine, which only
+suit a single-machine setup. SIGTERM or SIGINT stops claiming and gives running jobs the grace
 period to reach a safe point; a second signal ends the grace period. Exit status: 0 after a
 clean stop, 1 when a job had to be abandoned, 2 for a usage or configuration error.
 """
@@ -49,16 +51,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--results-dir",
         type=Path,
-        default=Path(env("JOBWIRE_RESULTS_DIR", "var/results")),
-        help="where results are written on this machine (env JOBWIRE_RESULTS_DIR)",
+        default=_env_path("JOBWIRE_RESULTS_DIR"),
+        help="publish results yourself: where they are written on this machine (env JOBWIRE_RESULTS_DIR);"
+        " default: the server keeps them (jobwire://results/JOB_NO, fetched with GetResult)",
     )
     p.add_argument(
         "--results-url",
         default=env("JOBWIRE_RESULTS_URL") or None,
         metavar="URL",
         help="base URL under which --results-dir is published, e.g. https://files.example/jobwire/ or"
-        " s3://bucket/prefix/ (env JOBWIRE_RESULTS_URL); default: file:// URIs of this machine's"
-        " disk, fit only for a single-machine setup",
+        " s3://bucket/prefix/ (env JOBWIRE_RESULTS_URL); with --results-dir alone: file:// URIs of"
+        " this machine's disk, fit only for a single-machine setup",
     )
     p.add_argument("--tmp-dir", type=Path, default=None, help="where per-attempt temporary folders go")
     p.add_argument("--tls", action="store_true", help="use TLS with the system's roots")

@@ -20,6 +20,7 @@ from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import JobwireError, ResourceExhausted
 from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.lease import Lease, LeaseStatus
+from jobwire.domain.results import KeptResult
 from jobwire.domain.review import ReviewRequest
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
@@ -152,8 +153,10 @@ class Leasing:
     async def report(self, report: ProgressReport) -> LeaseStatus:
         return await self._one(Report.of(report))
 
-    async def complete(self, tenant: str, job_no: str, token: str, result: Artifact) -> JobRecord:
-        return await self._one(Complete(tenant=tenant, job_no=job_no, token=token, result=result))
+    async def complete(
+        self, tenant: str, job_no: str, token: str, result: Artifact, kept: KeptResult | None = None
+    ) -> JobRecord:
+        return await self._one(Complete(tenant=tenant, job_no=job_no, token=token, result=result, kept=kept))
 
     async def fail(self, tenant: str, job_no: str, token: str, failure: Failure) -> JobRecord:
         return self._requeued(await self._one(Fail(tenant=tenant, job_no=job_no, token=token, failure=failure)))

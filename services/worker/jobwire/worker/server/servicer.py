@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
 from jobwire.codec import stages_from_proto, stages_to_proto
-from jobwire.domain import limits
+from jobwire.domain import limits, results
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import InvalidArgument, JobwireError
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
@@ -13,9 +15,11 @@ from jobwire.domain.review import review_request
 from jobwire.domain.stages import validate_plan
 from jobwire.rpc import auth, convert
 from jobwire.rpc.errors import status_proto
+from jobwire.rpc.handlers import decoded
 from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
+from jobwire.worker.server.results import Results
 
 MAX_JOBS_PER_CLAIM = 100
 MAX_WAIT_S = 60.0
@@ -24,6 +28,22 @@ MAX_QUEUES = 64
 MAX_HEARTBEAT_LEASES = 1000
 MAX_BATCH_REPORTS = 1000
 MAX_TOKEN_CHARS = 80
+MAX_CONTENT_TYPE_CHARS = 255
+
+
+async def _upload_data(first: job_pb2.ResultChunk, rest: AsyncIterator[job_pb2.ResultChunk]) -> AsyncIterator[bytes]:
+    """Each chunk's bytes; only the first names the job (a later one naming any is refused)."""
+    chunk = first
+    while True:
+        if len(chunk.data) > results.RESULT_CHUNK_BYTES:
+            raise InvalidArgument("data", f"at most {results.RESULT_CHUNK_BYTES} bytes per chunk")
+        yield chunk.data
+        following = await anext(rest, None)
+        if following is None:
+            return
+        if following.job_no or following.worker_token or following.content_type:
+            raise InvalidArgument("job_no", "only the first chunk names the job, worker_token and content_type")
+        chunk = following
 
 
 def _worker_id(value: str) -> str:
@@ -118,9 +138,10 @@ def report_result(outcome: LeaseStatus | JobwireError) -> worker_pb2.ReportStage
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, leasing: Leasing, settings: Settings) -> None:
+    def __init__(self, leasing: Leasing, settings: Settings, kept: Results) -> None:
         self.leasing = leasing
         self.settings = settings
+        self.results = kept
 
     async def Claim(
         self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext
@@ -173,11 +194,34 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.BatchReportStageResponse(results=[report_result(r) for r in results])
 
     async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
+        tenant, job_no, token = auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token)
+        if request.upload_id or request.inline_result:
+            if request.upload_id and request.inline_result:
+                raise InvalidArgument("upload_id", "give inline_result or upload_id, not both")
+            claimed = convert.claimed_artifact(request.result) if request.HasField("result") else None
+            if request.upload_id:
+                upload_id = results.upload_id(request.upload_id)
+                job = await self.results.complete_upload(tenant, job_no, token, upload_id, claimed)
+            else:
+                job = await self.results.complete_inline(tenant, job_no, token, request.inline_result, claimed)
+            return convert.job_to_proto(job)
         result = convert.artifact(request.result, self.settings.result_schemes)
-        job = await self.leasing.complete(
-            auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token), result
-        )
+        job = await self.leasing.complete(tenant, job_no, token, result)
         return convert.job_to_proto(job)
+
+    async def UploadResult(
+        self, request_iterator: AsyncIterator[job_pb2.ResultChunk], context: grpc.aio.ServicerContext
+    ) -> worker_pb2.UploadResultResponse:
+        chunks = aiter(decoded(request_iterator))
+        first = await anext(chunks, None)
+        if first is None:
+            raise InvalidArgument("job_no", "the first chunk must name the job, its worker_token and content_type")
+        job_no, token = limits.job_no(first.job_no), _token(first.worker_token)
+        content_type = limits.short_text("content_type", first.content_type, MAX_CONTENT_TYPE_CHARS)
+        upload_id, size, sha256 = await self.results.upload(
+            auth.current().tenant, job_no, token, content_type, _upload_data(first, chunks)
+        )
+        return worker_pb2.UploadResultResponse(upload_id=upload_id, size_bytes=size, sha256=sha256)
 
     async def Fail(self, request: worker_pb2.FailRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         # Never refuse a Fail for its text: a refused Fail would leave the job RUNNING with

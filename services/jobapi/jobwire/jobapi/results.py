@@ -1,0 +1,32 @@
+"""GetResult's use case: the bytes of a READY job's result the server keeps, in chunks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from jobwire.db.store import JobStore
+from jobwire.domain.results import RESULT_CHUNK_BYTES, KeptResult
+from jobwire.rpc.auth import Principal
+from jobwire.runtime.blocking import Blocking
+from jobwire.runtime.results import ResultStore
+
+
+class ResultReader:
+    def __init__(self, store: JobStore, blocking: Blocking, results: ResultStore) -> None:
+        self.store = store
+        self.blocking = blocking
+        self.results = results
+
+    async def open(self, who: Principal, job_no: str) -> tuple[str, AsyncIterator[bytes]]:
+        """The content type and the bytes; NOT_FOUND for another tenant's job, FAILED_PRECONDITION without one."""
+        content_type, kept = await self.blocking(self.store.kept_result, who.tenant, job_no)
+        return content_type, self._chunks(kept)
+
+    async def _chunks(self, kept: KeptResult) -> AsyncIterator[bytes]:
+        if kept.inline is not None:
+            for at in range(0, max(len(kept.inline), 1), RESULT_CHUNK_BYTES):
+                yield kept.inline[at : at + RESULT_CHUNK_BYTES]
+            return
+        assert kept.stored_key is not None
+        async for data in self.results.read(kept.stored_key):
+            yield data

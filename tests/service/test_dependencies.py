@@ -125,6 +125,22 @@ async def test_a_ready_dependency_waits_for_nothing(served: Served) -> None:
     assert [lease.job_no for lease in await claim(served)] == [b.job_no]
 
 
+async def test_a_dependent_submitted_while_its_dependency_runs_is_released_by_its_ending(serve) -> None:  # type: ignore[no-untyped-def]
+    # The claim left the running job's row in the server's row cache from before anything
+    # depended on it; its Complete must still find the new dependent, in its own transaction
+    # (the sweep runs once an hour here, so only the ending itself can have released it).
+    served = await serve(reaper_interval_seconds=3600)
+    a = await submit(served)
+    (lease,) = await claim(served)
+    b = await submit(served, depends_on=[a.job_no])
+    await served.workers.ReportStage(
+        worker_pb2.ReportStageRequest(job_no=a.job_no, worker_token=lease.worker_token, stage="PROCESSING")
+    )
+    await complete(served, lease)
+    assert [e.kind for e in await events(served, b.job_no)] == ["SUBMITTED", "DEPENDENCY_READY"]
+    assert [lease.job_no for lease in await claim(served)] == [b.job_no]
+
+
 ACME = Token("deps-acme-client-4c2", tenant="acme")
 GLOBEX = Token("deps-globex-client-4c2", tenant="globex")
 

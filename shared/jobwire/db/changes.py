@@ -295,6 +295,8 @@ def _update(wire: Wire, job: _Job) -> Statement:
         guards.append("stalled")  # a renewal does not bump the version: a reaper's mark must stop it
     if any(c.fenced for c in changes):
         guards += ["worker_token", "lease_epoch"]
+    if Status(final["status"]).terminal:
+        guards.append("has_dependents")  # an ending follows up dependents only if it knows of them
     # An ending in the same batch (lease_expires_at set to NULL) wins over a renewal before it.
     renew = any(c.renew for c in changes) and "lease_expires_at" not in names
     if renew:

@@ -5,9 +5,10 @@ READY yet; the claim takes only jobs with `waiting_on = 0` (jobwire.db.sql `clai
 claim index), so a job is never leased while a dependency is unfinished.
 
 - At submit (`resolve`): each dependency must exist in the tenant and must not have ended
-  FAILED or CANCELLED. The dependencies are read share-locked, so one still running cannot
-  end between that read and the commit of the new job and its `job_dependency` rows: its
-  ending then sees the new edges (READ COMMITTED reads them afresh) and counts the new job.
+  FAILED or CANCELLED. The dependencies are read locked, so one still running cannot end
+  between that read and the commit of the new job and its `job_dependency` rows, and each is
+  marked `has_dependents`: its ending, guarded on that flag, then reads the new edges and
+  counts the new job. An ending of a job never depended on reads no edges at all.
 - When a job ends (`follow_up`, run by `changes.apply_ops` in the ending's transaction):
   its waiting dependents are locked, their dependencies counted again, and each is
   `Settle`d: one fewer to wait for (DEPENDENCY_READY, still QUEUED; runnable at zero), or
@@ -81,11 +82,20 @@ def row_values(new: NewJob, waits: Waits | None) -> dict[str, Any]:
 
 
 def edges(wire: Wire, job_no: str, waits: Waits) -> list[Statement]:
-    return [(wire.sql.insert_dependency, {"job_no": job_no, "depends_on_id": i}) for i in waits.ids]
+    """The new job's edges, and the mark on each dependency that its ending has dependents."""
+    out: list[Statement] = [(wire.sql.insert_dependency, {"job_no": job_no, "depends_on_id": i}) for i in waits.ids]
+    return out + [(wire.sql.mark_depended_on, {"id": i}) for i in waits.ids]
 
 
 async def follow_up(wire: Wire, ended: Sequence[Row]) -> list[JobOp[Any]]:
-    """The `Settle` ops for the waiting dependents of the jobs that just `ended`, locked."""
+    """The `Settle` ops for the waiting dependents of the jobs that just `ended`, locked.
+
+    Only jobs marked `has_dependents` are looked up: the ending's UPDATE guarded on the
+    flag (jobwire.db.changes), so it is as fresh as the row the ending was decided on.
+    """
+    ended = [row for row in ended if row["has_dependents"]]
+    if not ended:
+        return []
     params = {f"e{i}": row["id"] for i, row in enumerate(ended)}
     found = await wire.fetch(wire.sql.waiting_dependents(len(ended)), params, wire.sql.dependent_shape)
     # A job that depends on two of them is found twice: settled once.

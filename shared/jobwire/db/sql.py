@@ -206,6 +206,9 @@ class Statements:
             "INSERT INTO job_dependency (job_id, depends_on_id)"
             " SELECT id, :depends_on_id FROM job WHERE job_no = :job_no"
         )
+        # Not versioned: nothing a person sees changes. An ending guards on the flag instead
+        # (jobwire.db.changes), so a row guessed before the mark is read again.
+        self.mark_depended_on = d.text("UPDATE job SET has_dependents = TRUE WHERE id = :id AND has_dependents = FALSE")
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def rows_by_key(self, count: int) -> str:
@@ -225,11 +228,13 @@ class Statements:
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def dependencies(self, count: int) -> str:
-        """The jobs a submit names in depends_on (any tenant's: the caller checks), share-locked:
-        one that is still running cannot end until the new job and its edges are committed."""
+        """The jobs a submit names in depends_on (any tenant's: the caller checks), locked for
+        the `mark_depended_on` that follows: one that is still running cannot end until the
+        new job and its edges are committed. FOR UPDATE from the start, in id order: two
+        submits that took a share lock each and then both marked the row would deadlock."""
         names = ", ".join(f":n{i}" for i in range(count))
         sql = f"SELECT id, tenant, job_no, status FROM job WHERE job_no IN ({names}) ORDER BY id"
-        return self.dialect.text(sql + (Lock.SHARE if self.dialect.locks else ""))
+        return self.dialect.text(sql + (Lock.UPDATE if self.dialect.locks else ""))
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def waiting_dependents(self, count: int) -> str:

@@ -77,6 +77,9 @@ job = Table(
     # them are not READY yet; a claim takes only jobs with none left (job_dependency)
     Column("depends_on", Text, nullable=True),
     Column("waiting_on", Integer, nullable=False, server_default="0"),
+    # set once a job is named in another's depends_on: only then does its ending look for
+    # dependents to settle (jobwire.db.dependencies), so every other ending skips that read
+    Column("has_dependents", Boolean, nullable=False, server_default="0"),
     Column("batch_id", String(24), nullable=True),  # the SubmitBatch that made it (job_batch)
     # review (jobwire.domain.review): who must review a WAITING job and what (a JSON list);
     # the last decision, its note and who made it, for the next lease after an approval

@@ -103,8 +103,13 @@ class ResultStore:
                 continue
             try:
                 modified = self.fs.modified(name).timestamp()
-            except (FileNotFoundError, NotImplementedError):
-                continue
+            except FileNotFoundError:
+                continue  # removed meanwhile (its job's Complete or retention)
+            except NotImplementedError:
+                # A store that keeps no times (some fsspec backends) cannot tell an abandoned
+                # upload from a fresh one: none is removed, and the operator is told once a sweep.
+                log.warning("result store %s keeps no modification times: abandoned uploads stay", self.fs.protocol)
+                return []
             if modified < cutoff:
                 out.append(name[len(self.root) :].lstrip("/"))
         return out

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from auth_files import Token, write_auth_file
 from gateway_support import running_gateway, visible_actions
-from served import Served, start_server
+from served import Served, eventually, start_server
 
 from jobwire.gateway.session import CSRF_COOKIE, TOKEN_COOKIE
 from jobwire.v1 import job_pb2, worker_pb2
@@ -54,8 +54,10 @@ async def _submit(served: Served, token: Token, job_type: str = "frames") -> job
     return reply.job
 
 
-async def _claim(served: Served, job_type: str = "frames") -> worker_pb2.Lease:
+async def _claim(served: Served, job_type: str = "frames", lease_s: int = 0) -> worker_pb2.Lease:
     request = worker_pb2.ClaimRequest(worker_id="w1", job_types=[worker_pb2.JobTypeSpec(name=job_type)], max_jobs=1)
+    if lease_s:
+        request.lease_duration.FromSeconds(lease_s)
     reply = await served.workers.Claim(request, metadata=WORKER.metadata)
     assert len(reply.leases) == 1
     return reply.leases[0]
@@ -158,12 +160,29 @@ async def test_evidence_is_refused_for_a_client_token_and_shown_to_an_admin(serv
         assert refused.status_code == 403
         assert "Your token may not see this page." in refused.text
         assert "Traceback" not in refused.text
-    await _claim(served)
+    await _claim(served, lease_s=1)
     async with _signed_in(gateway, ADMIN) as client:
         page = await client.get("/evidence", params={"job": job.job_no})
         assert page.status_code == 200
         assert "w1" in page.text  # the worker, with its lease
         assert "CLAIMED" in page.text.upper()  # the trail's claim event
+
+        form = {"reason": "the worker's host is gone"}
+        assert (await client.post(f"/evidence/{job.job_no}/requeue", data=form)).status_code == 403  # no CSRF token
+        form["csrf"] = client.cookies[CSRF_COOKIE]
+        alive = await client.post(f"/evidence/{job.job_no}/requeue", data=form)
+        assert alive.status_code == 409 and "LEASE_ACTIVE" in alive.text  # the server's reason, in words
+
+        async def stalled() -> bool:
+            return "Lease expired" in (await client.get("/evidence")).text
+
+        await eventually(stalled, what="the one-second lease shows as a STALLED finding")
+        done = await client.post(f"/evidence/{job.job_no}/requeue", data=form)
+        assert done.status_code == 303, done.text
+        trail = (await client.get(done.headers["location"])).text
+        assert "the worker&#39;s host is gone" in trail  # who did what, in the trail
+    again = await served.jobs.Get(job_pb2.GetRequest(job_no=job.job_no), metadata=ACME.metadata)
+    assert again.status == job_pb2.Job.QUEUED
 
 
 async def test_bad_job_numbers_and_pages_are_404_in_words(gateway: str) -> None:

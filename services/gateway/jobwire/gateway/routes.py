@@ -46,6 +46,8 @@ async def signin(request: Request) -> Response:
     form = await request.form()
     token = str(form.get("token", "")).strip()
     settings: GatewaySettings = request.app.state.settings
+    if not token:
+        return page(request, "signin.html", status_code=401, notice="signin_refused")
     home = "/jobs"
     try:
         async with Calls(settings.service, token, locale_of(request)) as calls:

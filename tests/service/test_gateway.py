@@ -49,9 +49,9 @@ async def _signed_in(gateway: str, token: Token, **headers: str) -> AsyncIterato
         yield client
 
 
-async def _submit(served: Served, token: Token, job_type: str = "frames") -> job_pb2.Job:
-    reply = await served.jobs.Submit(job_pb2.SubmitRequest(job_type=job_type), metadata=token.metadata)
-    return reply.job
+async def _submit(served: Served, token: Token, job_type: str = "frames", **fields: object) -> job_pb2.Job:
+    request = job_pb2.SubmitRequest(job_type=job_type, **fields)  # type: ignore[arg-type]
+    return (await served.jobs.Submit(request, metadata=token.metadata)).job
 
 
 async def _claim(served: Served, job_type: str = "frames", lease_s: int = 0) -> worker_pb2.Lease:
@@ -121,6 +121,22 @@ async def test_job_page_offers_the_actions_its_state_allows(served: Served, gate
         assert result.status_code == 200 and result.content == b'{"frames": 3}'
         assert result.headers["content-type"].startswith("application/json")
         assert f'filename="{queued.job_no}.json"' in result.headers["content-disposition"]
+
+
+async def test_a_retryable_failure_offers_retry_and_queues_the_job_again(served: Served, gateway: str) -> None:
+    job = await _submit(served, ACME, retry_policy=job_pb2.RetryPolicy(max_attempts=1))  # one attempt: it stays FAILED
+    lease = await _claim(served)
+    failed = worker_pb2.FailRequest(
+        job_no=lease.job_no, worker_token=lease.worker_token, category=job_pb2.JobError.PROCESSING_ERROR,
+        message="the source was busy", retryable=True,
+    )  # fmt: skip
+    await served.workers.Fail(failed, metadata=WORKER.metadata)
+    async with _signed_in(gateway, ACME) as client:
+        page = (await client.get(f"/jobs/{job.job_no}")).text
+        assert visible_actions(page) == {"retry"} and "the source was busy" in page
+        done = await client.post(f"/jobs/{job.job_no}/retry", data={"csrf": client.cookies[CSRF_COOKIE]})
+        assert done.status_code == 303
+        assert "Waiting" in (await client.get(done.headers["location"])).text
 
 
 async def test_cancel_needs_the_sessions_csrf_token(served: Served, gateway: str) -> None:

@@ -5,6 +5,7 @@ evidence, errors and live updates, over HTTP to a real uvicorn (tests/gateway_su
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -240,3 +241,22 @@ async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, object]]
             name = line.removeprefix("event: ")
         elif line.startswith("data: ") and name == "job":
             yield json.loads(line.removeprefix("data: "))
+
+
+async def test_a_browser_that_leaves_ends_its_stream_without_an_error(served: Served, gateway: str) -> None:
+    """Leaving cancels the response mid-read of WatchJobs; the hang-up must end that read before
+    it closes the stream (once it logged "aclose(): asynchronous generator is already running")."""
+    job = await _submit(served, ACME)
+    errors: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = errors.append  # type: ignore[method-assign]
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        async with _signed_in(gateway, ACME) as client:
+            for _ in range(3):
+                async with client.stream("GET", "/live", params={"job": job.job_no}) as stream:
+                    assert (await anext(_events(stream.aiter_lines())))["job_no"] == job.job_no
+            assert (await client.get("/jobs")).status_code == 200  # the gateway got through the hang-ups
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert [r.getMessage() for r in errors] == []

@@ -12,6 +12,7 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Self, TypeVar
 
+import anyio
 import grpc
 import grpc.aio
 
@@ -42,7 +43,10 @@ class Calls:
         await self.close()
 
     async def close(self) -> None:
-        await self._channel.close()
+        # Shielded: when a browser leaves, its response (and this) is cancelled, and the
+        # channel, with any WatchJobs stream on it, must still close now rather than at GC.
+        with anyio.CancelScope(shield=True):
+            await self._channel.close()
 
     async def _unary(self, call: Awaitable[T]) -> T:
         try:

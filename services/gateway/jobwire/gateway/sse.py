@@ -11,6 +11,8 @@ import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 
+import anyio
+
 from jobwire.client import ClientError
 from jobwire.gateway.calls import Calls
 from jobwire.gateway.views import job_view
@@ -52,5 +54,10 @@ async def job_events(
                     return
                 next_job = asyncio.ensure_future(anext(jobs))
         finally:
+            # The browser left (this is cancelled) or the job ended: end the pending read
+            # first, since a generator cannot be closed while a read of it runs, then the
+            # stream. Shielded, so leaving does not cut the hang-up short.
             next_job.cancel()
-            await jobs.aclose()
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(next_job, return_exceptions=True)
+                await jobs.aclose()

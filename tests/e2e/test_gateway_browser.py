@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ CLIENT = Token("browser-client-token", tenant="acme")
 ADMIN = Token("browser-admin-token", tenant="acme", role="admin")
 WORKER = Token("browser-worker-token", tenant="acme", role="worker")
 WAIT_MS = 60_000
+PERCENT = re.compile(r"^\d+%$")
 
 
 def _absent(why: str) -> None:
@@ -143,6 +145,12 @@ def screenshot(page: Any, name: str, tmp: Path) -> None:
     assert path.stat().st_size > 1000
 
 
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect  # imported once the browser fixture found it
+
+    return playwright_expect(locator)
+
+
 def text(page: Any, selector: str) -> str:
     return str(page.locator(selector).inner_text()).strip()
 
@@ -158,22 +166,23 @@ def test_a_job_moves_on_the_page_without_a_reload_then_ends_cancelled(page: Any,
     page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
 
     stack.start_worker()
-    page.wait_for_function("document.querySelector('#stage-text').textContent.startsWith('Stage 2 of')")
+    # Playwright's own waits: the pages' Content-Security-Policy forbids the eval that
+    # page.wait_for_function would need.
+    expect(page.locator("#stage-text")).to_contain_text("Stage 2 of", timeout=WAIT_MS)
     assert text(page, "#status") == "Processing"
+    expect(page.locator("#units")).to_contain_text(" of 600", timeout=WAIT_MS)
     first = text(page, "#units")
-    page.wait_for_function(
-        "u => { const t = document.querySelector('#units').textContent.trim(); return t && t !== u; }", arg=first
-    )
-    assert " of 600" in text(page, "#units") and text(page, "#percent").endswith("%")
+    expect(page.locator("#units")).not_to_have_text(first, timeout=WAIT_MS)
+    assert text(page, "#percent").endswith("%")
     assert page.evaluate("window.stillTheSamePage") is True
     screenshot(page, "job", tmp_path)
     page.goto("/jobs")
-    page.wait_for_function(f"document.querySelector('[data-job=\"{job_no}\"] [data-field=percent]').textContent")
+    expect(page.locator(f'[data-job="{job_no}"] [data-field=percent]')).to_have_text(PERCENT, timeout=WAIT_MS)
     screenshot(page, "jobs", tmp_path)
 
     page.goto(f"/jobs/{job_no}")
     page.click("#cancel")
-    page.wait_for_function("document.querySelector('#status').textContent.trim() === 'Cancelled'")
+    expect(page.locator("#status")).to_have_text("Cancelled", timeout=WAIT_MS)
     assert page.locator("#cancel").is_hidden()
     with stack.client() as client:
         assert client.get(job_no).status == job_pb2.Job.CANCELLED

@@ -71,7 +71,8 @@ async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie(gateway: str
         cookies = {c.split("=", 1)[0]: c.lower() for c in reply.headers.get_list("set-cookie")}
         for name in (TOKEN_COOKIE, CSRF_COOKIE):
             assert "httponly" in cookies[name] and "samesite=strict" in cookies[name]
-        assert (await client.get("/jobs")).status_code == 200
+        jobs = await client.get("/jobs")
+        assert jobs.status_code == 200 and "frame-ancestors 'none'" in jobs.headers["content-security-policy"]
 
         out = await client.post("/signout", data={"csrf": client.cookies[CSRF_COOKIE]})
         assert out.status_code == 303 and TOKEN_COOKIE not in client.cookies

@@ -12,7 +12,14 @@ from starlette.templating import Jinja2Templates
 from jobwire.gateway import session
 from jobwire.gateway.i18n import LOCALES, pick_locale, t
 
-TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
+TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")  # autoescapes .html
+# Scripts and styles come only from /static (no inline code to inject into); no framing,
+# so another site cannot overlay a Cancel button; a person's jobs are not cached on the way.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",
+}
 
 
 def locale_of(request: Request) -> str:
@@ -40,5 +47,5 @@ def page(request: Request, name: str, *, status_code: int = 200, **context: Any)
         },
         status_code=status_code,
     )
-    response.headers["Content-Language"] = locale
+    response.headers.update({**PAGE_HEADERS, "Content-Language": locale})
     return response

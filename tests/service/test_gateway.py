@@ -261,3 +261,11 @@ async def test_a_browser_that_leaves_ends_its_stream_without_an_error(served: Se
     finally:
         logging.getLogger("uvicorn.error").removeHandler(handler)
     assert [r.getMessage() for r in errors] == []
+
+
+async def test_the_live_stream_of_another_tenants_job_says_gone(served: Served, gateway: str) -> None:
+    theirs = await _submit(served, GLOBEX)
+    async with _signed_in(gateway, ACME) as client:
+        reply = await client.get("/live", params={"job": theirs.job_no})  # the stream ends at once
+    assert "event: gone" in reply.text and "NOT_FOUND" in reply.text
+    assert theirs.job_no not in reply.text

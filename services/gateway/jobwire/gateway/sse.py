@@ -2,7 +2,9 @@
 
 Each change of a watched job is one `job` event whose data is the JobView as JSON. A comment
 line goes out when nothing happened for a while, so proxies keep the connection open and a
-browser that left is noticed. The stream of one job ends after its terminal update.
+browser that left is noticed. The stream of one job ends after its terminal update. When
+the job service goes away (a restart) the stream just ends, and the browser's EventSource
+reconnects by itself; WatchJobs then sends each job as it is before any change.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 
 import anyio
+import grpc
 
 from jobwire.client import ClientError
 from jobwire.gateway.calls import Calls
@@ -19,6 +22,7 @@ from jobwire.gateway.views import job_view
 from jobwire.v1 import job_pb2
 
 KEEPALIVE_S = 15.0
+_TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}  # a server restarting
 MEDIA_TYPE = "text/event-stream"
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
@@ -45,9 +49,10 @@ async def job_events(
                 except StopAsyncIteration:
                     return
                 except ClientError as error:
-                    # The page keeps what it shows; the browser reconnects after `retry`.
-                    yield event("gone", {"code": error.code.name})
-                    return
+                    if error.code not in _TRANSIENT:
+                        # Not the page's to see (any more): live.js stops; a reload says why.
+                        yield event("gone", {"code": error.code.name})
+                    return  # else the browser reconnects after `retry` and gets each job afresh
                 view = job_view(job, calls.locale)
                 yield event("job", view.as_json())
                 if until_terminal and view.terminal:

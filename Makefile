@@ -19,14 +19,14 @@ install: $(STAMP) $(GENERATED)
 
 # compat editable mode puts each distribution folder on sys.path, so the four parts of the
 # `jobwire` namespace package (shared, services/jobapi, services/worker, services/server)
-# merge as PEP 420 says.
+# merge as PEP 420 says (services/gateway too).
 $(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/jobapi/pyproject.toml \
-          services/worker/pyproject.toml services/server/pyproject.toml
+          services/worker/pyproject.toml services/server/pyproject.toml services/gateway/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt \
 	    --config-settings editable_mode=compat \
-	    -e 'shared[db]' -e 'services/worker[server]' -e services/jobapi -e services/server
+	    -e 'shared[db]' -e 'services/worker[server]' -e services/jobapi -e services/server -e services/gateway
 	@touch $@
 
 proto: $(GENERATED)

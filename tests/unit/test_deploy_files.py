@@ -50,10 +50,24 @@ def test_handlers_reference_resolves() -> None:
 def test_environment_uses_only_known_settings() -> None:
     config = (ROOT / "shared/jobwire/runtime/settings.py").read_text()
     sdk = "\n".join(p.read_text() for p in (ROOT / "services/worker/jobwire/worker/sdk").glob("*.py"))
+    # The gateway reads its own settings and, through jobwire.client, the job service's address.
+    gateway = (ROOT / "services/gateway/jobwire/gateway/settings.py").read_text()
+    client = (ROOT / "shared/jobwire/client/channel.py").read_text()
     for name, service in COMPOSE["services"].items():
         for var in service.get("environment", {}):
             if var.startswith("JOBWIRE_"):
-                assert f'"{var}"' in config or f'"{var}"' in sdk, f"{name}: {var} is read nowhere"
+                readers = (config, sdk, gateway, client)
+                assert any(f'"{var}"' in text for text in readers), f"{name}: {var} is read nowhere"
+
+
+def test_the_gateway_serves_beyond_its_container_and_reaches_jobapi() -> None:
+    gateway = COMPOSE["services"]["gateway"]
+    assert gateway["command"] == ["python", "-m", "jobwire.gateway"]
+    env = gateway["environment"]
+    assert env["JOBWIRE_GATEWAY_LISTEN"].startswith("0.0.0.0:")
+    host, _, port = env["JOBWIRE_TARGET"].partition(":")
+    assert host == "jobapi" and COMPOSE["services"]["jobapi"]["environment"]["JOBWIRE_LISTEN"].endswith(f":{port}")
+    assert not any(var in env for var in ("JOBWIRE_DATABASE_URL", "JOBWIRE_TOKEN", "JOBWIRE_AUTH_FILE"))
 
 
 def test_servers_beyond_loopback_have_an_auth_file_that_loads() -> None:
@@ -66,10 +80,11 @@ def test_servers_beyond_loopback_have_an_auth_file_that_loads() -> None:
     assert "worker" in tokens[digest].roles
 
 
-def test_dockerfile_builds_the_protos_and_installs_all_four_parts() -> None:
+def test_dockerfile_builds_the_protos_and_installs_all_five_parts() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "grpc_tools.protoc" in dockerfile
-    for part in ("./shared[db]", "./services/worker[server]", "./services/jobapi", "./services/server"):
+    parts = ("./shared[db]", "./services/worker[server]", "./services/jobapi", "./services/server")
+    for part in (*parts, "./services/gateway"):
         assert part in dockerfile
     assert re.search(r"^FROM python:3\.11", dockerfile, re.M)
     assert COMPOSE["services"]["mysql"]["image"] == "mysql:8.4"

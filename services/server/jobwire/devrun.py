@@ -120,6 +120,9 @@ def print_howto(target: str, results: Path) -> None:
     print(f"  {jobctl} get JOB_NO            {jobctl} cancel JOB_NO")
     print(f"  {jobctl} result JOB_NO -o FILE  (a READY job's result, kept by the server)")
     print(f"  {jobctl} events JOB_NO         {jobctl} inspect         {jobctl} workers")
+    print("\nThe pages (jobs, one job live, evidence): in a third terminal")
+    print(f"  JOBWIRE_TARGET={target} .venv/bin/python -m jobwire.gateway")
+    print("  then open http://127.0.0.1:8080 and sign in with any token (this server has no auth file)")
     print("\nCtrl-C (or SIGTERM) stops both processes; if either dies, this stops too.\n", flush=True)
 
 

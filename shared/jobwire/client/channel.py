@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -36,6 +36,7 @@ MESSAGE_LIMIT_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
 )
 AUTHORIZATION = "authorization"
+DEFAULT_TARGET = "127.0.0.1:50051"  # the servers' JOBWIRE_LISTEN default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +62,20 @@ class ChannelConfig:
     @property
     def uses_tls(self) -> bool:
         return self.tls or self.tls_ca is not None
+
+
+def config_from_env(env: Mapping[str, str], *, token: str | None = None) -> ChannelConfig:
+    """Where jobwire is, as every client reads it: JOBWIRE_TARGET, and JOBWIRE_TLS_CA for TLS.
+
+    The token is the caller's to give: jobctl reads JOBWIRE_TOKEN, the web gateway takes
+    each person's own.
+    """
+    tls_ca = env.get("JOBWIRE_TLS_CA")
+    return ChannelConfig(
+        target=env.get("JOBWIRE_TARGET") or DEFAULT_TARGET,
+        token=token,
+        tls_ca=Path(tls_ca) if tls_ca else None,
+    )
 
 
 def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:

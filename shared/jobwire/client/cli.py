@@ -27,10 +27,9 @@ from rich.console import Console
 
 from jobwire.client import batch_commands as b
 from jobwire.client import commands as c
-from jobwire.client.channel import ChannelConfig
+from jobwire.client.channel import DEFAULT_TARGET, ChannelConfig, config_from_env
 from jobwire.client.errors import ClientError
 
-DEFAULT_TARGET = "127.0.0.1:50051"
 PIPED_WIDTH = 200
 _SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 _TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
@@ -45,11 +44,11 @@ def _global_options(
     def default(value: object) -> object:
         return value if top else argparse.SUPPRESS
 
-    tls_ca = env.get("JOBWIRE_TLS_CA")
+    from_env = config_from_env(env)
     add = parser.add_argument
     add(
         "--target",
-        default=default(env.get("JOBWIRE_TARGET", DEFAULT_TARGET)),
+        default=default(from_env.target),
         help=f"jobapi address (env JOBWIRE_TARGET; default {DEFAULT_TARGET})",
     )
     add(
@@ -74,7 +73,7 @@ def _global_options(
     add(
         "--tls-ca",
         type=Path,
-        default=default(Path(tls_ca) if tls_ca else None),
+        default=default(from_env.tls_ca),
         help="CA bundle to trust; implies --tls (env JOBWIRE_TLS_CA)",
     )
 

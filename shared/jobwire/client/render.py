@@ -22,7 +22,8 @@ from jobwire.client.convert import (
     is_terminal,
     status_name,
 )
-from jobwire.domain.view import no_progress_text
+from jobwire.domain.states import Status
+from jobwire.domain.view import STATUS_LABELS, no_progress_text, normalize_locale
 from jobwire.v1 import admin_pb2, job_pb2
 
 STATUS_STYLES = {
@@ -78,6 +79,11 @@ def fmt_size(size: int) -> str:
         value /= 1024
     exact = f"{size:,} bytes"
     return exact if unit == "bytes" else f"{value:.1f} {unit} ({exact})"
+
+
+def status_label(status: int, locale: str) -> str:
+    """The label a person reads for a status (the one a job's Display carries), without a job at hand."""
+    return STATUS_LABELS[Status(status_name(status))][normalize_locale(locale)]
 
 
 def status_text(job: job_pb2.Job) -> Text:

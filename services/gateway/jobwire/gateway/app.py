@@ -1,0 +1,58 @@
+"""The gateway's composition root: routes, static files, and failed calls turned into pages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from jobwire.client import ClientError
+from jobwire.gateway import evidence, routes
+from jobwire.gateway.errors import error_response, not_found
+from jobwire.gateway.settings import GatewaySettings
+
+
+async def _home(request: Request) -> Response:
+    return RedirectResponse("/jobs", status_code=303)
+
+
+async def _client_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ClientError)
+    return error_response(request, exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return not_found(request)
+    return Response(status_code=exc.status_code)
+
+
+def build_app(settings: GatewaySettings) -> Starlette:
+    """The ASGI app; `settings.service` is the job service every call goes to."""
+    app = Starlette(
+        routes=[
+            Route("/", _home),
+            Route("/signin", routes.signin_form, methods=["GET"]),
+            Route("/signin", routes.signin, methods=["POST"]),
+            Route("/signout", routes.signout, methods=["POST"]),
+            Route("/lang/{locale}", routes.choose_language),
+            Route("/jobs", routes.jobs_page),
+            Route("/live", routes.jobs_stream),
+            Route("/jobs/{job_no}", routes.job_page),
+            Route("/jobs/{job_no}/result", routes.download),
+            Route("/jobs/{job_no}/cancel", routes.cancel, methods=["POST"]),
+            Route("/jobs/{job_no}/retry", routes.retry, methods=["POST"]),
+            Route("/evidence", evidence.evidence_page),
+            Route("/evidence/{job_no}/requeue", evidence.requeue, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),
+        ],
+        exception_handlers={ClientError: _client_error, HTTPException: _http_error},
+    )
+    app.state.settings = settings
+    return app

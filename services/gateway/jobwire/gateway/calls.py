@@ -1,0 +1,127 @@
+"""One person's calls to the job service: a channel that carries their token, errors as ClientError.
+
+The channel is opened by jobwire.client.channel, as JobClient's is, so the token travels the
+same way (call credentials over TLS, a bearer header over loopback plain text). One channel
+per page or live stream: a person's token never rides on anyone else's calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Sequence
+from dataclasses import replace
+from types import TracebackType
+from typing import Self, TypeVar
+
+import anyio
+import grpc
+import grpc.aio
+
+from jobwire.client import ChannelConfig, aio_channel
+from jobwire.client.errors import from_rpc_error
+from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
+
+T = TypeVar("T")
+CALL_TIMEOUT_S = 10.0
+PAGE_SIZE = 100
+
+
+class Calls:
+    """The calls the pages make, with `token` on each. Use as `async with Calls(...) as calls:`."""
+
+    def __init__(self, service: ChannelConfig, token: str, locale: str) -> None:
+        self._channel = aio_channel(replace(service, token=token))
+        self._jobs = job_pb2_grpc.JobServiceStub(self._channel)
+        self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.locale = locale
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        # Shielded: when a browser leaves, its response (and this) is cancelled, and the
+        # channel, with any WatchJobs stream on it, must still close now rather than at GC.
+        with anyio.CancelScope(shield=True):
+            await self._channel.close()
+
+    async def _unary(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def list_jobs(self, statuses: Iterable[int] = ()) -> list[job_pb2.Job]:
+        """The first page of the caller's jobs, newest first as the server lists them."""
+        request = job_pb2.ListJobsRequest(statuses=list(statuses), page_size=PAGE_SIZE, locale=self.locale)  # type: ignore[arg-type]
+        reply = await self._unary(self._jobs.ListJobs(request, timeout=CALL_TIMEOUT_S))
+        return list(reply.jobs)
+
+    async def get(self, job_no: str) -> job_pb2.Job:
+        request = job_pb2.GetRequest(job_no=job_no, locale=self.locale)
+        return await self._unary(self._jobs.Get(request, timeout=CALL_TIMEOUT_S))
+
+    async def cancel(self, job_no: str) -> job_pb2.Job:
+        request = job_pb2.CancelRequest(job_no=job_no, locale=self.locale)
+        return await self._unary(self._jobs.Cancel(request, timeout=CALL_TIMEOUT_S))
+
+    async def retry(self, job_no: str) -> job_pb2.Job:
+        request = job_pb2.RetryRequest(job_no=job_no, locale=self.locale)
+        return await self._unary(self._jobs.Retry(request, timeout=CALL_TIMEOUT_S))
+
+    async def requeue(self, job_no: str, reason: str) -> job_pb2.Job:
+        request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)
+        return await self._unary(self._admin.Requeue(request, timeout=CALL_TIMEOUT_S))
+
+    async def inspect(self) -> list[admin_pb2.Finding]:
+        reply = await self._unary(self._admin.Inspect(admin_pb2.InspectRequest(), timeout=CALL_TIMEOUT_S))
+        return list(reply.findings)
+
+    async def events(self, job_no: str) -> list[admin_pb2.JobEvent]:
+        """The job's whole evidence trail, oldest first."""
+        request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=PAGE_SIZE)
+        events: list[admin_pb2.JobEvent] = []
+        while True:
+            page = await self._unary(self._admin.ListEvents(request, timeout=CALL_TIMEOUT_S))
+            events.extend(page.events)
+            if not page.next_page_token:
+                return events
+            request.page_token = page.next_page_token
+
+    async def workers(self) -> list[admin_pb2.WorkerInfo]:
+        request = admin_pb2.ListWorkersRequest(page_size=PAGE_SIZE)
+        reply = await self._unary(self._admin.ListWorkers(request, timeout=CALL_TIMEOUT_S))
+        return list(reply.workers)
+
+    async def result(self, job_no: str) -> tuple[str, AsyncIterator[bytes]]:
+        """The result's content type and its bytes; an error before the first chunk is raised here."""
+        stream = self._jobs.GetResult(job_pb2.GetResultRequest(job_no=job_no))
+        chunks = aiter(stream)
+        try:
+            first: job_pb2.ResultChunk = await anext(chunks)
+        except StopAsyncIteration:
+            first = job_pb2.ResultChunk()
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+        async def rest() -> AsyncIterator[bytes]:
+            yield first.data
+            async for chunk in chunks:
+                yield chunk.data
+
+        return first.content_type, rest()
+
+    async def watch(self, job_nos: Sequence[str]) -> AsyncGenerator[job_pb2.Job, None]:
+        """Each watched job as it is, then every change (WatchJobs), until the caller stops."""
+        request = job_pb2.WatchJobsRequest(job_nos=list(job_nos), locale=self.locale)
+        stream = self._jobs.WatchJobs(request)  # no deadline: it lasts as long as the page is open
+        try:
+            async for update in stream:
+                yield update.job
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        finally:
+            stream.cancel()

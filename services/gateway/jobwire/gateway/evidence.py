@@ -1,0 +1,90 @@
+"""The operator's page (admin tokens): Inspect findings, workers and their leases, a job's
+event trail, and Requeue. A client token is refused by the server (PERMISSION_DENIED), and
+the person reads why on a 403 page.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from jobwire.client.render import fmt_time, status_label
+from jobwire.gateway import session
+from jobwire.gateway.errors import csrf_refused
+from jobwire.gateway.pages import locale_of, page
+from jobwire.gateway.routes import calls_for
+from jobwire.v1 import admin_pb2
+
+
+def _change(event: admin_pb2.JobEvent, locale: str) -> str:
+    before, after = event.from_status, event.to_status
+    if not after:
+        return ""
+    if before in (0, after):
+        return status_label(after, locale)
+    return f"{status_label(before, locale)} → {status_label(after, locale)}"
+
+
+def _units(event: admin_pb2.JobEvent) -> str:
+    if event.HasField("total_units"):
+        return f"{event.processed_units}/{event.total_units}"
+    return str(event.processed_units) if event.processed_units else ""
+
+
+async def evidence_page(request: Request) -> Response:
+    job_no = request.query_params.get("job", "").strip()
+    locale = locale_of(request)
+    async with calls_for(request) as calls:
+        findings = await calls.inspect()  # first: a client token stops here, with the reason
+        workers = await calls.workers()
+        events = await calls.events(job_no) if job_no else []
+    return page(
+        request,
+        "evidence.html",
+        job_no=job_no,
+        findings=[
+            {
+                "kind": admin_pb2.Finding.Kind.Name(f.kind),
+                "job_no": f.job_no,
+                "status": status_label(f.status, locale),
+                "worker": f.worker_id,
+                "heartbeat": fmt_time(f.heartbeat_at, short=True),
+                "detail": f.detail,
+            }
+            for f in findings
+        ],
+        workers=[
+            {
+                "id": w.worker_id,
+                "queues": ", ".join(w.queues),
+                "job_types": ", ".join(w.job_types),
+                "last_seen": fmt_time(w.last_seen_at, short=True),
+                "leases": w.leases_held,
+            }
+            for w in workers
+        ],
+        events=[
+            {
+                "version": e.version,
+                "time": fmt_time(e.created_at, short=True),
+                "kind": e.kind,
+                "change": _change(e, locale),
+                "stage": e.stage,
+                "units": _units(e),
+                "worker": e.worker_id,
+                "attempt": e.attempt,
+                "detail": e.detail,
+            }
+            for e in events
+        ],
+    )
+
+
+async def requeue(request: Request) -> Response:
+    form = await request.form()
+    if not session.csrf_ok(request, form.get(session.CSRF_FIELD)):
+        return csrf_refused(request)
+    job_no = request.path_params["job_no"]
+    async with calls_for(request) as calls:
+        await calls.requeue(job_no, str(form.get("reason", "")).strip())
+    return RedirectResponse(f"/evidence?job={job_no}", status_code=303)

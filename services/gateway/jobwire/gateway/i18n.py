@@ -1,0 +1,134 @@
+"""Every word the pages show, in en and zh-CN, and which of the two a request gets.
+
+A job's own labels (status, stage, detail) come from the server's Display, in the locale the
+gateway asks for; these are only the words around them.
+"""
+
+from __future__ import annotations
+
+LOCALES = ("en", "zh-CN")
+DEFAULT_LOCALE = "en"
+
+CATALOG: dict[str, dict[str, str]] = {
+    "title": {"en": "jobwire", "zh-CN": "jobwire 任务"},
+    "nav_jobs": {"en": "My jobs", "zh-CN": "我的任务"},
+    "nav_evidence": {"en": "Evidence", "zh-CN": "运维证据"},
+    "sign_in": {"en": "Sign in", "zh-CN": "登录"},
+    "sign_out": {"en": "Sign out", "zh-CN": "退出登录"},
+    "language": {"en": "Language", "zh-CN": "语言"},
+    "signin_heading": {"en": "Sign in with your jobwire token", "zh-CN": "使用 jobwire 令牌登录"},
+    "signin_token": {"en": "Token", "zh-CN": "令牌"},
+    "signin_help": {
+        "en": "The token stays in this browser's cookie and goes only to the job service.",
+        "zh-CN": "令牌只保存在本浏览器的 Cookie 中，只发送给任务服务。",
+    },
+    "signin_refused": {"en": "This token was not accepted.", "zh-CN": "此令牌未被接受。"},
+    "signin_expired": {"en": "Please sign in again.", "zh-CN": "请重新登录。"},
+    "jobs_heading": {"en": "My jobs", "zh-CN": "我的任务"},
+    "col_job": {"en": "Job", "zh-CN": "任务编号"},
+    "col_type": {"en": "Type", "zh-CN": "类型"},
+    "col_status": {"en": "Status", "zh-CN": "状态"},
+    "col_stage": {"en": "Stage", "zh-CN": "阶段"},
+    "col_units": {"en": "Units", "zh-CN": "进度单位"},
+    "col_percent": {"en": "Percent", "zh-CN": "百分比"},
+    "col_detail": {"en": "Detail", "zh-CN": "详情"},
+    "col_updated": {"en": "Updated", "zh-CN": "更新时间"},
+    "filter_status": {"en": "Status", "zh-CN": "状态"},
+    "filter_all": {"en": "All", "zh-CN": "全部"},
+    "filter_apply": {"en": "Filter", "zh-CN": "筛选"},
+    "jobs_empty": {"en": "No jobs to show.", "zh-CN": "没有可显示的任务。"},
+    "live_note": {"en": "This page updates by itself.", "zh-CN": "本页面会自动更新。"},
+    "job_heading": {"en": "Job {job_no}", "zh-CN": "任务 {job_no}"},
+    "stage_of": {"en": "Stage {i} of {n}", "zh-CN": "第 {i} 步，共 {n} 步"},
+    "no_stage": {"en": "Not started", "zh-CN": "尚未开始"},
+    "units_of": {"en": "{done} of {total}", "zh-CN": "{done} / {total}"},
+    "units_open": {"en": "{done} so far", "zh-CN": "已完成 {done}"},
+    "field_type": {"en": "Type", "zh-CN": "类型"},
+    "field_attempt": {"en": "Attempt", "zh-CN": "尝试次数"},
+    "field_created": {"en": "Created", "zh-CN": "创建时间"},
+    "field_finished": {"en": "Finished", "zh-CN": "结束时间"},
+    "field_result": {"en": "Result", "zh-CN": "结果"},
+    "field_error": {"en": "Why it did not complete", "zh-CN": "未完成的原因"},
+    "action_cancel": {"en": "Cancel", "zh-CN": "取消"},
+    "action_retry": {"en": "Retry", "zh-CN": "重试"},
+    "action_download": {"en": "Download result", "zh-CN": "下载结果"},
+    "back_to_jobs": {"en": "Back to my jobs", "zh-CN": "返回我的任务"},
+    "evidence_heading": {"en": "Evidence", "zh-CN": "运维证据"},
+    "findings": {"en": "Findings", "zh-CN": "发现的问题"},
+    "findings_none": {"en": "Nothing to look at.", "zh-CN": "没有需要处理的问题。"},
+    "col_kind": {"en": "Kind", "zh-CN": "类别"},
+    "col_worker": {"en": "Worker", "zh-CN": "处理程序"},
+    "col_heartbeat": {"en": "Last heartbeat", "zh-CN": "最后心跳"},
+    "workers": {"en": "Workers and their leases", "zh-CN": "处理程序及其租约"},
+    "workers_none": {"en": "No worker has been seen.", "zh-CN": "尚未见到任何处理程序。"},
+    "col_queues": {"en": "Queues", "zh-CN": "队列"},
+    "col_job_types": {"en": "Job types", "zh-CN": "任务类型"},
+    "col_last_seen": {"en": "Last seen", "zh-CN": "最后出现"},
+    "col_leases": {"en": "Leases held", "zh-CN": "持有租约"},
+    "trail": {"en": "Event trail", "zh-CN": "事件记录"},
+    "trail_of": {"en": "Event trail of {job_no}", "zh-CN": "{job_no} 的事件记录"},
+    "trail_show": {"en": "Show trail", "zh-CN": "查看记录"},
+    "col_version": {"en": "Version", "zh-CN": "版本"},
+    "col_time": {"en": "Time", "zh-CN": "时间"},
+    "col_event": {"en": "Event", "zh-CN": "事件"},
+    "col_change": {"en": "Change", "zh-CN": "状态变化"},
+    "col_attempt": {"en": "Attempt", "zh-CN": "尝试"},
+    "requeue": {"en": "Requeue", "zh-CN": "重新排队"},
+    "requeue_reason": {"en": "Reason (kept in the trail)", "zh-CN": "原因（记入事件记录）"},
+    "kind_STALLED": {"en": "Lease expired", "zh-CN": "租约已过期"},
+    "kind_RUNNING_WITHOUT_LEASE": {"en": "Running without a lease", "zh-CN": "运行中但无租约"},
+    "kind_TERMINAL_WITH_TOKEN": {"en": "Ended but still leased", "zh-CN": "已结束但仍有租约"},
+    "kind_NO_PROGRESS": {"en": "No progress", "zh-CN": "没有进展"},
+    "kind_NO_WORKER": {"en": "No worker", "zh-CN": "没有处理程序"},
+    "error_heading": {"en": "Something stopped this page", "zh-CN": "页面无法显示"},
+    "error_NOT_FOUND": {"en": "There is no such job for you.", "zh-CN": "没有找到您的这个任务。"},
+    "error_PERMISSION_DENIED": {"en": "Your token may not see this page.", "zh-CN": "您的令牌无权查看此页面。"},
+    "error_UNAVAILABLE": {
+        "en": "The job service cannot be reached just now. Try again in a moment.",
+        "zh-CN": "暂时无法连接任务服务，请稍后再试。",
+    },
+    "error_INVALID_ARGUMENT": {"en": "That request was not valid.", "zh-CN": "请求无效。"},
+    "error_FAILED_PRECONDITION": {
+        "en": "The job is not in a state that allows this.",
+        "zh-CN": "任务当前的状态不允许此操作。",
+    },
+    "error_OTHER": {"en": "The job service could not do this.", "zh-CN": "任务服务无法完成此操作。"},
+    "error_CSRF": {
+        "en": "This form is out of date. Reload the page and try again.",
+        "zh-CN": "此表单已过期，请刷新页面后重试。",
+    },
+    "error_PAGE": {"en": "There is no such page.", "zh-CN": "没有这个页面。"},
+}
+
+
+def t(key: str, locale: str, **values: object) -> str:
+    """The word `key` in `locale`, with `values` filled in."""
+    return CATALOG[key][locale].format(**values)
+
+
+def pick_locale(cookie: str | None, accept_language: str | None) -> str:
+    """The language cookie when set, else the first of Accept-Language we speak, else English."""
+    if cookie in LOCALES:
+        return cookie
+    for tag in _by_preference(accept_language or ""):
+        if tag.startswith("zh"):
+            return "zh-CN"
+        if tag.startswith("en"):
+            return "en"
+    return DEFAULT_LOCALE
+
+
+def _by_preference(header: str) -> list[str]:
+    """Accept-Language tags, lowercased, highest q first (ties keep their order)."""
+    weighted: list[tuple[float, int, str]] = []
+    for index, item in enumerate(header.split(",")):
+        tag, _, params = item.strip().partition(";")
+        q = 1.0
+        if params.strip().startswith("q="):
+            try:
+                q = float(params.strip()[2:])
+            except ValueError:
+                q = 0.0
+        if tag and q > 0:
+            weighted.append((-q, index, tag.strip().lower()))
+    return [tag for _, _, tag in sorted(weighted)]

@@ -1,0 +1,151 @@
+"""The person's pages: sign in and out, the language, the jobs list, one job and its actions."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response, StreamingResponse
+
+from jobwire.client import ClientError, PermissionDeniedError, UnauthenticatedError
+from jobwire.client.render import status_label
+from jobwire.gateway import session, sse
+from jobwire.gateway.calls import Calls
+from jobwire.gateway.errors import csrf_refused, error_response
+from jobwire.gateway.pages import locale_of, page
+from jobwire.gateway.settings import GatewaySettings
+from jobwire.gateway.views import download_headers, job_view
+from jobwire.v1 import job_pb2
+
+_STATUS_NAMES = [name for name in job_pb2.Job.Status.keys() if name != "STATUS_UNSPECIFIED"]  # noqa: SIM118
+
+
+def calls_for(request: Request) -> Calls:
+    """Calls carrying the signed-in person's token; without one, the person is sent to sign in."""
+    token = session.token_of(request)
+    if token is None:
+        raise UnauthenticatedError(grpc.StatusCode.UNAUTHENTICATED, "not signed in")
+    settings: GatewaySettings = request.app.state.settings
+    return Calls(settings.service, token, locale_of(request))
+
+
+def local_path(target: str | None, fallback: str = "/jobs") -> str:
+    """`target` when it is a path on this site; never another host (`//evil`, `https://…`)."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return fallback
+
+
+async def signin_form(request: Request) -> Response:
+    notice = "signin_expired" if request.query_params.get("expired") else ""
+    return page(request, "signin.html", notice=notice)
+
+
+async def signin(request: Request) -> Response:
+    form = await request.form()
+    token = str(form.get("token", "")).strip()
+    settings: GatewaySettings = request.app.state.settings
+    if not token:
+        return page(request, "signin.html", status_code=401, notice="signin_refused")
+    home = "/jobs"
+    try:
+        async with Calls(settings.service, token, locale_of(request)) as calls:
+            await calls.list_jobs()  # proves the token before the browser keeps it
+    except UnauthenticatedError:
+        return page(request, "signin.html", status_code=401, notice="signin_refused")
+    except PermissionDeniedError:
+        home = "/evidence"  # a token the server knows, for another service: an operator's
+    response = RedirectResponse(home, status_code=303)
+    session.sign_in(request, response, token)
+    return response
+
+
+async def signout(request: Request) -> Response:
+    form = await request.form()
+    if not session.csrf_ok(request, form.get(session.CSRF_FIELD)):
+        return csrf_refused(request)
+    response = RedirectResponse("/signin", status_code=303)
+    session.sign_out(response)
+    return response
+
+
+async def choose_language(request: Request) -> Response:
+    response = RedirectResponse(local_path(request.query_params.get("next")), status_code=303)
+    session.remember_locale(response, request.path_params["locale"])
+    return response
+
+
+def _status_filter(request: Request) -> str:
+    """The `?status=RUNNING` the filter form sends, when it names a status; else empty (every status)."""
+    name = request.query_params.get("status", "")
+    return name if name in _STATUS_NAMES else ""
+
+
+async def jobs_page(request: Request) -> Response:
+    chosen = _status_filter(request)
+    locale = locale_of(request)
+    async with calls_for(request) as calls:
+        jobs = await calls.list_jobs([job_pb2.Job.Status.Value(chosen)] if chosen else [])
+    return page(
+        request,
+        "jobs.html",
+        jobs=[job_view(job, locale) for job in jobs],
+        options=[(name, status_label(job_pb2.Job.Status.Value(name), locale)) for name in _STATUS_NAMES],
+        chosen=chosen,
+    )
+
+
+async def job_page(request: Request) -> Response:
+    async with calls_for(request) as calls:
+        job = await calls.get(request.path_params["job_no"])
+    return page(request, "job.html", job=job_view(job, locale_of(request)))
+
+
+async def jobs_stream(request: Request) -> Response:
+    """Live updates of the listed jobs (`?job=…` repeated), or of one job (`?job=…&one=1`)."""
+    job_nos = request.query_params.getlist("job")[:1000]
+    calls = calls_for(request)
+    if not job_nos:
+        await calls.close()
+        return Response(status_code=204)  # nothing to watch: the browser stops asking
+    events = sse.job_events(calls, calls.watch(job_nos), until_terminal=request.query_params.get("one") == "1")
+    return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+
+
+async def cancel(request: Request) -> Response:
+    return await _act(request, Calls.cancel)
+
+
+async def retry(request: Request) -> Response:
+    return await _act(request, Calls.retry)
+
+
+async def _act(request: Request, action: Callable[[Calls, str], Awaitable[job_pb2.Job]]) -> Response:
+    """A job page's form, CSRF-checked; then back to the job."""
+    form = await request.form()
+    if not session.csrf_ok(request, form.get(session.CSRF_FIELD)):
+        return csrf_refused(request)
+    job_no = request.path_params["job_no"]
+    async with calls_for(request) as calls:
+        await action(calls, job_no)
+    return RedirectResponse(f"/jobs/{job_no}", status_code=303)
+
+
+async def download(request: Request) -> Response:
+    """The result's bytes, streamed from GetResult as they arrive."""
+    job_no = request.path_params["job_no"]
+    calls = calls_for(request)
+    try:
+        content_type, chunks = await calls.result(job_no)
+    except ClientError as error:
+        await calls.close()
+        return error_response(request, error)
+
+    async def body() -> AsyncIterator[bytes]:
+        async with calls:
+            async for data in chunks:
+                yield data
+
+    media, headers = download_headers(job_no, content_type)
+    return StreamingResponse(body(), media_type=media, headers=headers)

@@ -1,0 +1,96 @@
+"""A job as the pages show it: the server's Display labels plus the numbers for the bars.
+
+The same values render the HTML and travel in each live update (as JSON), so a page that
+updates itself shows exactly what a reload would.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from jobwire.client.convert import is_terminal, status_name
+from jobwire.client.render import fmt_time, percent
+from jobwire.gateway.i18n import t
+from jobwire.v1 import job_pb2
+
+# What the gateway offers for each Display action; VIEW is the page itself.
+ACTIONS = {
+    job_pb2.Display.CANCEL: "cancel",
+    job_pb2.Display.RETRY: "retry",
+    job_pb2.Display.DOWNLOAD: "download",
+}
+_CONTENT_TYPE = re.compile(r"[\w.+-]+/[\w.+-]+")
+OCTET_STREAM = "application/octet-stream"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobView:
+    job_no: str
+    job_type: str
+    status: str  # the code, for styles and tests
+    status_label: str
+    stage_label: str
+    detail: str
+    stage_index: int
+    stage_count: int
+    stage_text: str
+    units_text: str
+    percent: int | None  # only when the stage's total is known
+    actions: tuple[str, ...]
+    terminal: bool
+    attempt: str
+    created: str
+    finished: str
+    updated: str
+    result_summary: str
+    error_message: str
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def job_view(job: job_pb2.Job, locale: str) -> JobView:
+    p = job.progress
+    return JobView(
+        job_no=job.job_no,
+        job_type=job.job_type,
+        status=status_name(job.status),
+        status_label=job.display.status_label or status_name(job.status),
+        stage_label=job.display.stage_label,
+        detail=job.display.detail,
+        stage_index=p.stage_index,
+        stage_count=p.stage_count,
+        stage_text=t("stage_of", locale, i=p.stage_index, n=p.stage_count) if p.stage_index else t("no_stage", locale),
+        units_text=_units(p, locale),
+        percent=percent(p),
+        actions=tuple(ACTIONS[a] for a in job.display.actions if a in ACTIONS),
+        terminal=is_terminal(job),
+        attempt=f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt),
+        created=fmt_time(job.created_at),
+        finished=fmt_time(job.finished_at),
+        updated=fmt_time(job.updated_at, short=True),
+        result_summary=job.result.summary if job.HasField("result") else "",
+        error_message=job.error.message if job.HasField("error") else "",
+    )
+
+
+def _units(p: job_pb2.Progress, locale: str) -> str:
+    if p.HasField("total_units"):
+        return t("units_of", locale, done=f"{p.processed_units:,}", total=f"{p.total_units:,}")
+    return t("units_open", locale, done=f"{p.processed_units:,}") if p.processed_units else ""
+
+
+def download_headers(job_no: str, content_type: str) -> tuple[str, dict[str, str]]:
+    """The media type and headers a result is sent with: `PT-20261008-001.json`, never sniffed."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if not _CONTENT_TYPE.fullmatch(media):
+        media = OCTET_STREAM  # a worker's free text must not become a header we cannot vouch for
+    extension = mimetypes.guess_extension(media) or ".bin"
+    filename = re.sub(r"[^A-Za-z0-9._-]", "_", job_no) + extension
+    return media, {
+        "Content-Disposition": f'attachment; filename="{filename}"',
+        "X-Content-Type-Options": "nosniff",
+    }

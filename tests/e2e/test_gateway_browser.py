@@ -1,0 +1,236 @@
+"""The web gateway in a real headless Chromium (Debian's package, driven by Playwright).
+
+A real server process (`python -m jobwire serve` with an auth file), a real fleet worker
+process running the example handlers, and the gateway on a real uvicorn. A person signs in,
+watches a job's stage and units change without a reload, cancels it, downloads a result,
+reads the page in zh-CN, and is refused the evidence page with a client token. Screenshots
+of the three pages land in docs/ when JOBWIRE_GATEWAY_SCREENSHOTS=1 (the README shows them).
+
+The browser is never downloaded: without /usr/bin/chromium (or Playwright) this skips on a
+laptop and fails under CI (`.ci/run` installs chromium first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from auth_files import Token, write_auth_file
+from gateway_support import running_gateway
+from processes import ServerProcess, start_server_process
+
+from jobwire.client import JobClient
+from jobwire.v1 import job_pb2
+
+pytestmark = pytest.mark.timeout(180)
+
+CHROMIUM = Path("/usr/bin/chromium")
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRED = os.environ.get("JOBWIRE_REQUIRE_MYSQL") == "1" or bool(os.environ.get("CI"))
+CLIENT = Token("browser-client-token", tenant="acme")
+ADMIN = Token("browser-admin-token", tenant="acme", role="admin")
+WORKER = Token("browser-worker-token", tenant="acme", role="worker")
+WAIT_MS = 60_000
+PERCENT = re.compile(r"^\d+%$")
+
+
+def _absent(why: str) -> None:
+    if REQUIRED:
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@dataclass
+class Stack:
+    root: Path
+    server: ServerProcess
+    gateway: str
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def client(self) -> JobClient:
+        return JobClient.connect(self.server.target, token=CLIENT.secret, timeout=10)
+
+    def start_worker(self) -> None:
+        """The example fleet worker (frames and friends), as compose runs it; once."""
+        if self.workers:
+            return
+        env = {**os.environ, "JOBWIRE_TOKEN": WORKER.secret}
+        for name in ("JOBWIRE_TARGET", "JOBWIRE_RESULTS_DIR", "JOBWIRE_RESULTS_URL"):
+            env.pop(name, None)
+        host = self.root / "worker-host"
+        host.mkdir()
+        args = [str(BIN / "jobwire-worker"), "--target", self.server.target, "--handlers", "examples:handlers",
+                "--claim-wait", "1", "--grace-seconds", "5"]  # fmt: skip
+        log = (self.root / "worker.log").open("wb")
+        self.workers.append(subprocess.Popen(args, env=env, cwd=host, stdout=log, stderr=subprocess.STDOUT))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("gateway-browser")
+    auth = write_auth_file(root / "auth.toml", [CLIENT, ADMIN, WORKER])
+    env = {
+        "JOBWIRE_DATABASE_URL": f"sqlite:///{root / 'jobwire.db'}",
+        "JOBWIRE_LISTEN": "127.0.0.1:0",
+        "JOBWIRE_AUTH_FILE": str(auth),
+        "JOBWIRE_PROCESSES": "1",
+    }
+    server = start_server_process(["jobwire", "serve"], env)
+    try:
+        with running_gateway(server.target) as gateway:
+            s = Stack(root, server, gateway)
+            try:
+                yield s
+            finally:
+                for proc in s.workers:
+                    proc.terminate()
+                    proc.wait(30)
+    finally:
+        server.kill()
+        print(f"----- server\n{server.tail()}")
+        log = root / "worker.log"
+        if log.exists():
+            print(f"----- worker\n{log.read_text(errors='replace')[-4000:]}")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        _absent(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _absent("Playwright for Python is not installed (make install)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, stack: Stack) -> Iterator[Any]:
+    context = browser.new_context(
+        base_url=stack.gateway, locale="en-US", viewport={"width": 1000, "height": 620}, accept_downloads=True
+    )
+    context.set_default_timeout(WAIT_MS)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def sign_in(page: Any, token: Token) -> None:
+    page.goto("/signin")
+    page.fill("#token", token.secret)
+    page.click("#signin")
+    page.wait_for_load_state()
+
+
+def screenshot(page: Any, name: str, tmp: Path) -> None:
+    """Into docs/ for the README when asked; into the test's folder otherwise. Never empty."""
+    folder = ROOT / "docs" if os.environ.get("JOBWIRE_GATEWAY_SCREENSHOTS") == "1" else tmp
+    path = folder / f"gateway-{name}.png"
+    page.screenshot(path=str(path))
+    assert path.stat().st_size > 1000
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect  # imported once the browser fixture found it
+
+    return playwright_expect(locator)
+
+
+def text(page: Any, selector: str) -> str:
+    return str(page.locator(selector).inner_text()).strip()
+
+
+def test_a_job_moves_on_the_page_without_a_reload_then_ends_cancelled(page: Any, stack: Stack, tmp_path: Path) -> None:
+    with stack.client() as client:
+        job_no = client.submit("frames", {"frames": 600, "frame_ms": 40}).job.job_no
+        client.submit("frames", {"frames": 3, "frame_ms": 0})  # a second row for the jobs page
+    sign_in(page, CLIENT)
+    assert page.url.endswith("/jobs") and job_no in page.content()
+    page.goto(f"/jobs/{job_no}")
+    assert text(page, "#status") == "Waiting" and text(page, "#stage-text") == "Not started"
+    page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
+
+    stack.start_worker()
+    # Playwright's own waits: the pages' Content-Security-Policy forbids the eval that
+    # page.wait_for_function would need.
+    expect(page.locator("#stage-text")).to_contain_text("Stage 2 of", timeout=WAIT_MS)
+    assert text(page, "#status") == "Processing"
+    expect(page.locator("#units")).to_contain_text(" of 600", timeout=WAIT_MS)
+    first = text(page, "#units")
+    expect(page.locator("#units")).not_to_have_text(first, timeout=WAIT_MS)
+    assert text(page, "#percent").endswith("%")
+    assert page.evaluate("window.stillTheSamePage") is True
+    screenshot(page, "job", tmp_path)
+    page.goto("/jobs")
+    expect(page.locator(f'[data-job="{job_no}"] [data-field=percent]')).to_have_text(PERCENT, timeout=WAIT_MS)
+    screenshot(page, "jobs", tmp_path)
+
+    page.goto(f"/jobs/{job_no}")
+    page.click("#cancel")
+    expect(page.locator("#status")).to_have_text("Cancelled", timeout=WAIT_MS)
+    assert page.locator("#cancel").is_hidden()
+    with stack.client() as client:
+        assert client.get(job_no).status == job_pb2.Job.CANCELLED
+
+
+def test_a_result_downloads_with_the_bytes_the_client_gets(page: Any, stack: Stack) -> None:
+    with stack.client() as client:
+        job_no = client.submit("frames", {"frames": 5, "frame_ms": 0}).job.job_no
+        stack.start_worker()
+        for job in client.watch(job_no):
+            final = job
+        assert final.status == job_pb2.Job.READY, final
+        expected = client.result(job_no)
+    sign_in(page, CLIENT)
+    page.goto(f"/jobs/{job_no}")
+    with page.expect_download() as got:
+        page.click("#download")
+    download = got.value
+    assert download.suggested_filename == f"{job_no}.zip"
+    assert Path(download.path()).read_bytes() == expected
+
+
+def test_the_language_link_switches_the_labels_to_zh_cn(page: Any, stack: Stack) -> None:
+    with stack.client() as client:
+        job_no = client.submit("frames", {"frames": 1}, queue="nobody-serves-this").job.job_no
+    sign_in(page, CLIENT)
+    page.click("#lang-zh-CN")
+    page.wait_for_load_state()
+    assert page.locator("html").get_attribute("lang") == "zh-CN"
+    assert text(page, "h1") == "我的任务" and "状态" in text(page, "#jobs thead")
+    assert text(page, f'[data-job="{job_no}"] [data-field=status_label]') == "等待处理"
+    page.goto(f"/jobs/{job_no}")
+    assert text(page, "#cancel") == "取消" and text(page, "#stage-text") == "尚未开始"
+
+
+def test_evidence_refuses_a_client_token_and_shows_an_admin_the_trail(page: Any, stack: Stack, tmp_path: Path) -> None:
+    with stack.client() as client:
+        job_no = client.submit("frames", queue="nobody-serves-this").job.job_no
+        client.cancel(job_no)
+    sign_in(page, CLIENT)
+    refused = page.goto("/evidence")
+    assert refused is not None and refused.status == 403
+    assert text(page, "#error") == "Your token may not see this page."
+    assert "Traceback" not in page.content()
+
+    page.click("#signout")
+    sign_in(page, ADMIN)
+    page.goto(f"/evidence?job={job_no}")
+    assert "CANCEL" in text(page, "#events").upper() and text(page, "#workers")
+    screenshot(page, "evidence", tmp_path)
+    print(json.dumps({"evidence_rows": page.locator("#events tbody tr").count()}))

@@ -1,0 +1,57 @@
+"""`python -m jobwire.gateway` as a person starts it: its settings from the environment."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from processes import start_server_process
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def test_the_entry_serves_pages_for_the_target_it_is_given_and_stops_on_sigterm(tmp_path: Path) -> None:
+    env = {"JOBWIRE_DATABASE_URL": f"sqlite:///{tmp_path / 'j.db'}", "JOBWIRE_LISTEN": "127.0.0.1:0"}
+    server = start_server_process(["jobwire", "serve"], env)
+    gateway_env = {**os.environ, "JOBWIRE_GATEWAY_LISTEN": "127.0.0.1:0", "JOBWIRE_TARGET": server.target}
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "jobwire.gateway"], env=gateway_env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert gateway.stderr is not None
+        for line in gateway.stderr:  # uvicorn names the port it bound
+            if found := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
+                url = found.group(1)
+                break
+        else:
+            pytest.fail(f"the gateway exited with {gateway.wait()}")
+        with urllib.request.urlopen(f"{url}/signin", timeout=10) as reply:
+            assert reply.status == 200 and b'name="token"' in reply.read()
+        # This server has no auth file, so any token is accepted; the jobs page then asks it.
+        request = urllib.request.Request(f"{url}/jobs", headers={"Cookie": "jobwire_token=any"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert reply.status == 200 and b"No jobs to show." in reply.read()
+        gateway.send_signal(signal.SIGTERM)
+        # uvicorn drains, then ends by the signal it caught, as a supervisor expects
+        assert gateway.wait(timeout=30) in (0, -signal.SIGTERM)
+        assert "Finished server process" in gateway.stderr.read()
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+        gateway.wait(10)
+        server.kill()
+
+
+def test_a_bad_listen_address_is_said_in_words() -> None:
+    env = {**os.environ, "JOBWIRE_GATEWAY_LISTEN": "8080"}
+    done = subprocess.run(
+        [sys.executable, "-m", "jobwire.gateway"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "JOBWIRE_GATEWAY_LISTEN must be host:port" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,50 @@
+"""The web gateway served by a real uvicorn on a port-0 socket, in a thread, for any test folder.
+
+Beside tests/conftest.py (like served.py), so the service tests and the browser test start
+it the one way. The thread has its own event loop, so a test's loop (and an in-process
+jobwire server on it) keeps running while the gateway answers.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+from jobwire.client import ChannelConfig
+from jobwire.gateway.app import build_app
+from jobwire.gateway.settings import GatewaySettings
+
+
+@contextmanager
+def running_gateway(target: str, timeout: float = 10.0) -> Iterator[str]:
+    """A gateway in front of the job service at `target`; yields its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = build_app(GatewaySettings(service=ChannelConfig(target=target)))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="gateway")
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise AssertionError("the gateway did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout)
+        sock.close()
+
+
+def visible_actions(html: str) -> set[str]:
+    """The job page's actions a person can see (cancel, retry, download): not `hidden`."""
+    found = re.findall(r"<(?:form|a)\b([^>]*)\bdata-action=\"(\w+)\"([^>]*)>", html)
+    return {name for before, name, after in found if " hidden" not in before + after}

@@ -1,0 +1,271 @@
+"""The web gateway in front of a real jobwire server: sign-in, tenancy, actions, CSRF, languages,
+evidence, errors and live updates, over HTTP to a real uvicorn (tests/gateway_support.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from auth_files import Token, write_auth_file
+from gateway_support import running_gateway, visible_actions
+from served import Served, eventually, start_server
+
+from jobwire.gateway.session import CSRF_COOKIE, TOKEN_COOKIE
+from jobwire.v1 import job_pb2, worker_pb2
+
+pytestmark = pytest.mark.timeout(60)
+ACME = Token("acme-client-token", tenant="acme")
+GLOBEX = Token("globex-client-token", tenant="globex")
+ADMIN = Token("acme-admin-token", tenant="acme", role="admin")
+WORKER = Token("acme-worker-token", tenant="acme", role="worker")
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX, ADMIN, WORKER])
+    s = await start_server(f"sqlite:///{tmp_path / 'jobwire.db'}", auth_file=auth)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+def gateway(served: Served) -> Iterator[str]:
+    with running_gateway(served.target) as url:
+        yield url
+
+
+@asynccontextmanager
+async def _signed_in(gateway: str, token: Token, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=gateway, headers=headers, timeout=10) as client:
+        reply = await client.post("/signin", data={"token": token.secret})
+        assert reply.status_code == 303, reply.text
+        yield client
+
+
+async def _submit(served: Served, token: Token, job_type: str = "frames", **fields: object) -> job_pb2.Job:
+    request = job_pb2.SubmitRequest(job_type=job_type, **fields)  # type: ignore[arg-type]
+    return (await served.jobs.Submit(request, metadata=token.metadata)).job
+
+
+async def _claim(served: Served, job_type: str = "frames", lease_s: int = 0) -> worker_pb2.Lease:
+    request = worker_pb2.ClaimRequest(worker_id="w1", job_types=[worker_pb2.JobTypeSpec(name=job_type)], max_jobs=1)
+    if lease_s:
+        request.lease_duration.FromSeconds(lease_s)
+    reply = await served.workers.Claim(request, metadata=WORKER.metadata)
+    assert len(reply.leases) == 1
+    return reply.leases[0]
+
+
+async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie(gateway: str) -> None:
+    async with httpx.AsyncClient(base_url=gateway) as client:
+        reply = await client.post("/signin", data={"token": ACME.secret})
+        assert reply.status_code == 303 and reply.headers["location"] == "/jobs"
+        cookies = {c.split("=", 1)[0]: c.lower() for c in reply.headers.get_list("set-cookie")}
+        for name in (TOKEN_COOKIE, CSRF_COOKIE):
+            assert "httponly" in cookies[name] and "samesite=strict" in cookies[name]
+        jobs = await client.get("/jobs")
+        assert jobs.status_code == 200 and "frame-ancestors 'none'" in jobs.headers["content-security-policy"]
+
+        out = await client.post("/signout", data={"csrf": client.cookies[CSRF_COOKIE]})
+        assert out.status_code == 303 and TOKEN_COOKIE not in client.cookies
+        assert (await client.get("/jobs")).headers["location"].startswith("/signin")
+
+
+async def test_a_token_the_server_refuses_is_not_kept(gateway: str) -> None:
+    async with httpx.AsyncClient(base_url=gateway) as client:
+        for token in ("nobody-gave-me-this", "  "):
+            reply = await client.post("/signin", data={"token": token})
+            assert reply.status_code == 401
+            assert "This token was not accepted." in reply.text
+            assert TOKEN_COOKIE not in client.cookies
+
+
+async def test_jobs_page_lists_only_the_tenants_jobs_and_filters_by_status(served: Served, gateway: str) -> None:
+    mine = await _submit(served, ACME)
+    stopped = await _submit(served, ACME)
+    await served.jobs.Cancel(job_pb2.CancelRequest(job_no=stopped.job_no), metadata=ACME.metadata)
+    theirs = await _submit(served, GLOBEX)
+    async with _signed_in(gateway, ACME) as client:
+        listed = (await client.get("/jobs")).text
+        assert mine.job_no in listed and stopped.job_no in listed
+        assert theirs.job_no not in listed
+        cancelled = (await client.get("/jobs", params={"status": "CANCELLED"})).text
+        assert stopped.job_no in cancelled and mine.job_no not in cancelled
+        assert 'value="CANCELLED" selected' in cancelled
+        # another tenant's job is not theirs to open
+        assert (await client.get(f"/jobs/{theirs.job_no}")).status_code == 404
+
+
+async def test_job_page_offers_the_actions_its_state_allows(served: Served, gateway: str) -> None:
+    queued = await _submit(served, ACME)
+    async with _signed_in(gateway, ACME) as client:
+        page = (await client.get(f"/jobs/{queued.job_no}")).text
+        assert visible_actions(page) == {"cancel"}
+        assert "Waiting" in page  # the server's Display label
+
+        lease = await _claim(served)
+        done = worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token)
+        done.inline_result = b'{"frames": 3}'
+        done.result.content_type = "application/json"
+        await served.workers.Complete(done, metadata=WORKER.metadata)
+        page = (await client.get(f"/jobs/{queued.job_no}")).text
+        assert "download" in visible_actions(page) and "cancel" not in visible_actions(page)
+
+        result = await client.get(f"/jobs/{queued.job_no}/result")
+        assert result.status_code == 200 and result.content == b'{"frames": 3}'
+        assert result.headers["content-type"].startswith("application/json")
+        assert f'filename="{queued.job_no}.json"' in result.headers["content-disposition"]
+
+
+async def test_a_retryable_failure_offers_retry_and_queues_the_job_again(served: Served, gateway: str) -> None:
+    job = await _submit(served, ACME, retry_policy=job_pb2.RetryPolicy(max_attempts=1))  # one attempt: it stays FAILED
+    lease = await _claim(served)
+    failed = worker_pb2.FailRequest(
+        job_no=lease.job_no, worker_token=lease.worker_token, category=job_pb2.JobError.PROCESSING_ERROR,
+        message="the source was busy", retryable=True,
+    )  # fmt: skip
+    await served.workers.Fail(failed, metadata=WORKER.metadata)
+    async with _signed_in(gateway, ACME) as client:
+        page = (await client.get(f"/jobs/{job.job_no}")).text
+        assert visible_actions(page) == {"retry"} and "the source was busy" in page
+        done = await client.post(f"/jobs/{job.job_no}/retry", data={"csrf": client.cookies[CSRF_COOKIE]})
+        assert done.status_code == 303
+        assert "Waiting" in (await client.get(done.headers["location"])).text
+
+
+async def test_cancel_needs_the_sessions_csrf_token(served: Served, gateway: str) -> None:
+    job = await _submit(served, ACME)
+    async with _signed_in(gateway, ACME) as client:
+        forged = await client.post(f"/jobs/{job.job_no}/cancel", data={"csrf": "guessed"})
+        bare = await client.post(f"/jobs/{job.job_no}/cancel")
+        assert forged.status_code == bare.status_code == 403
+        assert "This form is out of date" in forged.text
+        still = await served.jobs.Get(job_pb2.GetRequest(job_no=job.job_no), metadata=ACME.metadata)
+        assert still.status == job_pb2.Job.QUEUED
+
+        ok = await client.post(f"/jobs/{job.job_no}/cancel", data={"csrf": client.cookies[CSRF_COOKIE]})
+        assert ok.status_code == 303
+        page = (await client.get(ok.headers["location"])).text
+        assert "Cancelled" in page and visible_actions(page) == set()
+
+
+async def test_labels_follow_accept_language_and_the_language_link(served: Served, gateway: str) -> None:
+    job = await _submit(served, ACME)
+    async with _signed_in(gateway, ACME, **{"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"}) as client:
+        page = (await client.get(f"/jobs/{job.job_no}")).text
+        assert "等待处理" in page and "取消" in page and "Waiting" not in page
+        listed = (await client.get("/jobs")).text
+        assert "我的任务" in listed and "已取消" in listed  # the status filter's labels too
+
+        switched = await client.get("/lang/en", params={"next": f"/jobs/{job.job_no}"})
+        assert switched.headers["location"] == f"/jobs/{job.job_no}"
+        page = (await client.get(f"/jobs/{job.job_no}")).text
+        assert "Waiting" in page and "等待处理" not in page
+        assert (await client.get("/lang/en", params={"next": "//evil.example/"})).headers["location"] == "/jobs"
+
+
+async def test_evidence_is_refused_for_a_client_token_and_shown_to_an_admin(served: Served, gateway: str) -> None:
+    job = await _submit(served, ACME)
+    async with _signed_in(gateway, ACME) as client:
+        refused = await client.get("/evidence")
+        assert refused.status_code == 403
+        assert "Your token may not see this page." in refused.text
+        assert "Traceback" not in refused.text
+    await _claim(served, lease_s=1)
+    async with _signed_in(gateway, ADMIN) as client:
+        page = await client.get("/evidence", params={"job": job.job_no})
+        assert page.status_code == 200
+        assert "w1" in page.text  # the worker, with its lease
+        assert "CLAIMED" in page.text.upper()  # the trail's claim event
+
+        form = {"reason": "the worker's host is gone"}
+        assert (await client.post(f"/evidence/{job.job_no}/requeue", data=form)).status_code == 403  # no CSRF token
+        form["csrf"] = client.cookies[CSRF_COOKIE]
+        alive = await client.post(f"/evidence/{job.job_no}/requeue", data=form)
+        assert alive.status_code == 409 and "LEASE_ACTIVE" in alive.text  # the server's reason, in words
+
+        async def stalled() -> bool:
+            return "Lease expired" in (await client.get("/evidence")).text
+
+        await eventually(stalled, what="the one-second lease shows as a STALLED finding")
+        done = await client.post(f"/evidence/{job.job_no}/requeue", data=form)
+        assert done.status_code == 303, done.text
+        trail = (await client.get(done.headers["location"])).text
+        assert "the worker&#39;s host is gone" in trail  # who did what, in the trail
+    again = await served.jobs.Get(job_pb2.GetRequest(job_no=job.job_no), metadata=ACME.metadata)
+    assert again.status == job_pb2.Job.QUEUED
+
+
+async def test_bad_job_numbers_and_pages_are_404_in_words(gateway: str) -> None:
+    async with _signed_in(gateway, ACME) as client:
+        for path in ("/jobs/XX-20260101-999", "/jobs/not a job", "/no/such/page"):
+            reply = await client.get(path)
+            assert reply.status_code == 404, path
+            assert "Traceback" not in reply.text and "127.0.0.1" not in reply.text
+        assert "There is no such job for you." in (await client.get("/jobs/XX-20260101-999")).text
+
+
+async def test_an_unreachable_job_service_is_503_without_hosts() -> None:
+    with running_gateway("127.0.0.1:1") as gateway:
+        async with httpx.AsyncClient(base_url=gateway, cookies={TOKEN_COOKIE: "t"}) as client:
+            reply = await client.get("/jobs")
+        assert reply.status_code == 503
+        assert "cannot be reached" in reply.text and "127.0.0.1:1" not in reply.text
+
+
+async def test_the_live_stream_sends_an_event_when_the_job_changes(served: Served, gateway: str) -> None:
+    job = await _submit(served, ACME)
+    live = {"job": job.job_no, "one": "1"}
+    async with _signed_in(gateway, ACME) as client, client.stream("GET", "/live", params=live) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        events = _events(stream.aiter_lines())
+        first = await anext(events)
+        assert first["job_no"] == job.job_no and first["status"] == "QUEUED"
+        await _claim(served)
+        changed = await anext(events)
+        assert changed["status"] == "RUNNING" and changed["status_label"] == "Processing"
+
+
+async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, object]]:
+    """The data of each `job` event of an SSE stream."""
+    name = ""
+    async for line in lines:
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: ") and name == "job":
+            yield json.loads(line.removeprefix("data: "))
+
+
+async def test_a_browser_that_leaves_ends_its_stream_without_an_error(served: Served, gateway: str) -> None:
+    """Leaving cancels the response mid-read of WatchJobs; the hang-up must end that read before
+    it closes the stream (once it logged "aclose(): asynchronous generator is already running")."""
+    job = await _submit(served, ACME)
+    errors: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = errors.append  # type: ignore[method-assign]
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        async with _signed_in(gateway, ACME) as client:
+            for _ in range(3):
+                async with client.stream("GET", "/live", params={"job": job.job_no}) as stream:
+                    assert (await anext(_events(stream.aiter_lines())))["job_no"] == job.job_no
+            assert (await client.get("/jobs")).status_code == 200  # the gateway got through the hang-ups
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert [r.getMessage() for r in errors] == []
+
+
+async def test_the_live_stream_of_another_tenants_job_says_gone(served: Served, gateway: str) -> None:
+    theirs = await _submit(served, GLOBEX)
+    async with _signed_in(gateway, ACME) as client:
+        reply = await client.get("/live", params={"job": theirs.job_no})  # the stream ends at once
+    assert "event: gone" in reply.text and "NOT_FOUND" in reply.text
+    assert theirs.job_no not in reply.text

@@ -1,0 +1,66 @@
+"""The gateway's pure parts: which language, which address, which filename, which redirect."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobwire.client.channel import DEFAULT_TARGET
+from jobwire.gateway.i18n import CATALOG, LOCALES, pick_locale
+from jobwire.gateway.routes import local_path
+from jobwire.gateway.settings import GatewaySettings
+from jobwire.gateway.views import download_headers
+
+
+@pytest.mark.parametrize(
+    ("cookie", "header", "expected"),
+    [
+        (None, "zh-CN,zh;q=0.9,en;q=0.8", "zh-CN"),
+        (None, "en-US,en;q=0.9,zh;q=0.8", "en"),
+        (None, "fr, zh-TW;q=0.5, en;q=0.4", "zh-CN"),  # the first we speak, by weight
+        (None, "en;q=0.2, zh;q=0.9", "zh-CN"),
+        (None, "zh;q=0, en", "en"),  # q=0 means "not this one"
+        (None, "", "en"),
+        ("zh-CN", "en", "zh-CN"),  # the language link wins
+        ("klingon", "zh", "zh-CN"),  # a cookie we never set is ignored
+    ],
+)
+def test_pick_locale(cookie: str | None, header: str, expected: str) -> None:
+    assert pick_locale(cookie, header) == expected
+
+
+def test_every_word_is_in_every_language() -> None:
+    for key, texts in CATALOG.items():
+        assert set(texts) == set(LOCALES), key
+        assert all(texts.values()), key
+
+
+def test_settings_read_the_listen_address_and_the_clients_target(tmp_path: Path) -> None:
+    default = GatewaySettings.from_env({})
+    assert (default.host, default.port, default.service.target) == ("127.0.0.1", 8080, DEFAULT_TARGET)
+    ca = tmp_path / "ca.pem"
+    chosen = GatewaySettings.from_env(
+        {"JOBWIRE_GATEWAY_LISTEN": "0.0.0.0:9090", "JOBWIRE_TARGET": "jobapi:50051", "JOBWIRE_TLS_CA": str(ca)}
+    )
+    assert (chosen.host, chosen.port, chosen.service.target) == ("0.0.0.0", 9090, "jobapi:50051")
+    assert chosen.service.uses_tls and chosen.service.token is None
+    with pytest.raises(ValueError, match="host:port"):
+        GatewaySettings.from_env({"JOBWIRE_GATEWAY_LISTEN": "8080"})
+
+
+def test_download_headers_name_the_file_and_never_pass_a_bad_type_on() -> None:
+    media, headers = download_headers("PT-20261008-001", "application/json; charset=utf-8")
+    assert media == "application/json"
+    assert headers["Content-Disposition"] == 'attachment; filename="PT-20261008-001.json"'
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    media, headers = download_headers("PT-1", "text/html\r\nSet-Cookie: x=1")
+    assert media == "application/octet-stream" and headers["Content-Disposition"].endswith('PT-1.bin"')
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [("/jobs/PT-1", "/jobs/PT-1"), ("//evil.example/", "/jobs"), ("https://evil.example/", "/jobs"), (None, "/jobs")],
+)
+def test_language_link_returns_only_to_this_site(target: str | None, expected: str) -> None:
+    assert local_path(target) == expected

@@ -98,7 +98,8 @@ class JobStore:
         # commit marker before `transact` returns), it sees every writer (servicers, the
         # sweeps, the dependents settled with an ending), and the feed is read by every
         # process of a family, so counting there would count each move once per process.
-        # The moves come from rows already in memory: no statement is added.
+        # A COMMIT nobody can confirm (COMMIT_UNKNOWN) counts nothing. The moves come from
+        # rows already in memory: no statement is added.
         self.observe: Observer = _unobserved
 
     # -- every write --------------------------------------------------------------------

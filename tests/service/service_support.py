@@ -84,6 +84,15 @@ def duration(seconds: float) -> Duration:
     return out
 
 
+def counted(served: Served, move: str, job_type: str = "frames", **labels: str) -> float:
+    """The job counter of `move` (jobwire.rpc.job_metrics) of the default queue and `job_type`, as scraped."""
+    name = f"jobwire_jobs_{move}_total"
+    value = served.runtime.host.metrics.registry.get_sample_value(
+        name, {"queue": "default", "job_type": job_type, **labels}
+    )
+    return value or 0.0
+
+
 async def get(served, job_no: str, locale: str = "") -> job_pb2.Job:  # type: ignore[no-untyped-def]
     return await served.jobs.Get(job_pb2.GetRequest(job_no=job_no, locale=locale))
 

@@ -23,6 +23,7 @@ from service_support import (
     artifact,
     assert_invariants,
     claim,
+    counted,
     events,
     get,
     heartbeat,
@@ -186,6 +187,10 @@ async def test_retry_policy_requeues_then_fails_worker_lost(serve) -> None:  # t
 
     retried = await s.jobs.Retry(job_pb2.RetryRequest(job_no=job.job_no))  # WORKER_LOST is retryable
     assert retried.status == job_pb2.Job.QUEUED
+    # The reaper's moves are counted as the workers' are: each once.
+    moves = {move: counted(s, move) for move in ("claimed", "lease_expired", "retried", "completed")}
+    assert moves == {"claimed": 2, "lease_expired": 2, "retried": 2, "completed": 0}  # a revoked lease, a Retry
+    assert counted(s, "failed", category="WORKER_LOST") == 1
 
 
 async def test_heartbeats_every_third_of_a_lease_keep_a_job_alive_for_ten_leases(serve) -> None:  # type: ignore[no-untyped-def]
@@ -227,6 +232,7 @@ async def test_cancel_requested_with_a_dead_worker_ends_cancelled(serve) -> None
     trail = await kinds(s, job.job_no)
     assert trail.count("LEASE_EXPIRED") == 1 and trail.count("LEASE_REVOKED_CANCELLED") == 1
     assert trail.index("LEASE_EXPIRED") < trail.index("LEASE_REVOKED_CANCELLED")
+    assert (counted(s, "lease_expired"), counted(s, "cancelled")) == (1, 1)
     await assert_invariants(s)
 
 

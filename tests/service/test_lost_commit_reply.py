@@ -16,7 +16,7 @@ import grpc
 import pytest
 import sqlalchemy as sa
 from served import Served
-from service_support import claim, db_query, rpc_error, running, submit
+from service_support import claim, counted, db_query, rpc_error, running, submit
 
 from jobwire.db import writer
 from jobwire.db.tables import commit_marker, job, job_event
@@ -106,6 +106,7 @@ async def test_claim_answers_the_lease_it_granted(served: Served, monkeypatch: p
     )  # the lease handed out is the one held
     assert await _events(served, made.job_no) == ["SUBMITTED", "CLAIMED"]
     assert await claim(served, "lost.claim") == []
+    assert counted(served, "claimed", "lost.claim") == 1  # the commit the marker confirmed, counted once
 
 
 async def test_retry_answers_the_retry_that_took_place(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,6 +120,7 @@ async def test_retry_answers_the_retry_that_took_place(served: Served, monkeypat
     assert lose.hits == 1
     assert retried.status == job_pb2.Job.QUEUED
     assert (await _events(served, made.job_no)).count("RETRIED") == 1
+    assert counted(served, "retried", "lost.retry") == 1
 
 
 async def test_a_reply_lost_before_the_commit_runs_the_transaction_again_once(
@@ -130,6 +132,7 @@ async def test_a_reply_lost_before_the_commit_runs_the_transaction_again_once(
     assert lose.hits == 1
     assert [r["job_no"] for r in await _jobs(served, "lost.early")] == [made.job_no]
     assert await _events(served, made.job_no) == ["SUBMITTED"]
+    assert counted(served, "submitted", "lost.early") == 1  # two runs, one committed: counted once
 
 
 async def test_when_nobody_can_tell_the_answer_says_so(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:

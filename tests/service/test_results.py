@@ -170,12 +170,14 @@ async def test_retention_and_housekeeping_remove_stored_results(
     await s.workers.UploadResult(chunks(abandoned.job_no, abandoned.worker_token, b"never completed"))
     assert len(store_files(s)) == 4  # two uploads, each with its sum
     rt = s.runtime
-    keeper = Housekeeping(rt.store, rt.blocking, rt.settings, deleter=keep_files, results=rt.results)
+    keeper = Housekeeping(
+        rt.store, rt.blocking, rt.settings, deleter=keep_files, metrics=rt.host.metrics.jobs, results=rt.results
+    )
     await keeper.tick()
     error = await rpc_failure(s.jobs.Get(job_pb2.GetRequest(job_no=lease.job_no)))
     assert error.code() == grpc.StatusCode.NOT_FOUND
     assert len(store_files(s)) == 2  # the abandoned upload is not old enough yet
     later = Housekeeping(rt.store, rt.blocking, replace(rt.settings, upload_ttl_seconds=1e-9),
-                         deleter=keep_files, results=rt.results)  # fmt: skip
+                         deleter=keep_files, metrics=rt.host.metrics.jobs, results=rt.results)  # fmt: skip
     await later.tick()
     assert store_files(s) == []

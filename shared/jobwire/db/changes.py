@@ -29,7 +29,7 @@ it or fails every call in it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -44,7 +44,8 @@ from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLo
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact
 from jobwire.domain.results import KeptResult
-from jobwire.domain.states import Action, Status, allowed
+from jobwire.domain.states import LEASED, Action, Status, allowed
+from jobwire.domain.transitions import Move, Transition, move_of
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -145,12 +146,14 @@ async def apply_ops(
     rows: Mapping[str, Row] | None = None,
     extra: Sequence[Statement] = (),
     follow: FollowUp | None = None,
+    moved: list[Transition] | None = None,
 ) -> list[Outcome]:
     """Run `ops` in this transaction and commit; one outcome per op, in order.
 
     `rows` are rows the caller has just read and locked (a claim's candidates); `extra`
     statements ride with the COMMIT (a worker's last-seen time). `follow` names the ops
     that the jobs ended here cause (their dependents), run in the same transaction.
+    `moved` gets the counted moves (jobwire.domain.transitions), once the COMMIT stands.
     """
     jobs = await _round(wire, ops, now, cache, rows or {})
     every = list(jobs.values())
@@ -164,6 +167,8 @@ async def apply_ops(
         ended = _ended(followed)
     await wire.commit(_records(wire, every, now, evidence) + list(extra))
     _remember(cache, every)
+    if moved is not None:
+        moved.extend(_moves(every))
     return _outcomes(ops, jobs.values())
 
 
@@ -338,6 +343,34 @@ def _records(wire: Wire, jobs: Iterable[_Job], now: datetime, evidence: Evidence
     if artifacts:
         out.append(Many(wire.sql.insert_artifact, artifacts))
     return out
+
+
+def _moves(jobs: Iterable[_Job]) -> Iterator[Transition]:
+    """The counted moves of these jobs' steps, from the rows before and after each (no statement)."""
+    for job in jobs:
+        for step in job.steps:
+            change, before, after = step.change, step.before, step.after
+            if change is None or change.kind is None or before is None or after is None:
+                continue
+            if before["status"] == after["status"] and change.kind is not EventKind.LEASE_EXPIRED:
+                continue  # a report, a renewal, a stage: the hot path skips here on a string compare
+            move = move_of(change.kind, Status(before["status"]), Status(after["status"]))
+            if move is not None:
+                yield _transition(move, before, after)
+
+
+def _transition(move: Move, before: Row, after: Row) -> Transition:
+    waited = ran = None
+    if move is Move.CLAIMED and before["started_at"] is None:
+        waited = _seconds(before["created_at"], after["started_at"])
+    elif Status(after["status"]).terminal and Status(before["status"]) in LEASED and after["started_at"] is not None:
+        ran = _seconds(after["started_at"], after["updated_at"])
+    category = (after["error_category"] or "") if move is Move.FAILED else ""
+    return Transition(move, after["queue"], after["job_type"], category, waited_s=waited, ran_s=ran)
+
+
+def _seconds(start: datetime, end: datetime) -> float:
+    return max(0.0, (end - start).total_seconds())  # replicas' clocks may differ a little
 
 
 def _remember(cache: RowCache, jobs: Iterable[_Job]) -> None:

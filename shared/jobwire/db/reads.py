@@ -22,6 +22,7 @@ from jobwire.db.rows import ARTIFACT_COLUMNS
 from jobwire.db.sql import BLOBS
 from jobwire.db.tables import artifact, job, job_dependency, job_event, worker_claim
 from jobwire.db.tables import worker as worker_table
+from jobwire.domain.census import Census, JobCount
 from jobwire.domain.commands import JobFilter
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import JobEvent, WorkerInfo
@@ -343,6 +344,41 @@ def decode_worker_token(token: str) -> str:
 
 # worker ids are at most 128 characters, 4 bytes each, JSON-escaped at worst 6 per character
 _MAX_WORKER_TOKEN = 1100
+
+
+def census(conn: Connection, now: datetime, live_after: timedelta) -> Census:
+    """Jobs by tenant, queue and status with the runnable ones, in one GROUP BY; workers seen since `live_after`.
+
+    The metrics' gauges (jobwire.runtime.housekeeping reads this once a round): the GROUP
+    BY walks ix_job_claim (tenant, queue, status) whole, which is why no scrape runs it.
+    """
+    at = sa.literal(now, type_=job.c.run_after.type)
+    runnable = sa.and_(job.c.status == Status.QUEUED.value, job.c.waiting_on == 0, job.c.run_after <= at)
+    jobs = sa.select(
+        job.c.tenant, job.c.queue, job.c.status, sa.func.count().label("jobs"),
+        sa.func.sum(sa.case((runnable, 1), else_=0)).label("runnable"),
+        sa.func.min(sa.case((runnable, job.c.run_after))).label("oldest"),
+    ).group_by(job.c.tenant, job.c.queue, job.c.status)  # fmt: skip
+    seen_since = sa.literal(now - live_after, type_=worker_table.c.last_seen_at.type)
+    workers = (
+        sa.select(worker_table.c.tenant, sa.func.count().label("n"))
+        .where(worker_table.c.last_seen_at >= seen_since)
+        .group_by(worker_table.c.tenant)
+    )
+    counts = [_job_count(r, now) for r in conn.execute(jobs)]
+    return Census(counts=counts, live_workers={r.tenant: int(r.n) for r in conn.execute(workers)})
+
+
+def _job_count(r: Any, now: datetime) -> JobCount:
+    oldest = None if r.oldest is None else max(0.0, (now - r.oldest).total_seconds())
+    return JobCount(
+        tenant=r.tenant,
+        queue=r.queue,
+        status=r.status,
+        jobs=int(r.jobs),
+        runnable=int(r.runnable or 0),
+        oldest_runnable_s=oldest,
+    )
 
 
 def purge_workers(conn: Connection, older_than: timedelta) -> int:

@@ -29,6 +29,7 @@ from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.batches import BatchRecord, NewBatch
+from jobwire.domain.census import Census
 from jobwire.domain.commands import Claimant, JobFilter, NewJob
 from jobwire.domain.errors import BatchNotFound, JobNotFound, JobwireError, ResultNotAvailable, WorkerLeaseLost
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
@@ -37,6 +38,7 @@ from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.results import KeptResult
 from jobwire.domain.serving import unserved
 from jobwire.domain.states import Status
+from jobwire.domain.transitions import Move, Transition
 
 T = TypeVar("T")
 Extra = Callable[[Wire, datetime], Statement]  # a statement that rides with the COMMIT
@@ -77,12 +79,28 @@ class Claim:
 Work = Call | Submit | SubmitBatch | Claim
 
 
+Observer = Callable[[Sequence[Transition]], None]
+
+
+def _unobserved(moved: Sequence[Transition]) -> None:
+    """No observer: the moves go uncounted (a store used without a server)."""
+
+
 class JobStore:
     def __init__(self, db: Database, *, job_prefix: str = "PT") -> None:
         self.db = db
         self.job_numbers = JobNumbers(db, job_prefix)
         self.cache = RowCache()
         self.evidence = EvidenceLimit()
+        # Told the counted moves of every transaction that committed (the server's metrics).
+        # Here and not in a servicer or the change feed: only the store knows which run of a
+        # transaction committed (a deadlock reruns it, a lost COMMIT reply is settled by the
+        # commit marker before `transact` returns), it sees every writer (servicers, the
+        # sweeps, the dependents settled with an ending), and the feed is read by every
+        # process of a family, so counting there would count each move once per process.
+        # A COMMIT nobody can confirm (COMMIT_UNKNOWN) counts nothing. The moves come from
+        # rows already in memory: no statement is added.
+        self.observe: Observer = _unobserved
 
     # -- every write --------------------------------------------------------------------
     async def apply(self, work: Sequence[Work]) -> list[Any]:
@@ -94,11 +112,19 @@ class JobStore:
         # Numbers are reserved outside the transaction (see job_numbers): a rerun keeps them.
         numbered = {i: [(new, await self.job_numbers.next()) for new in _news(w)] for i, w in enumerate(work)
                     if isinstance(w, Submit | SubmitBatch)}  # fmt: skip
-        return await self.db.transact(lambda wire: self._apply(wire, work, numbered))
+        moved: list[Transition] = []
+        results = await self.db.transact(lambda wire: self._apply(wire, work, numbered, moved))
+        self.observe(moved)  # the run that committed: `transact` returns nothing else
+        return results
 
     async def _apply(
-        self, wire: Wire, work: Sequence[Work], numbered: dict[int, list[tuple[NewJob, str]]]
+        self,
+        wire: Wire,
+        work: Sequence[Work],
+        numbered: dict[int, list[tuple[NewJob, str]]],
+        moved: list[Transition],
     ) -> list[Any]:
+        moved.clear()  # a rerun of the transaction: the run before committed nothing
         now = self.db.clock.now()
         results: list[Any] = [None] * len(work)
         submits = [(i, jobs) for i, jobs in numbered.items() if isinstance(work[i], Submit)]
@@ -114,12 +140,19 @@ class JobStore:
             sizes = [len(jobs) for _, jobs in submits]
             for (i, _), part in zip(submits, _split(answers, sizes), strict=True):
                 results[i] = [a if isinstance(a, JobwireError) else (record_from_row(a[0]), a[1]) for a in part]
+            moved.extend(
+                Transition(Move.SUBMITTED, a[0]["queue"], a[0]["job_type"])
+                for a in answers
+                if not isinstance(a, JobwireError) and a[1]
+            )  # a replayed key made nothing
             if not (made or claims or calls):
                 return results
         for i, w in made:
-            results[i] = await batches.submit_batch(
+            results[i] = answer = await batches.submit_batch(
                 wire, w.batch, numbered[i], now=now, duplicate=self.db.integrity_error
             )
+            if not isinstance(answer, JobwireError) and answer[2]:
+                moved.extend(Transition(Move.SUBMITTED, job.queue, job.job_type) for job in answer[1])
         if not (claims or calls):
             await wire.commit()
             return results
@@ -139,7 +172,7 @@ class JobStore:
         ops = [op for _, part in parts for op in part]
         outcomes = await apply_ops(
             wire, ops, now=now, cache=self.cache, evidence=self.evidence, rows=rows, extra=extra,
-            follow=dependencies.follow_up,
+            follow=dependencies.follow_up, moved=moved,
         )  # fmt: skip
         for (i, _), part in zip(parts, _split(outcomes, [len(p) for _, p in parts]), strict=True):
             results[i] = list(part)
@@ -229,6 +262,10 @@ class JobStore:
     def replay(self, job_id: int, after: int, upto: int | None) -> list[feed.FeedRow]:
         return self.db.read(lambda c: feed.replay(c, job_id, after, upto))
 
+    def census(self, live_after: timedelta) -> Census:
+        """What the gauges show: jobs by tenant, queue and status, runnable ones, workers seen since `live_after`."""
+        return self.db.read(lambda c: reads.census(c, self.db.clock.now(), live_after))
+
     def now(self) -> datetime:
         """The database clock, as this process keeps it (jobwire.db.clock)."""
         return self.db.clock.now()
@@ -260,14 +297,19 @@ class JobStore:
         if not due:
             return 0
 
+        moved: list[Transition] = []
+
         async def settle(wire: Wire) -> list[Any]:
+            moved.clear()  # a rerun: the run before committed nothing
             ops = await dependencies.settle_due(wire, due)
             return await apply_ops(
                 wire, ops, now=self.db.clock.now(), cache=self.cache, evidence=self.evidence,
-                follow=dependencies.follow_up,
+                follow=dependencies.follow_up, moved=moved,
             )  # fmt: skip
 
-        return sum(kind is not None for kind in await self.db.transact(settle))
+        settled = await self.db.transact(settle)
+        self.observe(moved)
+        return sum(kind is not None for kind in settled)
 
     async def _run(self, ops: Sequence[JobOp[Any]]) -> list[Any]:
         """Housekeeping's operations, as one call."""

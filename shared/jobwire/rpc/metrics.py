@@ -1,5 +1,5 @@
 """Prometheus metrics: RPC counts and latency of every handler (jobwire.rpc.handlers), open
-streams, health and waiting claims, at GET /metrics.
+streams, health and waiting claims, and the job numbers (jobwire.rpc.job_metrics), at GET /metrics.
 
 Values are kept by prometheus-client (text format 0.0.4); the endpoint is a small HTTP/1.1
 server on the event loop, so a scrape never needs a thread and a slow client holds up
@@ -20,6 +20,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, multiprocess
 from prometheus_client.exposition import generate_latest
+
+from jobwire.rpc.job_metrics import JobMetrics
 
 log = logging.getLogger(__name__)
 disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series: noise for counters that start with the process
@@ -63,6 +65,7 @@ class Metrics:
             "jobwire_claims_waiting", "Claims waiting for work (long polls) in this server.",
             multiprocess_mode="livesum", registry=self.registry,
         )  # fmt: skip
+        self.jobs = JobMetrics(self.registry)  # the store's moves and housekeeping's census
         # .labels() takes a lock and builds a key on every call: keep the children.
         self._by_call: dict[tuple[str, str], Any] = {}
         self._by_method: dict[str, tuple[Any, Any]] = {}

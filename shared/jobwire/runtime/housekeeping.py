@@ -6,7 +6,9 @@ reaper marks expired leases stalled and applies the lease-lost policies past
 limits and find jobs without progress; the dependency sweep settles waiting jobs whose
 dependencies ended without settling them (jobwire.db.dependencies); then retention purges terminal jobs past their time,
 workers not seen for `JOBWIRE_RETENTION_WORKER_DAYS`, and old commit markers
-(jobwire.db.commit_markers). All run on the runtime's database thread pool. Every
+(jobwire.db.commit_markers). Last, one reading of the database for the metrics' gauges
+(`JobStore.census`: one GROUP BY), so they are as fresh as a round and a scrape never
+queries. All run on the runtime's database thread pool. Every
 action is a guarded UPDATE or DELETE, so any number of replicas may do this at once. A
 database outage is logged and waited out: the loop never dies of an error. An interval of
 0 turns housekeeping off.
@@ -31,6 +33,7 @@ from sqlalchemy.engine import Connection
 from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
 from jobwire.db.store import JobStore
 from jobwire.domain.errors import StoreUnavailable
+from jobwire.rpc.job_metrics import JobMetrics
 from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.results import ResultStore
 from jobwire.runtime.settings import Settings
@@ -66,9 +69,12 @@ class Housekeeping:
         settings: Settings,
         *,
         deleter: ArtifactDeleter,
+        metrics: JobMetrics,
         results: ResultStore | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics
+        self.live_after = timedelta(seconds=settings.no_worker_after_seconds)
         self.blocking = blocking
         self.interval = settings.reaper_interval_seconds
         self.grace = timedelta(seconds=settings.stall_grace)
@@ -105,6 +111,7 @@ class Housekeeping:
             await self.blocking(self.store.purge_workers, self.forget_workers_after)
             await self.blocking(self.store.purge_commit_markers)
             abandoned = await self.blocking(self.remove_abandoned_uploads)
+            self.metrics.census(await self.blocking(self.store.census, self.live_after))
         except StoreUnavailable:
             if self._reachable:
                 log.warning("housekeeping paused: the database is unreachable")
@@ -142,10 +149,12 @@ class Housekeeping:
 
 
 def start(
-    store: JobStore, blocking: Blocking, settings: Settings, results: ResultStore | None = None
+    store: JobStore, blocking: Blocking, settings: Settings, metrics: JobMetrics, results: ResultStore | None = None
 ) -> asyncio.Task[None] | None:
     """Housekeeping as a background task for its host to stop; None when the interval is 0."""
     if settings.reaper_interval_seconds <= 0:
         return None
-    keeper = Housekeeping(store, blocking, settings, deleter=load_deleter(settings.artifact_deleter), results=results)
+    keeper = Housekeeping(
+        store, blocking, settings, deleter=load_deleter(settings.artifact_deleter), metrics=metrics, results=results
+    )
     return asyncio.get_running_loop().create_task(keeper.run(), name="jobwire-housekeeping")

@@ -63,13 +63,14 @@ def open_runtime(settings: Settings) -> Runtime:
         tail=EventTail(FeedReader(store.db), settings.feed_poll_seconds),
         host=ServerHost(endpoint(settings), ping=store.db.ping),
     )
+    store.observe = rt.host.metrics.jobs.moved  # every committed move, counted once (jobwire.db.store)
     rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
     relay = family.sibling_relay(lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False))
     if relay is not None:
         rt.wakeup.relay = relay
         rt.host.add_stop_hook(relay.close)
     if family.keeps_house():  # the lease reaper and retention, stopped with the host
-        keeper = housekeeping.start(store, rt.blocking, settings, rt.results)
+        keeper = housekeeping.start(store, rt.blocking, settings, rt.host.metrics.jobs, rt.results)
         if keeper is not None:
             rt.host.add_task(keeper)
     return rt

@@ -1,0 +1,115 @@
+"""The job numbers of jobwire's metrics: counted moves, wait and run times, and the database's gauges.
+
+Counters and histograms count what this process committed (the store tells it,
+jobwire.db.store `observe`): in a family each child counts its own and prometheus-client's
+multiprocess mode sums them, so every move is counted once.
+
+The gauges show the latest `Census` housekeeping read (one process of a family keeps house,
+jobwire.runtime.family). They are `livemostrecent`: the value of the latest reading, never
+a sum over processes (which would double a count of rows), and a reader that dies takes its
+values with it. A series whose rows are gone is set to 0, not removed: multiprocess files
+cannot forget a series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from jobwire.domain.census import Census
+from jobwire.domain.transitions import Move, Transition
+
+# From a blink to a day: jobs run for milliseconds (thumbnails) or hours (imports).
+JOB_BUCKETS = (0.01, 0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
+_HELP = {
+    Move.SUBMITTED: "Jobs created by Submit or SubmitBatch (a replayed idempotency key creates none).",
+    Move.CLAIMED: "Leases granted: a job taken by a worker (each attempt counts).",
+    Move.COMPLETED: "Jobs that ended READY.",
+    Move.FAILED: "Jobs that ended FAILED, by error category.",
+    Move.CANCELLED: "Jobs that ended CANCELLED.",
+    Move.RETRIED: "Jobs put back in the queue for another attempt (retryable failure, revoked lease, Retry, Requeue).",
+    Move.LEASE_EXPIRED: "Leases the reaper found past their expiry and marked stalled.",
+}
+
+
+class JobMetrics:
+    """The job series of one server process, in its registry (jobwire.rpc.metrics.Metrics)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._moves = {move: Counter(f"jobwire_jobs_{move.value}", _HELP[move], _labels(move), registry=registry)
+                       for move in Move}  # fmt: skip
+        self._wait = Histogram(
+            "jobwire_job_queue_wait_seconds", "Seconds from submit to a job's first claim, by job type.", ["job_type"],
+            buckets=JOB_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self._run = Histogram(
+            "jobwire_job_run_seconds", "Seconds from a job's first claim to its end under a lease, by job type.",
+            ["job_type"], buckets=JOB_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self._jobs = _gauge(registry, "jobwire_jobs", "Jobs in the database by tenant, queue and status.", "status")
+        self._depth = _gauge(registry, "jobwire_queue_depth", "Runnable jobs: QUEUED, due, waiting for no dependency.")
+        self._oldest = _gauge(
+            registry, "jobwire_queue_oldest_runnable_seconds", "Seconds the oldest runnable job has waited for a claim."
+        )
+        self._workers = Gauge(
+            "jobwire_workers_live", "Workers seen (claim or heartbeat) within JOBWIRE_NO_WORKER_AFTER, by tenant.",
+            ["tenant"], multiprocess_mode="livemostrecent", registry=registry,
+        )  # fmt: skip
+        # .labels() takes a lock and builds a key on every call: the hot path keeps the children.
+        self._children: dict[tuple[Move, str, str, str], Any] = {}
+        self._timers: dict[tuple[Histogram, str], Any] = {}
+        self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
+
+    def moved(self, transitions: Sequence[Transition]) -> None:
+        """Count the moves of one committed transaction (the store's observer)."""
+        children = self._children
+        for t in transitions:
+            key = (t.move, t.queue, t.job_type, t.category)
+            child = children.get(key)
+            if child is None:
+                labels = (t.queue, t.job_type, t.category) if t.move is Move.FAILED else (t.queue, t.job_type)
+                child = children[key] = self._moves[t.move].labels(*labels)
+            child.inc()
+            if t.waited_s is not None:
+                self._timer(self._wait, t.job_type).observe(t.waited_s)
+            if t.ran_s is not None:
+                self._timer(self._run, t.job_type).observe(t.ran_s)
+
+    def _timer(self, histogram: Histogram, job_type: str) -> Any:
+        child = self._timers.get((histogram, job_type))
+        if child is None:
+            child = self._timers[histogram, job_type] = histogram.labels(job_type)
+        return child
+
+    def census(self, census: Census) -> None:
+        """Show the latest reading of the database (housekeeping's, once a round)."""
+        jobs: dict[tuple[str, ...], float] = {}
+        depth: dict[tuple[str, ...], float] = {}
+        oldest: dict[tuple[str, ...], float] = {}
+        for c in census.counts:
+            jobs[c.tenant, c.queue, c.status] = c.jobs
+            queue = (c.tenant, c.queue)
+            depth[queue] = depth.get(queue, 0) + c.runnable
+            oldest[queue] = max(oldest.get(queue, 0.0), c.oldest_runnable_s or 0.0)
+        self._show(self._jobs, jobs)
+        self._show(self._depth, depth)
+        self._show(self._oldest, oldest)
+        self._show(self._workers, {(tenant,): n for tenant, n in census.live_workers.items()})
+
+    def _show(self, gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:
+        shown = self._shown.setdefault(gauge, set())
+        for labels in shown - values.keys():
+            gauge.labels(*labels).set(0)  # its rows are gone
+        for labels, value in values.items():
+            gauge.labels(*labels).set(value)
+        shown |= values.keys()
+
+
+def _labels(move: Move) -> list[str]:
+    return ["queue", "job_type", "category"] if move is Move.FAILED else ["queue", "job_type"]
+
+
+def _gauge(registry: CollectorRegistry, name: str, documentation: str, *more: str) -> Gauge:
+    return Gauge(name, documentation, ["tenant", "queue", *more], multiprocess_mode="livemostrecent", registry=registry)

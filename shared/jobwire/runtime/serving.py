@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 import uvloop
 
 from jobwire.db.migrate import SchemaNotCurrent
+from jobwire.observe import logs
 from jobwire.rpc.auth import load_tokens
-from jobwire.rpc.serve import configure_logging, serve_until_signalled
+from jobwire.rpc.serve import serve_until_signalled
 from jobwire.runtime import family
 from jobwire.runtime.parts import AddService, open_runtime
 from jobwire.runtime.settings import Settings
@@ -69,7 +70,7 @@ def run_server(prog: str, *services: AddService, argv: Sequence[str] | None = No
 
 def serve_processes(settings: Settings, *services: AddService) -> None:
     """Serve in this process, or as the parent of `settings.processes` (jobwire.runtime.family)."""
-    configure_logging()
+    logs.configure(settings.log_format, settings.log_level)
     child = family.child_settings(settings)
     try:
         if child is not None:

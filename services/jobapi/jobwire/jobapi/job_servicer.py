@@ -14,6 +14,7 @@ from jobwire.domain.errors import InvalidArgument
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.results import ResultReader
 from jobwire.jobapi.watch import Watches
+from jobwire.observe import logs
 from jobwire.rpc import auth, convert
 from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc
@@ -74,6 +75,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         who = auth.current()
         new = decode_submit(request, who.tenant, self.settings.default_attempt_timeout_seconds)
         job, created = await self.jobs.submit(who, new)
+        logs.bind(job_no=job.job_no)  # the call's log lines name the job it made
         return job_pb2.SubmitResponse(job=convert.job_to_proto(job, request.locale), created=created)
 
     async def SubmitBatch(

@@ -285,8 +285,17 @@ class _Finisher:
             detail=failure.detail,
         )
         again = "retryable" if failure.retryable else "not retryable"
+        # The detail's first line is the exception itself (`ValueError: no header row`); the
+        # message is the plain sentence users see, which rarely says what went wrong.
+        cause = failure.detail.partition("\n")[0]
+        why = f"{failure.message} [{cause}]" if cause and failure.message not in cause else failure.message
         await self._end(
-            "Fail", self._deps.stub.Fail, request, done=f"failed {failure.category.value} ({again}): {failure.message}"
+            "Fail",
+            self._deps.stub.Fail,
+            request,
+            done=f"failed {failure.category.value} ({again}): {why}",
+            level=logging.WARNING,
+            fields={"error_category": failure.category.value},
         )
 
     async def _release(self) -> None:
@@ -314,10 +323,19 @@ class _Finisher:
             "AwaitReview", self._deps.stub.AwaitReview, request, done=f"waiting for review by {review.assignee}"
         )
 
-    def _log(self, what: str) -> None:
-        log.info("job %s attempt %d: %s", self._lease.job_no, self._lease.attempt, what)
+    def _log(self, what: str, level: int = logging.INFO, fields: dict[str, str] | None = None) -> None:
+        log.log(level, "job %s attempt %d: %s", self._lease.job_no, self._lease.attempt, what, extra=fields)
 
-    async def _end(self, what: str, method: Callable[..., Awaitable[Any]], request: Any, *, done: str) -> _Outcome:
+    async def _end(
+        self,
+        what: str,
+        method: Callable[..., Awaitable[Any]],
+        request: Any,
+        *,
+        done: str,
+        level: int = logging.INFO,
+        fields: dict[str, str] | None = None,
+    ) -> _Outcome:
         """Make the ending call, retrying while the server may be reachable again.
 
         `done` is logged once the server accepted it: the log says how the job really ended
@@ -336,7 +354,7 @@ class _Finisher:
                 return _Outcome.LOST
             log.error("%s failed: %s", label, describe(exc))
             return _Outcome.UNREACHABLE if is_transient(exc) else _Outcome.REFUSED
-        self._log(done)
+        self._log(done, level, fields)
         return _Outcome.OK
 
 

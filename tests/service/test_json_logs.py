@@ -3,7 +3,6 @@ names the job of a job call, says why an attempt failed, and never holds a paylo
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import logging
@@ -12,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from served import Served, eventually
-from service_support import get, submit, when
+from served import Served
+from service_support import get, run_worker_until, submit
 
 from jobwire.observe.logs import JsonLines
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
@@ -75,13 +74,7 @@ async def test_json_lines_name_the_job_say_why_it_failed_and_hold_no_secret(
         target=s.target, worker_id="w-json", concurrency=1, claim_wait=0.2, grace_period=2, token=BEARER,
         tmp_root=tmp_path / "tmp",
     )  # fmt: skip
-    worker = Worker(config, handlers, stub=stub)
-    running = asyncio.create_task(worker.run())
-    try:
-        await eventually(when(s, job.job_no, lambda j: j.status == job_pb2.Job.FAILED), what="FAILED")
-    finally:
-        worker.shutdown()
-        await asyncio.wait_for(running, 10)
+    await run_worker_until(s, Worker(config, handlers, stub=stub), job.job_no, job_pb2.Job.FAILED)
 
     text = json_log.getvalue()
     lines = [json.loads(line) for line in text.splitlines()]

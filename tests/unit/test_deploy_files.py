@@ -69,7 +69,7 @@ def test_servers_beyond_loopback_have_an_auth_file_that_loads() -> None:
 def test_dockerfile_builds_the_protos_and_installs_all_four_parts() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "grpc_tools.protoc" in dockerfile
-    for part in ("./shared[db]", "./services/worker[server]", "./services/jobapi", "./services/server"):
+    for part in ("./shared[db,otlp]", "./services/worker[server]", "./services/jobapi", "./services/server"):
         assert part in dockerfile
     assert re.search(r"^FROM python:3\.11", dockerfile, re.M)
     assert COMPOSE["services"]["mysql"]["image"] == "mysql:8.4"

@@ -25,7 +25,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from jobwire.domain.errors import InvalidArgument
-from jobwire.observe import logs
+from jobwire.observe import logs, tracing
 from jobwire.rpc.auth import Authenticator, Principal, set_current
 from jobwire.rpc.errors import status_of
 from jobwire.rpc.metrics import Metrics
@@ -133,6 +133,8 @@ def _begin(method: str, principal: Principal, request: Any, keyed: bool) -> None
 def _ended(method: str, code: str, start: float, metrics: Metrics) -> None:
     elapsed = time.monotonic() - start
     metrics.observe(method, code, elapsed)
+    if code != "OK" and tracing.tracer() is not None:
+        tracing.call_ended(code, grpc.StatusCode[code].value[0])
     if calls.isEnabledFor(logging.DEBUG):
         duration_ms = round(elapsed * 1000, 3)
         calls.debug("%s %s in %.1f ms", method, code, duration_ms, extra={"code": code, "duration_ms": duration_ms})

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import uvloop
 
 from jobwire.db.migrate import SchemaNotCurrent
-from jobwire.observe import logs
+from jobwire.observe import logs, tracing
 from jobwire.rpc.auth import load_tokens
 from jobwire.rpc.serve import serve_until_signalled
 from jobwire.runtime import family
@@ -51,6 +51,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 async def serve(settings: Settings, *services: AddService) -> None:
     """Host `services` until SIGTERM or SIGINT; prints the bound port for launchers and tests."""
+    try:
+        tracing.configure("jobwire")  # before the server is built: its interceptor comes from here
+    except ValueError as exc:
+        raise SystemExit(f"jobwire: {exc}") from None
     rt = open_runtime(settings)  # inside the loop: grpc.aio servers bind to the running loop
     for add in services:
         add(rt)

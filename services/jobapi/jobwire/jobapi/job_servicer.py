@@ -14,7 +14,7 @@ from jobwire.domain.errors import InvalidArgument
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.results import ResultReader
 from jobwire.jobapi.watch import Watches
-from jobwire.observe import logs
+from jobwire.observe import logs, tracing
 from jobwire.rpc import auth, convert
 from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc
@@ -35,6 +35,7 @@ def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s
         labels=limits.labels(request.labels),
         locale=limits.locale(request.locale) or "en",
         depends_on=limits.depends_on(request.depends_on),
+        trace_context=tracing.traceparent(),  # the Submit call's span, for the worker's (None: tracing off)
     )
 
 

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import grpc
+from opentelemetry.trace import SpanKind, StatusCode
 
 from jobwire.codec import stages_from_proto
 from jobwire.domain.job import ErrorCategory
 from jobwire.domain.review import Decision, Review, ReviewRequest
 from jobwire.domain.stages import StageDef
+from jobwire.observe import tracing
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snapshot, StopReason
 from jobwire.worker.sdk._endings import (
@@ -149,6 +151,25 @@ class JobRunner:
         )
 
     async def _invoke(self, state: AttemptState) -> Ending:
+        tracer = tracing.tracer()
+        if tracer is None:
+            return await self._call(state)
+        lease = self._lease
+        # A child of the Submit's span (the lease carries its traceparent): one trace from the
+        # backend's request to this handler, across machines.
+        with tracer.start_as_current_span(
+            f"jobwire.job {lease.job_type}",
+            context=tracing.parent_context(lease.traceparent),
+            kind=SpanKind.CONSUMER,
+            attributes={"jobwire.job_no": lease.job_no, "jobwire.attempt": lease.attempt},
+        ) as span:
+            ending = await self._call(state)
+            span.set_attribute("jobwire.ending", ending.kind.value)
+            if ending.failure is not None:
+                span.set_status(StatusCode.ERROR, ending.failure.category.value)
+            return ending
+
+    async def _call(self, state: AttemptState) -> Ending:
         ctx = JobContext(state)
         result: object = None
         error: BaseException | None = None

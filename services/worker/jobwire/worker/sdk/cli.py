@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobwire.domain.errors import JobwireError
-from jobwire.observe import logs
+from jobwire.observe import logs, tracing
 from jobwire.worker.sdk._config import WorkerConfig, default_worker_id
 from jobwire.worker.sdk._handlers import Handlers
 from jobwire.worker.sdk._worker import Worker
@@ -139,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logs.configure(args.log_format, args.log_level)
     try:
+        tracing.configure("jobwire-worker")
         worker = Worker(build_config(args), load_handlers(args.handlers))
     except (ValueError, JobwireError, ImportError, AttributeError, OSError) as exc:
         print(f"jobwire-worker: {exc}", file=sys.stderr)

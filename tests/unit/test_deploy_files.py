@@ -1,4 +1,6 @@
-"""docker-compose.yml and the Dockerfile must agree with the code, read without Docker."""
+"""docker-compose.yml, the Dockerfile and deploy/k8s must agree with the code, read without
+Docker or a cluster (the Kubernetes manifests are checked against the schemas that
+kubernetes-validate ships)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
@@ -29,31 +32,35 @@ def _console_scripts() -> set[str]:
     return scripts
 
 
+def assert_runs(where: str, command: list[str]) -> None:
+    """`command` names a real module (`python -m M`) or console script, and its --handlers resolve."""
+    if command[:2] == ["python", "-m"]:
+        assert importlib.util.find_spec(command[2]) is not None, f"{where}: no module {command[2]}"
+    else:
+        assert command[0] in _console_scripts(), f"{where}: no console script {command[0]}"
+    if "--handlers" in command:
+        module, _, attr = command[command.index("--handlers") + 1].partition(":")
+        assert hasattr(importlib.import_module(module), attr), f"{where}: no handlers {module}:{attr}"
+
+
+def assert_known_settings(where: str, names: Iterable[str]) -> None:
+    """Every JOBWIRE_* variable among `names` is read by the servers' settings or the worker SDK."""
+    config = (ROOT / "shared/jobwire/runtime/settings.py").read_text()
+    sdk = "\n".join(p.read_text() for p in (ROOT / "services/worker/jobwire/worker/sdk").glob("*.py"))
+    for var in names:
+        if var.startswith("JOBWIRE_"):
+            assert f'"{var}"' in config or f'"{var}"' in sdk, f"{where}: {var} is read nowhere"
+
+
 def test_every_command_names_a_real_module_or_script() -> None:
-    scripts = _console_scripts()
     for name, service in COMPOSE["services"].items():
-        command = service.get("command")
-        if name == "mysql":
-            continue
-        if command[:2] == ["python", "-m"]:
-            assert importlib.util.find_spec(command[2]) is not None, f"{name}: no module {command[2]}"
-        else:
-            assert command[0] in scripts, f"{name}: no console script {command[0]}"
-
-
-def test_handlers_reference_resolves() -> None:
-    command = COMPOSE["services"]["example-worker"]["command"]
-    module, _, attr = command[command.index("--handlers") + 1].partition(":")
-    assert hasattr(importlib.import_module(module), attr)
+        if name != "mysql":
+            assert_runs(name, service["command"])
 
 
 def test_environment_uses_only_known_settings() -> None:
-    config = (ROOT / "shared/jobwire/runtime/settings.py").read_text()
-    sdk = "\n".join(p.read_text() for p in (ROOT / "services/worker/jobwire/worker/sdk").glob("*.py"))
     for name, service in COMPOSE["services"].items():
-        for var in service.get("environment", {}):
-            if var.startswith("JOBWIRE_"):
-                assert f'"{var}"' in config or f'"{var}"' in sdk, f"{name}: {var} is read nowhere"
+        assert_known_settings(name, service.get("environment", {}))
 
 
 def test_servers_beyond_loopback_have_an_auth_file_that_loads() -> None:

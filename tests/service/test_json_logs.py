@@ -86,6 +86,7 @@ async def test_json_lines_name_the_job_say_why_it_failed_and_hold_no_secret(
     for method in ("JobService/Submit", "JobService/Get", "WorkerService/Fail"):  # Get: polled by `when` too
         named = {(x["job_no"], x["code"], x["tenant"]) for x in calls(method)}
         assert named == {(job.job_no, "OK", "default")}, method
+    assert not [x for x in calls("WorkerService/Claim") if "job_no" in x]  # no call inherits another's job
     failed = [x for x in lines if x.get("error_category")]
     assert [(x["job_no"], x["worker_id"], x["error_category"]) for x in failed] == [
         (job.job_no, "w-json", "PROCESSING_ERROR")

@@ -40,8 +40,9 @@ def bind(**fields: str | int | float) -> None:
     _bound.set({**_bound.get(), **fields})
 
 
-def bound() -> Fields:
-    return _bound.get()
+def begin(**fields: str | int | float) -> None:
+    """Bind exactly `fields` in this context: a call starts with nothing of any call before it."""
+    _bound.set(fields)
 
 
 class JsonLines(JsonFormatter):

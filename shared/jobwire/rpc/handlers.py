@@ -122,12 +122,12 @@ def _begin(method: str, principal: Principal, request: Any, keyed: bool) -> None
     """The call's caller and log fields, then a request that did not parse is refused."""
     set_current(principal)
     if isinstance(request, Undecodable):
-        logs.bind(method=method, tenant=principal.tenant)
+        logs.begin(method=method, tenant=principal.tenant)
         raise request.error()
     if keyed and request.job_no:
-        logs.bind(method=method, tenant=principal.tenant, job_no=request.job_no)
+        logs.begin(method=method, tenant=principal.tenant, job_no=request.job_no)
     else:
-        logs.bind(method=method, tenant=principal.tenant)
+        logs.begin(method=method, tenant=principal.tenant)
 
 
 def _ended(method: str, code: str, start: float, metrics: Metrics) -> None:

@@ -1,8 +1,9 @@
 """Log lines: text for people, or one JSON object per line for machines (JOBWIRE_LOG_FORMAT).
 
 The fields of the call or job at hand (tenant, job_no, method, worker_id) live in a
-context variable that the server's handler wrapping and the worker's job runner set
-(`bind`), so no log call has to name them and every line of that call or job carries them.
+context variable that the server's handler wrapping sets for each call (`begin`) and the
+worker SDK adds to for itself and each job (`bind`), so no log call has to name them and
+every line of that call or job carries them.
 
 The JSON lines hold only the fields named here (`FIELDS`) and the message: a payload,
 token or checkpoint handed to a log call as `extra` is never written, whatever its name.

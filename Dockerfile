@@ -12,7 +12,7 @@ RUN pip install --no-cache-dir -c constraints.txt grpcio-tools googleapis-common
  && python -m grpc_tools.protoc -Iprotos \
       -I"$(python -c 'import google.rpc.status_pb2 as m, pathlib; print(pathlib.Path(m.__file__).parents[2])')" \
       --python_out=shared --grpc_python_out=shared protos/jobwire/v1/*.proto \
- && pip install --no-cache-dir -c constraints.txt './shared[db]' './services/worker[server]' ./services/jobapi ./services/server ./services/gateway \
+ && pip install --no-cache-dir -c constraints.txt './shared[db,otlp]' './services/worker[server]' ./services/jobapi ./services/server ./services/gateway \
  && pip uninstall -y grpcio-tools \
  && mkdir -p /var/lib/jobwire/results && chown nobody /var/lib/jobwire/results
 # The result store (JOBWIRE_RESULT_STORE); compose mounts one volume there for both servers.

@@ -263,3 +263,14 @@ async def heartbeat(s: Any, lease: worker_pb2.Lease, worker_id: str = "w1") -> w
     ref = worker_pb2.LeaseRef(job_no=lease.job_no, worker_token=lease.worker_token)
     reply = await s.workers.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=worker_id, leases=[ref]))
     return reply.leases[0]
+
+
+async def run_worker_until(s: Any, worker: Any, job_no: str, status: int) -> job_pb2.Job:
+    """Run an SDK `worker` (jobwire.worker.sdk.Worker) until job `job_no` has `status`; then stop it."""
+    running = asyncio.create_task(worker.run())
+    try:
+        name = job_pb2.Job.Status.Name(status)  # type: ignore[arg-type]
+        return await eventually(when(s, job_no, lambda j: j.status == status), what=name)
+    finally:
+        worker.shutdown()
+        await asyncio.wait_for(running, 10)

@@ -1,4 +1,6 @@
-"""docker-compose.yml and the Dockerfile must agree with the code, read without Docker."""
+"""docker-compose.yml, the Dockerfile and deploy/k8s must agree with the code, read without
+Docker or a cluster (the Kubernetes manifests are checked against the schemas that
+kubernetes-validate ships)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
@@ -29,35 +32,40 @@ def _console_scripts() -> set[str]:
     return scripts
 
 
+def assert_runs(where: str, command: list[str]) -> None:
+    """`command` names a real module (`python -m M`) or console script, and its --handlers resolve."""
+    if command[:2] == ["python", "-m"]:
+        assert importlib.util.find_spec(command[2]) is not None, f"{where}: no module {command[2]}"
+    else:
+        assert command[0] in _console_scripts(), f"{where}: no console script {command[0]}"
+    if "--handlers" in command:
+        module, _, attr = command[command.index("--handlers") + 1].partition(":")
+        assert hasattr(importlib.import_module(module), attr), f"{where}: no handlers {module}:{attr}"
+
+
+def assert_known_settings(where: str, names: Iterable[str]) -> None:
+    """Every JOBWIRE_* variable among `names` is read by the servers' settings, the worker SDK,
+    the gateway's settings or, for the gateway, jobwire.client (the job service's address)."""
+    readers = [
+        (ROOT / "shared/jobwire/runtime/settings.py").read_text(),
+        "\n".join(p.read_text() for p in (ROOT / "services/worker/jobwire/worker/sdk").glob("*.py")),
+        (ROOT / "services/gateway/jobwire/gateway/settings.py").read_text(),
+        (ROOT / "shared/jobwire/client/channel.py").read_text(),
+    ]
+    for var in names:
+        if var.startswith("JOBWIRE_"):
+            assert any(f'"{var}"' in text for text in readers), f"{where}: {var} is read nowhere"
+
+
 def test_every_command_names_a_real_module_or_script() -> None:
-    scripts = _console_scripts()
     for name, service in COMPOSE["services"].items():
-        command = service.get("command")
-        if name == "mysql":
-            continue
-        if command[:2] == ["python", "-m"]:
-            assert importlib.util.find_spec(command[2]) is not None, f"{name}: no module {command[2]}"
-        else:
-            assert command[0] in scripts, f"{name}: no console script {command[0]}"
-
-
-def test_handlers_reference_resolves() -> None:
-    command = COMPOSE["services"]["example-worker"]["command"]
-    module, _, attr = command[command.index("--handlers") + 1].partition(":")
-    assert hasattr(importlib.import_module(module), attr)
+        if name != "mysql":
+            assert_runs(name, service["command"])
 
 
 def test_environment_uses_only_known_settings() -> None:
-    config = (ROOT / "shared/jobwire/runtime/settings.py").read_text()
-    sdk = "\n".join(p.read_text() for p in (ROOT / "services/worker/jobwire/worker/sdk").glob("*.py"))
-    # The gateway reads its own settings and, through jobwire.client, the job service's address.
-    gateway = (ROOT / "services/gateway/jobwire/gateway/settings.py").read_text()
-    client = (ROOT / "shared/jobwire/client/channel.py").read_text()
     for name, service in COMPOSE["services"].items():
-        for var in service.get("environment", {}):
-            if var.startswith("JOBWIRE_"):
-                readers = (config, sdk, gateway, client)
-                assert any(f'"{var}"' in text for text in readers), f"{name}: {var} is read nowhere"
+        assert_known_settings(name, service.get("environment", {}))
 
 
 def test_the_gateway_serves_beyond_its_container_and_reaches_jobapi() -> None:
@@ -83,7 +91,7 @@ def test_servers_beyond_loopback_have_an_auth_file_that_loads() -> None:
 def test_dockerfile_builds_the_protos_and_installs_all_five_parts() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "grpc_tools.protoc" in dockerfile
-    parts = ("./shared[db]", "./services/worker[server]", "./services/jobapi", "./services/server")
+    parts = ("./shared[db,otlp]", "./services/worker[server]", "./services/jobapi", "./services/server")
     for part in (*parts, "./services/gateway"):
         assert part in dockerfile
     assert re.search(r"^FROM python:3\.11", dockerfile, re.M)

@@ -7,7 +7,7 @@ import argparse
 from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
 from jobwire.jobapi.app import add_jobapi
-from jobwire.rpc.serve import configure_logging
+from jobwire.observe import logs
 from jobwire.runtime.serving import serve_processes, server_flags, settings_from
 from jobwire.worker.server.app import add_worker_service
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = settings_from(args)
     if args.command == "migrate":
-        configure_logging()
+        logs.configure(settings.log_format, settings.log_level)
         db = Database(settings.database_url)
         upgrade(db)
         print(f"schema is current in {db.url.render_as_string(hide_password=True)}")

@@ -42,6 +42,7 @@ from jobwire.db.writer import (
     transact,
 )
 from jobwire.domain.errors import Conflict, InvalidArgument, StoreUnavailable
+from jobwire.observe import tracing
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,6 +75,7 @@ class Database:
     def __init__(self, url: str, *, pool_size: int = 8, echo: bool = False) -> None:
         self.url = sa.make_url(url)
         self.is_mysql = self.url.get_backend_name() in ("mysql", "mariadb")
+        self._traced = {"db.system": "mysql" if self.is_mysql else "sqlite"}  # each transaction's span
         self.engine = _mysql_engine(url, pool_size, echo) if self.is_mysql else _sqlite_engine(url, echo)
         self.statements: Statements = statements_for("mysql" if self.is_mysql else "sqlite")
         self.clock: DbClock | LocalClock = DbClock(self._read_clock) if self.is_mysql else LocalClock()
@@ -90,7 +92,8 @@ class Database:
 
     async def transact(self, fn: Callable[[Wire], Awaitable[T]]) -> T:
         """Run `fn` in one write transaction on the event loop (jobwire.db.writer)."""
-        result = await transact(self.writes, fn)
+        with tracing.span("jobwire.db transact", self._traced):
+            result = await transact(self.writes, fn)
         self.reached()
         return result
 
@@ -136,6 +139,10 @@ class Database:
         self.dispose()
 
     def _run(self, fn: Callable[[Connection], T], *, immediate: bool) -> T:
+        with tracing.span("jobwire.db write" if immediate else "jobwire.db read", self._traced):
+            return self._run_untraced(fn, immediate=immediate)
+
+    def _run_untraced(self, fn: Callable[[Connection], T], *, immediate: bool) -> T:
         for attempt in range(1, MAX_TRIES + 1):
             try:
                 with self.engine.connect() as conn:

@@ -173,6 +173,7 @@ class _Claim(JobOp[Lease]):
             lease_seconds=float(row["lease_seconds"]),
             attempt_deadline=row["attempt_deadline"],
             review=review_of(row),
+            trace_context=row["trace_context"],
         )
 
 

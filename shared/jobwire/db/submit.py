@@ -186,5 +186,6 @@ def _new_row(new: NewJob, job_no: str, now: datetime, waits: dependencies.Waits 
         "version": 1,
         **dependencies.row_values(new, waits),
         "batch_id": new.batch_id,
+        "trace_context": new.trace_context,
         "uri": None, "size_bytes": None, "sha256": None, "content_type": None, "summary": None,
     }  # fmt: skip

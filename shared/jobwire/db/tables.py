@@ -81,6 +81,8 @@ job = Table(
     # dependents to settle (jobwire.db.dependencies), so every other ending skips that read
     Column("has_dependents", Boolean, nullable=False, server_default="0"),
     Column("batch_id", String(24), nullable=True),  # the SubmitBatch that made it (job_batch)
+    # the W3C traceparent of the Submit call (jobwire.observe.tracing); NULL when not traced
+    Column("trace_context", String(128), nullable=True),
     # review (jobwire.domain.review): who must review a WAITING job and what (a JSON list);
     # the last decision, its note and who made it, for the next lease after an approval
     Column("review_assignee", String(128), nullable=True),

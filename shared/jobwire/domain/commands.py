@@ -35,6 +35,7 @@ class NewJob:
     locale: str = "en"
     depends_on: tuple[str, ...] = ()  # job numbers of the same tenant, each once, in the order given
     batch_id: str | None = None  # set by SubmitBatch for each of its jobs
+    trace_context: str | None = None  # the W3C traceparent of the submitting call, when tracing
 
     def fingerprint(self) -> str:
         """What makes two submits with one idempotency key "the same request"."""

@@ -25,6 +25,7 @@ class Lease:
     lease_seconds: float
     attempt_deadline: datetime | None = None  # when this attempt's time runs out (None: no limit)
     review: Review | None = None  # a reviewer's approval of this job, when there was one: who, and their note
+    trace_context: str | None = None  # the W3C traceparent of the Submit that made the job, when traced
 
 
 class LeaseState(StrEnum):

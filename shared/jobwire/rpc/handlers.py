@@ -7,13 +7,16 @@ around each method handler, built when the service is added (`register`), so a c
 one function call for them.
 
 Order matters and is fixed: the caller is resolved first (a refusal is answered like any
-error), errors are mapped next, and the metrics record the status the caller gets.
+error), errors are mapped next, and the metrics record the status the caller gets. The
+caller's tenant, the method and the job named by the request are bound for every log line
+of the call (jobwire.observe.logs).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -22,11 +25,14 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from jobwire.domain.errors import InvalidArgument
-from jobwire.rpc.auth import Authenticator, set_current
+from jobwire.observe import logs, tracing
+from jobwire.rpc.auth import Authenticator, Principal, set_current
 from jobwire.rpc.errors import status_of
 from jobwire.rpc.metrics import Metrics
 
 AddToServer = Callable[[Any, Any], None]
+# One line per call at DEBUG (JOBWIRE_LOG_LEVEL=DEBUG): method, status code and duration.
+calls = logging.getLogger("jobwire.rpc.calls")
 
 
 class Wrapping:
@@ -39,20 +45,24 @@ class Wrapping:
     def handler(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if handler.unary_unary is None and handler.unary_stream is None and handler.stream_unary is None:
             return handler  # two-way streams (server reflection): no role, nothing of ours to map
+        keyed = False  # the request names a job: its job_no goes on the call's log lines
         if handler.request_deserializer is not None:
             # Only where the wrapper below answers an Undecodable: it never reaches a servicer.
+            keyed = "job_no" in _fields_of(handler.request_deserializer)
             handler = handler._replace(request_deserializer=_tolerant(handler.request_deserializer))
         if handler.unary_unary is not None:
-            return handler._replace(unary_unary=self._unary(method, handler.unary_unary, stream=False))
+            return handler._replace(unary_unary=self._unary(method, handler.unary_unary, stream=False, keyed=keyed))
         if handler.stream_unary is not None:  # an upload: its chunks are checked as they come (`decoded`)
             return handler._replace(stream_unary=self._unary(method, handler.stream_unary, stream=True))
         inner = handler.unary_stream
         if inspect.isasyncgenfunction(inner):
-            return handler._replace(unary_stream=self._stream(method, inner))
+            return handler._replace(unary_stream=self._stream(method, inner, keyed=keyed))
         # A stream that writes with context.write() and returns (grpc's Health.Watch).
-        return handler._replace(unary_stream=self._unary(method, inner, stream=True))
+        return handler._replace(unary_stream=self._unary(method, inner, stream=True, keyed=keyed))
 
-    def _unary(self, method: str, behavior: Callable[..., Any], *, stream: bool) -> Callable[..., Any]:
+    def _unary(
+        self, method: str, behavior: Callable[..., Any], *, stream: bool, keyed: bool = False
+    ) -> Callable[..., Any]:
         resolve, metrics = self._auth.resolve, self._metrics
 
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -60,9 +70,7 @@ class Wrapping:
             if stream:
                 metrics.stream_opened(method)
             try:
-                set_current(resolve(method, context.invocation_metadata()))
-                if isinstance(request, Undecodable):
-                    raise request.error()
+                _begin(method, resolve(method, context.invocation_metadata()), request, keyed)
                 return await behavior(request, context)
             except grpc.aio.AbortError:
                 code = _code_of(context)
@@ -77,20 +85,20 @@ class Wrapping:
             finally:
                 if stream:
                     metrics.stream_closed(method)
-                metrics.observe(method, code, time.monotonic() - start)
+                _ended(method, code, start, metrics)
 
         return unary
 
-    def _stream(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    def _stream(
+        self, method: str, behavior: Callable[..., AsyncIterator[Any]], *, keyed: bool
+    ) -> Callable[..., AsyncIterator[Any]]:
         resolve, metrics = self._auth.resolve, self._metrics
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             start, code = time.monotonic(), "OK"
             metrics.stream_opened(method)
             try:
-                set_current(resolve(method, context.invocation_metadata()))
-                if isinstance(request, Undecodable):
-                    raise request.error()
+                _begin(method, resolve(method, context.invocation_metadata()), request, keyed)
                 async for item in behavior(request, context):
                     yield item
             except grpc.aio.AbortError:
@@ -105,9 +113,31 @@ class Wrapping:
                 await context.abort_with_status(status)
             finally:
                 metrics.stream_closed(method)
-                metrics.observe(method, code, time.monotonic() - start)
+                _ended(method, code, start, metrics)
 
         return stream
+
+
+def _begin(method: str, principal: Principal, request: Any, keyed: bool) -> None:
+    """The call's caller and log fields, then a request that did not parse is refused."""
+    set_current(principal)
+    if isinstance(request, Undecodable):
+        logs.begin(method=method, tenant=principal.tenant)
+        raise request.error()
+    if keyed and request.job_no:
+        logs.begin(method=method, tenant=principal.tenant, job_no=request.job_no)
+    else:
+        logs.begin(method=method, tenant=principal.tenant)
+
+
+def _ended(method: str, code: str, start: float, metrics: Metrics) -> None:
+    elapsed = time.monotonic() - start
+    metrics.observe(method, code, elapsed)
+    if code != "OK" and tracing.tracer() is not None:
+        tracing.call_ended(code, grpc.StatusCode[code].value[0])
+    if calls.isEnabledFor(logging.DEBUG):
+        duration_ms = round(elapsed * 1000, 3)
+        calls.debug("%s %s in %.1f ms", method, code, duration_ms, extra={"code": code, "duration_ms": duration_ms})
 
 
 async def decoded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -137,8 +167,17 @@ class Undecodable:
         )
 
 
+def _descriptor(deserialize: Callable[[bytes], Any]) -> Any:
+    return getattr(getattr(deserialize, "__self__", None), "DESCRIPTOR", None)
+
+
+def _fields_of(deserialize: Callable[[bytes], Any]) -> Mapping[str, object]:
+    descriptor = _descriptor(deserialize)
+    return descriptor.fields_by_name if descriptor is not None else {}
+
+
 def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
-    type_name = getattr(getattr(deserialize, "__self__", None), "DESCRIPTOR", None)
+    type_name = _descriptor(deserialize)
     name = type_name.full_name if type_name is not None else "request"
 
     def parse(data: bytes) -> Any:

@@ -21,10 +21,6 @@ class Hosted(Protocol):
     async def stop(self, grace: float = ...) -> None: ...
 
 
-def configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
 async def serve_until_signalled(
     hosted: Hosted, *, on_ready: Callable[[int], None] | None = None, parent: int | None = None
 ) -> None:

@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
+from jobwire.observe import tracing
 from jobwire.rpc.auth import Authenticator, load_tokens
 from jobwire.rpc.handlers import AddToServer, Wrapping, register
 from jobwire.rpc.metrics import Metrics, MetricsEndpoint
@@ -97,7 +98,10 @@ class ServerHost:
         # grpc binds with SO_REUSEPORT unless told not to, and a second server on a taken
         # port would then start silently. Only a family's children share a port (jobwire.runtime.family).
         reuse = ("grpc.so_reuseport", 1 if endpoint.share_port else 0)
-        self.server = grpc.aio.server(options=[*SERVER_OPTIONS, reuse])
+        # A span per call only while tracing is on: off, grpc.aio runs no interceptor at all.
+        self.server = grpc.aio.server(
+            interceptors=tracing.server_interceptors() or None, options=[*SERVER_OPTIONS, reuse]
+        )
         self.health = health.aio.HealthServicer()
         self.add_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health)
         self._ping = ping

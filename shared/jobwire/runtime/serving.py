@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 import uvloop
 
 from jobwire.db.migrate import SchemaNotCurrent
+from jobwire.observe import logs, tracing
 from jobwire.rpc.auth import load_tokens
-from jobwire.rpc.serve import configure_logging, serve_until_signalled
+from jobwire.rpc.serve import serve_until_signalled
 from jobwire.runtime import family
 from jobwire.runtime.parts import AddService, open_runtime
 from jobwire.runtime.settings import Settings
@@ -50,6 +51,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 async def serve(settings: Settings, *services: AddService) -> None:
     """Host `services` until SIGTERM or SIGINT; prints the bound port for launchers and tests."""
+    try:
+        tracing.configure("jobwire")  # before the server is built: its interceptor comes from here
+    except ValueError as exc:
+        raise SystemExit(f"jobwire: {exc}") from None
     rt = open_runtime(settings)  # inside the loop: grpc.aio servers bind to the running loop
     for add in services:
         add(rt)
@@ -69,7 +74,7 @@ def run_server(prog: str, *services: AddService, argv: Sequence[str] | None = No
 
 def serve_processes(settings: Settings, *services: AddService) -> None:
     """Serve in this process, or as the parent of `settings.processes` (jobwire.runtime.family)."""
-    configure_logging()
+    logs.configure(settings.log_format, settings.log_level)
     child = family.child_settings(settings)
     try:
         if child is not None:

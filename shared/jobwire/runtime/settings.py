@@ -11,6 +11,7 @@ from pathlib import Path
 from jobwire.domain.job import DEFAULT_RESULT_SCHEMES
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES, MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
 from jobwire.domain.results import DEFAULT_MAX_INLINE_RESULT
+from jobwire.observe.logs import FORMATS, LEVELS
 
 DEFAULT_DATABASE_URL = "sqlite:///var/jobwire.db"
 # Job numbers must read back through jobwire.domain.limits.JOB_NO: PT-20261129-001.
@@ -61,6 +62,8 @@ class Settings:
     # (JOBWIRE_MIGRATE=0: `python -m jobwire migrate` does it, and the serving account needs
     # no DDL rights) a server refuses to start on a schema that is not current
     migrate: bool = True
+    log_format: str = "text"  # or "json": one JSON object per line (jobwire.observe.logs)
+    log_level: str = "INFO"
 
     def __post_init__(self) -> None:
         # A bad setting stops the server at start, naming the variable, rather than failing
@@ -93,6 +96,10 @@ class Settings:
             problems.append("JOBWIRE_RETENTION_WORKER_DAYS must be positive")
         if not 1 <= self.processes <= MAX_PROCESSES:
             problems.append(f"JOBWIRE_PROCESSES must be between 1 and {MAX_PROCESSES}")
+        if self.log_format not in FORMATS:
+            problems.append(f"JOBWIRE_LOG_FORMAT must be one of {', '.join(FORMATS)}")
+        if self.log_level not in LEVELS:
+            problems.append(f"JOBWIRE_LOG_LEVEL must be one of {', '.join(LEVELS)}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -159,5 +166,7 @@ class Settings:
             upload_ttl_seconds=number("JOBWIRE_UPLOAD_TTL_SECONDS", 86_400.0),
             processes=int(env.get("JOBWIRE_PROCESSES") or os.cpu_count() or 1),
             migrate=flag("JOBWIRE_MIGRATE", True),
+            log_format=env.get("JOBWIRE_LOG_FORMAT", "text").strip().lower(),
+            log_level=env.get("JOBWIRE_LOG_LEVEL", "INFO").strip().upper(),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from jobwire.domain.errors import InvalidArgument
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.results import ResultReader
 from jobwire.jobapi.watch import Watches
+from jobwire.observe import logs, tracing
 from jobwire.rpc import auth, convert
 from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc
@@ -34,6 +35,7 @@ def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s
         labels=limits.labels(request.labels),
         locale=limits.locale(request.locale) or "en",
         depends_on=limits.depends_on(request.depends_on),
+        trace_context=tracing.traceparent(),  # the Submit call's span, for the worker's (None: tracing off)
     )
 
 
@@ -74,6 +76,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         who = auth.current()
         new = decode_submit(request, who.tenant, self.settings.default_attempt_timeout_seconds)
         job, created = await self.jobs.submit(who, new)
+        logs.bind(job_no=job.job_no)  # the call's log lines name the job it made
         return job_pb2.SubmitResponse(job=convert.job_to_proto(job, request.locale), created=created)
 
     async def SubmitBatch(

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import grpc
+from opentelemetry.trace import SpanKind, StatusCode
 
 from jobwire.codec import stages_from_proto
 from jobwire.domain.job import ErrorCategory
 from jobwire.domain.review import Decision, Review, ReviewRequest
 from jobwire.domain.stages import StageDef
+from jobwire.observe import tracing
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snapshot, StopReason
 from jobwire.worker.sdk._endings import (
@@ -149,6 +151,25 @@ class JobRunner:
         )
 
     async def _invoke(self, state: AttemptState) -> Ending:
+        tracer = tracing.tracer()
+        if tracer is None:
+            return await self._call(state)
+        lease = self._lease
+        # A child of the Submit's span (the lease carries its traceparent): one trace from the
+        # backend's request to this handler, across machines.
+        with tracer.start_as_current_span(
+            f"jobwire.job {lease.job_type}",
+            context=tracing.parent_context(lease.traceparent),
+            kind=SpanKind.CONSUMER,
+            attributes={"jobwire.job_no": lease.job_no, "jobwire.attempt": lease.attempt},
+        ) as span:
+            ending = await self._call(state)
+            span.set_attribute("jobwire.ending", ending.kind.value)
+            if ending.failure is not None:
+                span.set_status(StatusCode.ERROR, ending.failure.category.value)
+            return ending
+
+    async def _call(self, state: AttemptState) -> Ending:
         ctx = JobContext(state)
         result: object = None
         error: BaseException | None = None
@@ -285,8 +306,17 @@ class _Finisher:
             detail=failure.detail,
         )
         again = "retryable" if failure.retryable else "not retryable"
+        # The detail's first line is the exception itself (`ValueError: no header row`); the
+        # message is the plain sentence users see, which rarely says what went wrong.
+        cause = failure.detail.partition("\n")[0]
+        why = f"{failure.message} [{cause}]" if cause and failure.message not in cause else failure.message
         await self._end(
-            "Fail", self._deps.stub.Fail, request, done=f"failed {failure.category.value} ({again}): {failure.message}"
+            "Fail",
+            self._deps.stub.Fail,
+            request,
+            done=f"failed {failure.category.value} ({again}): {why}",
+            level=logging.WARNING,
+            fields={"error_category": failure.category.value},
         )
 
     async def _release(self) -> None:
@@ -314,10 +344,19 @@ class _Finisher:
             "AwaitReview", self._deps.stub.AwaitReview, request, done=f"waiting for review by {review.assignee}"
         )
 
-    def _log(self, what: str) -> None:
-        log.info("job %s attempt %d: %s", self._lease.job_no, self._lease.attempt, what)
+    def _log(self, what: str, level: int = logging.INFO, fields: dict[str, str] | None = None) -> None:
+        log.log(level, "job %s attempt %d: %s", self._lease.job_no, self._lease.attempt, what, extra=fields)
 
-    async def _end(self, what: str, method: Callable[..., Awaitable[Any]], request: Any, *, done: str) -> _Outcome:
+    async def _end(
+        self,
+        what: str,
+        method: Callable[..., Awaitable[Any]],
+        request: Any,
+        *,
+        done: str,
+        level: int = logging.INFO,
+        fields: dict[str, str] | None = None,
+    ) -> _Outcome:
         """Make the ending call, retrying while the server may be reachable again.
 
         `done` is logged once the server accepted it: the log says how the job really ended
@@ -336,7 +375,7 @@ class _Finisher:
                 return _Outcome.LOST
             log.error("%s failed: %s", label, describe(exc))
             return _Outcome.UNREACHABLE if is_transient(exc) else _Outcome.REFUSED
-        self._log(done)
+        self._log(done, level, fields)
         return _Outcome.OK
 
 

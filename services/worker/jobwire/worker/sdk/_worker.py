@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import threading
@@ -24,6 +25,7 @@ import grpc
 
 from jobwire.client import Backoff, Pauses, aio_channel
 from jobwire.codec import stages_to_proto
+from jobwire.observe import logs
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.sdk._config import WorkerConfig
 from jobwire.worker.sdk._context import JobContext, StopReason
@@ -121,6 +123,7 @@ class Worker:
         keeper = LeaseKeeper(stub, worker_id=self.config.worker_id, default_interval=self.config.heartbeat_interval)
         reports = ReportSender(stub, interval=self.config.report_interval)
         deps = self._deps(stub, keeper, reports, pool)
+        logs.bind(worker_id=self.config.worker_id)  # every task made from here on logs it
         self._announce()
         keeper_task = asyncio.create_task(keeper.run(), name="lease keeper")
         reports_task = asyncio.create_task(reports.run(), name="reports")
@@ -165,7 +168,8 @@ class Worker:
                     self._busy_threads -= 1
 
         async def run_sync(fn: SyncHandler, ctx: JobContext) -> object:
-            return await loop.run_in_executor(pool, tracked, fn, ctx)
+            # In the job's context, as asyncio.to_thread would: the handler's log lines name the job.
+            return await loop.run_in_executor(pool, contextvars.copy_context().run, tracked, fn, ctx)
 
         return RunnerDeps(
             stub=stub,
@@ -220,15 +224,24 @@ class Worker:
         return request
 
     def _start(self, stub: WorkerStub, deps: RunnerDeps, lease: worker_pb2.Lease) -> None:
-        log.info("job %s (%s) attempt %d claimed", lease.job_no, lease.job_type, lease.attempt)
+        log.info(
+            "job %s (%s) attempt %d claimed",
+            lease.job_no,
+            lease.job_type,
+            lease.attempt,
+            extra={"job_no": lease.job_no},
+        )
         spec = self.handlers.get(lease.job_type)
         runner: JobRunner | None = None
+        job = contextvars.copy_context()  # the job's log lines, and only they, name it
+        job.run(logs.bind, job_no=lease.job_no)
         if spec is None or self._stopping:
             # Claimed as shutdown began (or a type we do not run): hand it straight back.
-            task: asyncio.Task[object] = asyncio.create_task(self._hand_back(stub, deps, lease, known=spec is not None))
+            back = self._hand_back(stub, deps, lease, known=spec is not None)
+            task: asyncio.Task[object] = asyncio.create_task(back, context=job)
         else:
             runner = JobRunner(deps, lease, spec)
-            task = asyncio.create_task(runner.run(), name=f"job {lease.job_no}")
+            task = asyncio.create_task(runner.run(), name=f"job {lease.job_no}", context=job)
         self._running[lease.job_no] = _Running(job_no=lease.job_no, runner=runner, task=task)
         task.add_done_callback(functools.partial(self._finished, lease.job_no))
 

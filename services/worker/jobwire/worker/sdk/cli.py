@@ -4,7 +4,8 @@
                    [--concurrency N] [--worker-id ID] [--token-file PATH] [--lease-seconds S]
 
 Environment fallbacks: JOBWIRE_TARGET, JOBWIRE_TOKEN (or JOBWIRE_TOKEN_FILE),
-JOBWIRE_RESULTS_DIR, JOBWIRE_RESULTS_URL. By default the server keeps each result (inline
+JOBWIRE_RESULTS_DIR, JOBWIRE_RESULTS_URL, JOBWIRE_LOG_LEVEL, JOBWIRE_LOG_FORMAT (text or
+json). By default the server keeps each result (inline
 when small, uploaded otherwise) and clients fetch it with GetResult (`jobctl result`). To
 publish results yourself, set --results-dir and --results-url (the URL under which that
 folder is published); --results-dir alone gives file:// URIs of this machine, which only
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobwire.domain.errors import JobwireError
+from jobwire.observe import logs, tracing
 from jobwire.worker.sdk._config import WorkerConfig, default_worker_id
 from jobwire.worker.sdk._handlers import Handlers
 from jobwire.worker.sdk._worker import Worker
@@ -68,7 +70,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tls-ca", type=Path, default=None, help="CA bundle to trust (turns TLS on)")
     p.add_argument("--tls-cert", type=Path, default=None, help="client certificate for mutual TLS")
     p.add_argument("--tls-key", type=Path, default=None, help="client key for mutual TLS")
-    p.add_argument("--log-level", default=env("JOBWIRE_LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", default=env("JOBWIRE_LOG_LEVEL", "INFO"), type=str.upper, choices=logs.LEVELS)
+    p.add_argument(
+        "--log-format",
+        default=env("JOBWIRE_LOG_FORMAT", "text"),
+        choices=logs.FORMATS,
+        help="text, or json: one JSON object per line (env JOBWIRE_LOG_FORMAT)",
+    )
     return p.parse_args(argv)
 
 
@@ -129,8 +137,9 @@ async def serve(worker: Worker) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_format, args.log_level)
     try:
+        tracing.configure("jobwire-worker")
         worker = Worker(build_config(args), load_handlers(args.handlers))
     except (ValueError, JobwireError, ImportError, AttributeError, OSError) as exc:
         print(f"jobwire-worker: {exc}", file=sys.stderr)

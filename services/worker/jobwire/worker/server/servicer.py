@@ -98,6 +98,7 @@ def _lease(lease: Lease) -> worker_pb2.Lease:
         heartbeat_interval=convert.duration(lease.lease_seconds / 3),
         attempt_deadline=convert.timestamp(lease.attempt_deadline),
         review=convert.review_to_proto(lease.review),
+        traceparent=lease.trace_context or "",
     )
 
 

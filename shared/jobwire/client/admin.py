@@ -96,18 +96,18 @@ class AsyncAdminClient(AsyncBaseClient):
         """Findings: STALLED leases, and invariant breaks that must never appear."""
         return await self._call(_inspect(stalled_after, queue, kinds))
 
-    async def list_events(self, job_no: str, *, page_size: int = 0) -> AsyncIterator[admin_pb2.JobEvent]:
-        """A job's evidence trail, oldest first, across pages."""
-        async for page in self._pages(self._stub.ListEvents, _events_request(job_no, page_size)):
-            for event in page.events:
-                yield event
+    def list_events(
+        self, job_no: str, *, page_size: int = 0, limit: int | None = None
+    ) -> AsyncIterator[admin_pb2.JobEvent]:
+        """A job's evidence trail, oldest first, across pages, at most `limit` events."""
+        pages = self._pages(self._stub.ListEvents, _events_request(job_no, page_size))
+        return convert.async_at_most(self._each(pages, lambda page: page.events), limit)
 
     async def requeue(self, job_no: str, *, reason: str) -> job_pb2.Job:
         """Revoke a stalled job's lease and queue it again; never retried by the client."""
         return await self._call(_requeue(job_no, reason, self.locale))
 
-    async def list_workers(self, *, queue: str = "") -> AsyncIterator[admin_pb2.WorkerInfo]:
-        """Known workers by id, across pages."""
-        async for page in self._pages(self._stub.ListWorkers, _workers_request(queue)):
-            for worker in page.workers:
-                yield worker
+    def list_workers(self, *, queue: str = "", limit: int | None = None) -> AsyncIterator[admin_pb2.WorkerInfo]:
+        """Known workers by id, across pages, at most `limit` of them."""
+        pages = self._pages(self._stub.ListWorkers, _workers_request(queue))
+        return convert.async_at_most(self._each(pages, lambda page: page.workers), limit)

@@ -99,8 +99,7 @@ class AsyncJobClient(job_calls.JobService, AsyncBaseClient):
 
     def list_jobs(self, *, limit: int | None = None, **filters: Unpack[ListFilters]) -> AsyncIterator[job_pb2.Job]:
         """Jobs matching the filters, across pages, at most `limit` of them."""
-        convert.at_most((), limit)  # a bad limit fails here, before any call, as in JobClient
-        return self._first(self.list_job_pages(**filters), limit)
+        return convert.async_at_most(self._each(self.list_job_pages(**filters), lambda page: page.jobs), limit)
 
     def watch(
         self, job_no: str, after_version: int = 0, **options: Unpack[WatchOptions]
@@ -112,18 +111,6 @@ class AsyncJobClient(job_calls.JobService, AsyncBaseClient):
         return async_watch_job(
             self._open_watch(job_no, loc), get, after_version, self.retry_settings, self._sleep, on_reconnect
         )
-
-    @staticmethod
-    async def _first(pages: AsyncIterator[job_pb2.ListJobsResponse], limit: int | None) -> AsyncIterator[job_pb2.Job]:
-        if limit == 0:
-            return
-        count = 0
-        async for page in pages:
-            for job in page.jobs:
-                yield job
-                count += 1
-                if count == limit:
-                    return
 
     @staticmethod
     async def _stream(call: Any) -> AsyncIterator[Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
@@ -185,6 +185,13 @@ class AsyncBaseClient(_Client[grpc.aio.Channel, AsyncSleep]):
     async def _call(self, call: Call[R]) -> R:
         """Send `call`, retried as it allows, and decode its reply."""
         return call.decode(await self._unary(self._sender(call), idempotent=call.idempotent))
+
+    @staticmethod
+    async def _each(pages: AsyncIterator[P], items: Callable[[P], Iterable[T]]) -> AsyncIterator[T]:
+        """The items of each page in turn (`items` picks them out of a page)."""
+        async for page in pages:
+            for item in items(page):
+                yield item
 
     async def _pages(self, method: Callable[..., Awaitable[P]], request: Any) -> AsyncIterator[P]:
         """Each reply of a paged List call, fetched as the iteration advances."""

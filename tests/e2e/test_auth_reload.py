@@ -31,14 +31,15 @@ def auth_file(tmp_path: Path) -> Path:
     return write_auth_file(tmp_path / "auth.toml", [OLD])
 
 
-@pytest.fixture
-def server(tmp_path: Path, auth_file: Path) -> Iterator[ServerProcess]:
+@pytest.fixture(params=["1", "2"], ids=["one-process", "family"])
+def server(request: pytest.FixtureRequest, tmp_path: Path, auth_file: Path) -> Iterator[ServerProcess]:
+    """A lone server, and a family whose parent must pass SIGHUP on to its serving processes."""
     env = {
         "JOBWIRE_DATABASE_URL": f"sqlite:///{tmp_path / 'jobwire.db'}",
         "JOBWIRE_LISTEN": "127.0.0.1:0",
         "JOBWIRE_AUTH_FILE": str(auth_file),
     }
-    process = start_server_process(["jobwire", "serve", "--processes", "1"], env)
+    process = start_server_process(["jobwire", "serve", "--processes", request.param], env)
     try:
         yield process
     finally:

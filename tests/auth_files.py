@@ -17,6 +17,7 @@ class Token:
     tenant: str = "default"
     role: str = "client"  # client, worker or admin
     queues: tuple[str, ...] = ("*",)
+    roles: tuple[str, ...] = ()  # when given, written as `roles = [...]` instead of `role`
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
@@ -29,8 +30,8 @@ def write_auth_file(path: Path, tokens: Iterable[Token]) -> Path:
     for token in tokens:
         digest = hashlib.sha256(token.secret.encode()).hexdigest()
         queues = ", ".join(f'"{q}"' for q in token.queues)
-        entries.append(
-            f'[[token]]\nsha256 = "{digest}"\ntenant = "{token.tenant}"\nrole = "{token.role}"\nqueues = [{queues}]\n'
-        )
+        listed = ", ".join(f'"{r}"' for r in token.roles)
+        roles = f"roles = [{listed}]" if token.roles else f'role = "{token.role}"'
+        entries.append(f'[[token]]\nsha256 = "{digest}"\ntenant = "{token.tenant}"\n{roles}\nqueues = [{queues}]\n')
     path.write_text("\n".join(entries), encoding="utf-8")
     return path

@@ -485,6 +485,7 @@ def test_help_lists_every_command_and_every_exit_code(stack: Stack) -> None:
     promised = {int(n) for n in re.findall(r"^ {4}(\d+) +\S", top.out.split("Exit codes:", 1)[1], re.MULTILINE)}
     assert promised == EXIT_CODES, top
     assert set(re.findall(r"--[a-z-]+", top.out.split("Exit codes:", 1)[0])) == {"--help", *GLOBAL_OPTIONS}
+    assert 'eval "$(register-python-argcomplete jobctl)"' in top.out
     # the console script and `python -m jobwire.client.cli` are the same program
     module = subprocess.run(
         [sys.executable, "-m", "jobwire.client.cli", "--help"], env=jobctl_env(None), capture_output=True, text=True
@@ -701,10 +702,11 @@ def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
 
         return run_it
 
-    by_owner, by_status, lower_case, two_statuses, none_match, limited, other_tenant = concurrently(
+    by_owner, by_status, lower_case, by_word, two_statuses, none_match, limited, other_tenant = concurrently(
         listed("--owner", "alice"),
         listed("--status", "CANCELLED"),
         listed("--status", "queued"),
+        listed("--status", "等待处理", "--status", "not COMPLETED"),  # the words shown: QUEUED, FAILED
         listed("--status", "QUEUED", "--status", "CANCELLED"),
         listed("--owner", "bob", "--status", "CANCELLED"),
         listed("--limit", "2"),
@@ -713,6 +715,7 @@ def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
     assert by_owner == sorted(alice)
     assert by_status == [alice[0]]
     assert lower_case == sorted([alice[1], bob])
+    assert by_word == sorted([alice[1], bob])
     assert two_statuses == sorted([*alice, bob])
     assert none_match == []
     assert len(limited) == 2
@@ -723,6 +726,23 @@ def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
     assert set(rows) == {*alice, bob}, text
     assert rows[alice[0]]["STATUS"] == "Cancelled" and rows[bob]["STATUS"] == "Waiting"
     assert {row["TYPE"] for row in rows.values()} == {job_type}
+
+
+def test_shell_completion_offers_commands_and_status_words(tmp_path: Path) -> None:
+    def complete(line: str) -> list[str]:
+        out = tmp_path / "candidates"
+        env = {
+            **os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": line,
+            "COMP_POINT": str(len(line)), "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+        }  # fmt: skip
+        done = subprocess.run([str(JOBCTL)], env=env, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, done.stderr
+        return sorted(word.strip() for word in out.read_text().split("\n") if word.strip())
+
+    assert complete("jobctl wa") == ["watch"]
+    assert complete("jobctl list --status Pro") == ["Processing"]
+    assert complete("jobctl list --status RE") == ["READY"]
+    assert "--after-version" in complete("jobctl watch PT-1 --af")
 
 
 def test_list_with_a_negative_limit_is_a_usage_error(stack: Stack) -> None:
@@ -754,6 +774,7 @@ def test_watch_follows_a_job_to_ready_and_shows_its_result(stack: Stack) -> None
     outcome = details(watching.text)
     assert outcome["result"] == f"file:///results/{job_no}.bin"
     assert (outcome["size"], outcome["sha256"]) == ("2.0 KiB (2,048 bytes)", SHA)
+    assert re.fullmatch(r"\d+:\d{2}", outcome["elapsed"]), outcome  # submit to READY, as a stopwatch
     assert "%" not in "\n".join(line for line in watching.lines if "Preparing input" in line)
 
 
@@ -804,7 +825,8 @@ def test_cancel_of_a_running_job_waits_for_the_worker_and_watch_exits_3(stack: S
     assert stack.worker.report(lease, "PROCESSING", 20, 100) is True  # the worker is told at its next report
     stack.worker.confirm_cancel(lease)
     assert watching.finish() == 3, watching.text + watching.err
-    assert watching.lines[-1] == f"{job_no} Cancelled · 20/100 units"  # no percent once it has ended
+    assert watching.lines[-2] == f"{job_no} Cancelled · 20/100 units"  # no percent once it has ended
+    assert re.fullmatch(r"elapsed  \d+:\d{2}", watching.lines[-1]), watching.lines
 
 
 def test_watch_after_the_last_version_still_exits_by_how_the_job_ended(stack: Stack) -> None:
@@ -1118,6 +1140,7 @@ def test_workers_lists_the_tenants_workers(stack: Stack) -> None:
     rows = {row["WORKER"]: row for row in table(stack.jobctl("workers", "--queue", special, token=ADMIN).out)}
     assert set(rows) == {f"{job_type}-holder"}
     assert (rows[f"{job_type}-holder"]["QUEUES"], rows[f"{job_type}-holder"]["LEASES"]) == (special, "1")
+    assert rows[f"{job_type}-holder"]["STATE"] == "live" and by_id[f"{job_type}-holder"]["live"] is True
     other = stack.jobctl("--json", "workers", token=OTHER_ADMIN)
     assert other.code == 0, other
     assert [w["worker_id"] for w in other.json() if w["worker_id"].startswith(job_type)] == [f"{job_type}-other-tenant"]
@@ -1164,7 +1187,7 @@ def test_exit_2_for_bad_arguments_before_anything_is_sent(stack: Stack) -> None:
         (("submit", job_type, "--stage-timeout", "-1m"), "--stage-timeout"),
         (("submit", job_type, "--on-no-progress", "panic"), "--on-no-progress"),
         (("submit", job_type, "--payload", "{}", "--payload-file", "-"), "not allowed"),
-        (("list", "--status", "DONE"), "unknown status"),
+        (("list", "--status", "FINISHED"), "unknown status"),  # DONE is READY's word in en
         (("inspect", "--kind", "LOST"), "unknown finding kind"),
         (("requeue", "PT-20000101-001"), "--reason"),
         (("frobnicate",), "invalid choice"),

@@ -89,6 +89,10 @@ TOKENS = {
 }
 
 
+# An operator's one token for the job and the admin service (`roles = [...]`).
+TOKENS["acme-operator"] = Token(_secret("acme-operator"), "acme", queues=("*",), roles=("client", "admin"))
+
+
 def _auth(name: str) -> tuple[tuple[str, str], ...]:
     return TOKENS[name].metadata
 
@@ -149,6 +153,16 @@ async def test_a_token_calls_only_its_roles_service(authed) -> None:  # type: ig
     await authed.jobs.ListJobs(job_pb2.ListJobsRequest(), metadata=_auth("acme-client"))
     await authed.workers.Claim(_claim(), metadata=_auth("acme-worker"))
     await authed.admin.Inspect(admin_pb2.InspectRequest(), metadata=_auth("acme-admin"))
+
+
+async def test_a_token_with_several_roles_calls_each_roles_service(authed) -> None:  # type: ignore[no-untyped-def]
+    operator = _auth("acme-operator")
+    submitted = await authed.jobs.Submit(job_pb2.SubmitRequest(job_type="frames"), metadata=operator)
+    listed = await authed.admin.ListEvents(admin_pb2.ListEventsRequest(job_no=submitted.job.job_no), metadata=operator)
+    assert [e.kind for e in listed.events] == ["SUBMITTED"]
+    await authed.admin.Inspect(admin_pb2.InspectRequest(), metadata=operator)
+    exc = await rpc_failure(authed.workers.Claim(_claim(), metadata=operator))  # not a worker
+    assert (exc.code(), error_reason(exc)) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
 
 
 async def test_queue_grants_are_enforced(authed) -> None:  # type: ignore[no-untyped-def]

@@ -187,10 +187,14 @@ class FakeJobs(job_pb2_grpc.JobServiceServicer):
         connection = len(self.watch_after)
         self.watch_after.append(request.after_version)
         budget = self.drops[connection] if connection < len(self.drops) else None
+        # Decided when the stream opens: read at each version instead, a loaded machine could
+        # let the test clear `hold` before this thread reached the next version, and the
+        # stream meant to stop at `hold_at` would send one more.
+        holds = self.hold.is_set()
         for sent, job in enumerate(v for v in versions if v.version > request.after_version):
             if budget is not None and sent == budget:
                 context.abort(grpc.StatusCode.UNAVAILABLE, "server shutting down")
-            if self.hold.is_set() and job.version > self.hold_at:
+            if holds and job.version > self.hold_at:
                 self.released.wait(10)  # the test stops this server meanwhile
                 return
             yield job_pb2.JobUpdate(job=job)

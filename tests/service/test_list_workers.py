@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from datetime import datetime, timedelta
 
+import sqlalchemy as sa
+from db_edits import db_execute
 from service_support import artifact, claim, spec, submit
 
+from jobwire.db import reads
+from jobwire.db.tables import worker
 from jobwire.v1 import admin_pb2, worker_pb2
 
 
@@ -133,3 +139,21 @@ def test_the_seen_map_of_a_server_is_bounded() -> None:
         assert keeper._note_seen("t", f"w{n}")
     assert len(keeper._seen) == leasing.MAX_SEEN
     assert ("t", "w0") not in keeper._seen and ("t", f"w{leasing.MAX_SEEN + 49}") in keeper._seen
+
+
+async def test_a_worker_is_gone_once_unseen_for_a_lease_and_the_stall_grace(serve) -> None:  # type: ignore[no-untyped-def]
+    served = await serve(lease_seconds=10, stall_grace_seconds=5)  # gone after 15 s unseen
+    await claim(served, "frames", worker_id="fresh")
+    await claim(served, "frames", worker_id="quiet")
+    await claim(served, "frames", worker_id="edge")
+
+    def read_clock() -> datetime:
+        with served.runtime.store.db.engine.connect() as conn:
+            return reads.clock(conn)
+
+    now = await asyncio.to_thread(read_clock)  # the clock that decides, as leases use it
+    for worker_id, unseen in (("quiet", 16), ("edge", 10)):
+        edit = sa.update(worker).where(worker.c.worker_id == worker_id)
+        await db_execute(served, edit.values(last_seen_at=now - timedelta(seconds=unseen)))
+    listed = await workers(served)
+    assert {k: w.live for k, w in listed.items()} == {"fresh": True, "quiet": False, "edge": True}

@@ -45,3 +45,29 @@ def test_a_bad_auth_file_ends_the_server_before_it_serves(tmp_path: Path) -> Non
     args = parser.parse_args(["--auth-file", str(_file(tmp_path, ""))])
     with pytest.raises(SystemExit, match=r"jobwire: auth file auth\.toml, token 1: missing queues"):
         settings_from(args)
+
+
+def _entry(tmp_path: Path, roles_line: str) -> Path:
+    path = tmp_path / "auth.toml"
+    path.write_text(f'[[token]]\nsha256 = "{DIGEST}"\ntenant = "acme"\n{roles_line}\nqueues = ["*"]\n')
+    return path
+
+
+def test_a_token_may_carry_several_roles(tmp_path: Path) -> None:
+    assert load_tokens(_entry(tmp_path, 'roles = ["client", "admin"]'))[DIGEST].roles == {"client", "admin"}
+    assert load_tokens(_entry(tmp_path, 'role = "worker"'))[DIGEST].roles == {"worker"}
+
+
+@pytest.mark.parametrize(
+    ("roles_line", "why"),
+    [
+        ("", "missing role"),
+        ("roles = []", "roles must be a non-empty list"),
+        ('roles = "admin"', "roles must be a non-empty list"),
+        ('roles = ["client", "root"]', "unknown role 'root'"),
+        ('role = "client"\nroles = ["admin"]', "write role or roles, not both"),
+    ],
+)
+def test_bad_roles_are_refused(tmp_path: Path, roles_line: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        load_tokens(_entry(tmp_path, roles_line))

@@ -1,11 +1,12 @@
-"""Backend-facing client: JobClient, AdminClient, the jobctl CLI, and channel helpers.
+"""Backend-facing client: JobClient, AdminClient (each also async), the jobctl CLI, and channel helpers.
 
 The names below are the public API; everything else in this package may change.
 """
 
 from __future__ import annotations
 
-from jobwire.client.admin import AdminClient
+from jobwire.client.admin import AdminClient, AsyncAdminClient
+from jobwire.client.async_jobs import AsyncJobClient
 from jobwire.client.channel import ChannelConfig, aio_channel, sync_channel
 from jobwire.client.convert import is_terminal
 from jobwire.client.errors import (
@@ -22,7 +23,8 @@ from jobwire.client.errors import (
     UnavailableError,
     status_code,
 )
-from jobwire.client.jobs import JobClient, Submitted, Timeouts
+from jobwire.client.job_calls import ListFilters, SubmitOptions, Submitted, Timeouts
+from jobwire.client.jobs import JobClient
 from jobwire.client.retry import Backoff, Pauses, RetrySettings
 from jobwire.client.status import error_reason, status_info
 
@@ -30,6 +32,8 @@ __all__ = [
     "AbortedError",
     "AdminClient",
     "AlreadyExistsError",
+    "AsyncAdminClient",
+    "AsyncJobClient",
     "Backoff",
     "ChannelConfig",
     "ClientError",
@@ -37,11 +41,13 @@ __all__ = [
     "FailedPreconditionError",
     "InvalidArgumentError",
     "JobClient",
+    "ListFilters",
     "NotFoundError",
     "Pauses",
     "PermissionDeniedError",
     "ResourceExhaustedError",
     "RetrySettings",
+    "SubmitOptions",
     "Submitted",
     "Timeouts",
     "UnauthenticatedError",

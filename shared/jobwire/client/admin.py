@@ -1,14 +1,39 @@
-"""AdminClient: the operator's side (AdminService): findings, evidence, requeue, workers."""
+"""AdminClient and AsyncAdminClient: the operator's side (AdminService): findings, evidence,
+requeue, workers. Both send the calls built here; only the transport differs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from itertools import chain
 
 from jobwire.client import convert
-from jobwire.client.base import BaseClient
+from jobwire.client.base import AsyncBaseClient, BaseClient
 from jobwire.client.convert import Seconds
+from jobwire.client.job_calls import Call, as_is
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2
+
+
+def _inspect(stalled_after: Seconds | None, queue: str, kinds: Iterable[str | int]) -> Call[list[admin_pb2.Finding]]:
+    request = admin_pb2.InspectRequest(queue=queue, kinds=[convert.finding_kind(k) for k in kinds])
+    if stalled_after is not None:
+        request.stalled_after.CopyFrom(convert.duration(stalled_after))
+    return Call("Inspect", request, True, lambda reply: list(reply.findings))
+
+
+def _requeue(job_no: str, reason: str, locale: str) -> Call[job_pb2.Job]:
+    request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=locale)
+    # Not retried: the answer may have been lost after the requeue happened, and by the
+    # time a repeat arrives a new worker may hold the job. An operator decides again
+    # with fresh facts (inspect, events) rather than the client deciding for them.
+    return Call("Requeue", request, False, as_is)
+
+
+def _events_request(job_no: str, page_size: int) -> admin_pb2.ListEventsRequest:
+    return convert.message(admin_pb2.ListEventsRequest, job_no=job_no, page_size=page_size)
+
+
+def _workers_request(queue: str) -> admin_pb2.ListWorkersRequest:
+    return convert.message(admin_pb2.ListWorkersRequest, queue=queue)
 
 
 class AdminClient(BaseClient):
@@ -37,35 +62,52 @@ class AdminClient(BaseClient):
             queue: only this queue; empty means every queue.
             kinds: only these kinds (STALLED, RUNNING_WITHOUT_LEASE, TERMINAL_WITH_TOKEN).
         """
-        request = admin_pb2.InspectRequest(queue=queue, kinds=[convert.finding_kind(k) for k in kinds])
-        if stalled_after is not None:
-            request.stalled_after.CopyFrom(convert.duration(stalled_after))
-        response: admin_pb2.InspectResponse = self._unary(
-            lambda: self._stub.Inspect(request, timeout=self.timeout), idempotent=True
-        )
-        return list(response.findings)
+        return self._call(_inspect(stalled_after, queue, kinds))
 
     def list_events(self, job_no: str, *, page_size: int = 0, limit: int | None = None) -> Iterator[admin_pb2.JobEvent]:
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
-        request = convert.message(admin_pb2.ListEventsRequest, job_no=job_no, page_size=page_size)
-        pages = self._pages(self._stub.ListEvents, request)
+        pages = self._pages(self._stub.ListEvents, _events_request(job_no, page_size))
         return convert.at_most(chain.from_iterable(page.events for page in pages), limit)
 
     def requeue(self, job_no: str, *, reason: str) -> job_pb2.Job:
         """An operator's decision for a stalled job: revoke its lease and queue it again.
 
-        Args:
-            reason: why, for the evidence trail.
+        Never retried by the client. Args: reason: why, for the evidence trail.
         """
-        request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)
-        # Not retried: the answer may have been lost after the requeue happened, and by the
-        # time a repeat arrives a new worker may hold the job. An operator decides again
-        # with fresh facts (inspect, events) rather than the client deciding for them.
-        job: job_pb2.Job = self._unary(lambda: self._stub.Requeue(request, timeout=self.timeout), idempotent=False)
-        return job
+        return self._call(_requeue(job_no, reason, self.locale))
 
     def list_workers(self, *, queue: str = "", limit: int | None = None) -> Iterator[admin_pb2.WorkerInfo]:
         """Known workers by id, across pages: last seen, leases held, queues and job types."""
-        request = convert.message(admin_pb2.ListWorkersRequest, queue=queue)
-        pages = self._pages(self._stub.ListWorkers, request)
+        pages = self._pages(self._stub.ListWorkers, _workers_request(queue))
         return convert.at_most(chain.from_iterable(page.workers for page in pages), limit)
+
+
+class AsyncAdminClient(AsyncBaseClient):
+    """AdminClient's operations, awaited (each is documented on `AdminClient`)."""
+
+    _stub: admin_pb2_grpc.AdminServiceStub
+
+    def _bind(self) -> None:
+        self._stub = admin_pb2_grpc.AdminServiceStub(self.channel)
+
+    async def inspect(
+        self, *, stalled_after: Seconds | None = None, queue: str = "", kinds: Iterable[str | int] = ()
+    ) -> list[admin_pb2.Finding]:
+        """Findings: STALLED leases, and invariant breaks that must never appear."""
+        return await self._call(_inspect(stalled_after, queue, kinds))
+
+    def list_events(
+        self, job_no: str, *, page_size: int = 0, limit: int | None = None
+    ) -> AsyncIterator[admin_pb2.JobEvent]:
+        """A job's evidence trail, oldest first, across pages, at most `limit` events."""
+        pages = self._pages(self._stub.ListEvents, _events_request(job_no, page_size))
+        return convert.async_at_most(self._each(pages, lambda page: page.events), limit)
+
+    async def requeue(self, job_no: str, *, reason: str) -> job_pb2.Job:
+        """Revoke a stalled job's lease and queue it again; never retried by the client."""
+        return await self._call(_requeue(job_no, reason, self.locale))
+
+    def list_workers(self, *, queue: str = "", limit: int | None = None) -> AsyncIterator[admin_pb2.WorkerInfo]:
+        """Known workers by id, across pages, at most `limit` of them."""
+        pages = self._pages(self._stub.ListWorkers, _workers_request(queue))
+        return convert.async_at_most(self._each(pages, lambda page: page.workers), limit)

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion looks for this line)
 """jobctl: submit, read, watch, cancel, retry and resolve jobs; inspect, requeue and list workers.
 
 Usage: jobctl [--target HOST:PORT] [--token T] [--locale L] [--json] COMMAND ...
@@ -11,6 +12,8 @@ Exit codes:
     5   jobwire unreachable or too slow (UNAVAILABLE, DEADLINE_EXCEEDED): try again later
     130 interrupted (Ctrl-C); a watched job keeps running
     141 the output pipe closed early (`jobctl list | head`)
+
+Shell completion (bash, zsh): eval "$(register-python-argcomplete jobctl)"
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeAlias
 
+import argcomplete
 import grpc
 from rich.console import Console
 
@@ -135,7 +139,11 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
     p.set_defaults(handler=c.cmd_watch)
     p = sub.add_parser("list", parents=[common], help="list jobs")
     p.add_argument("--owner", default="")
-    p.add_argument("--status", type=c.status_arg, action="append", default=[], help="repeatable: QUEUED, RUNNING, ...")
+    status = p.add_argument(
+        "--status", type=c.status_arg, action="append", default=[],
+        help="repeatable: a name (QUEUED, RUNNING, ...) or the word shown for it (Processing, Done, ...), any case",
+    )  # fmt: skip
+    status.completer = lambda **_: c.STATUS_CHOICES  # type: ignore[attr-defined]  # argcomplete filters by prefix
     p.add_argument("--type", default="", help="job type")
     p.add_argument("--assignee", default="", help="jobs handed to this reviewer (with --status WAITING: still waiting)")
     p.add_argument("--limit", type=c.count_arg, default=50, help="at most this many (default 50)")
@@ -276,6 +284,9 @@ class _Console(Console):
 def main(argv: Sequence[str] | None = None) -> int:
     """The `jobctl` console script."""
     args = sys.argv[1:] if argv is None else argv
+    # Under the shell's completion hook (_ARGCOMPLETE set) this prints the candidates and
+    # exits; otherwise it returns at once.
+    argcomplete.autocomplete(build_parser())
     # Piped output (a file, grep, a CI log) gets long lines rather than rich's 80 columns,
     # so a table row stays one line; COLUMNS still wins when set.
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ

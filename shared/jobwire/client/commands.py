@@ -21,9 +21,11 @@ from jobwire.client.admin import AdminClient
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.convert import finding_kind, status_value
 from jobwire.client.errors import ClientError, from_rpc_error
-from jobwire.client.jobs import JobClient, Timeouts
+from jobwire.client.job_calls import Timeouts
+from jobwire.client.jobs import JobClient
 from jobwire.client.live import WatchView
 from jobwire.client.retry import RetrySettings, Sleep
+from jobwire.domain.view import STATUS_LABELS
 from jobwire.v1 import job_pb2
 
 EXIT_OK = 0
@@ -48,6 +50,16 @@ STATUS_NAMES = (
     "CANCELLED",
     "WAITING",
 )
+
+# What a person sees for each status (jobwire.domain.view), in every locale, to its number.
+STATUS_BY_LABEL = {
+    label.casefold(): int(job_pb2.Job.Status.Value(status.value))
+    for status, labels in STATUS_LABELS.items()
+    for label in labels.values()
+}
+
+# What shell completion offers for --status: the names, then the words of the default locale.
+STATUS_CHOICES = (*STATUS_NAMES, *(labels["en"] for labels in STATUS_LABELS.values()))
 
 Handler = Callable[["Context", argparse.Namespace], int]
 
@@ -91,11 +103,20 @@ def label_arg(text: str) -> tuple[str, str]:
 
 
 def status_arg(text: str) -> int:
+    """A status by name (QUEUED) or by the word a person sees for it (Processing, 正在处理), any case.
+
+    A name wins over a word: `waiting` is WAITING (for review), though `Waiting` is also
+    how QUEUED reads in en.
+    """
     try:
         return int(status_value(text))
     except ValueError:
+        pass
+    found = STATUS_BY_LABEL.get(text.strip().casefold())
+    if found is None:
         names = ", ".join(STATUS_NAMES)
-        raise argparse.ArgumentTypeError(f"unknown status {text!r} ({names})") from None
+        raise argparse.ArgumentTypeError(f"unknown status {text!r} ({names}, or a label such as Processing)")
+    return found
 
 
 def kind_arg(text: str) -> int:
@@ -346,7 +367,8 @@ def cmd_workers(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.admin() as admin:
         workers = list(admin.list_workers(queue=args.queue))
     if ctx.as_json:
-        ctx.emit([render.to_json(w) for w in workers])
+        # proto3 JSON leaves a false `live` out; a script reading it should not have to know that
+        ctx.emit([{**render.to_json(w), "live": w.live} for w in workers])
     else:
         ctx.out.print(render.workers_table(workers))
     return EXIT_OK

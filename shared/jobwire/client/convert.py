@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any, TypeVar
@@ -48,10 +48,31 @@ def message(cls: type[M], **fields: Any) -> M:
 
 def at_most(items: Iterable[T], limit: int | None) -> Iterator[T]:
     """The first `limit` of `items` (all with None); a negative limit is INVALID_ARGUMENT, before any call."""
+    _check_limit(limit)
+    return islice(items, limit)
+
+
+def async_at_most(items: AsyncIterable[T], limit: int | None) -> AsyncIterator[T]:
+    """`at_most` for an async iterable: the limit is checked here, before any call."""
+    _check_limit(limit)
+    return _first(items, limit)
+
+
+async def _first(items: AsyncIterable[T], limit: int | None) -> AsyncIterator[T]:
+    if limit == 0:
+        return
+    count = 0
+    async for item in items:
+        yield item
+        count += 1
+        if count == limit:
+            return
+
+
+def _check_limit(limit: int | None) -> None:
     if limit is not None and limit < 0:
         why = "must not be negative"
         raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, f"limit {why}", violations=(("limit", why),))
-    return islice(items, limit)
 
 
 def encode_payload(payload: Payload) -> bytes:

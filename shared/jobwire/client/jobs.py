@@ -1,54 +1,33 @@
-"""JobClient: what a backend (Django, Flask, a cron script) uses to run jobs on jobwire."""
+"""JobClient: what a backend (Django, Flask, a cron script) uses to run jobs on jobwire.
+
+The requests and the decoding of replies live in `job_calls`, shared with AsyncJobClient;
+this module only carries them over a blocking channel.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Generator, Iterator, Sequence
+from functools import partial
 from itertools import chain
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, Unpack
 
 import grpc
 
-from jobwire.client import convert
+from jobwire.client import convert, job_calls
 from jobwire.client.base import BaseClient
-from jobwire.client.convert import Payload, Seconds
+from jobwire.client.convert import Payload
 from jobwire.client.errors import from_rpc_error
-from jobwire.client.watch import OnReconnect, UpdateStream, watch_job
-from jobwire.v1 import job_pb2, job_pb2_grpc
+from jobwire.client.job_calls import ListFilters, SubmitOptions, Submitted, WatchOptions
+from jobwire.client.watch import UpdateStream, watch_job
+from jobwire.v1 import job_pb2
 
 
-class Submitted(NamedTuple):
-    """Submit's answer; unpacks as `job, created = client.submit(...)`."""
-
-    job: job_pb2.Job
-    created: bool  # False when an idempotency key replayed an earlier submit
-
-
-@dataclass(frozen=True, kw_only=True)
-class Timeouts:
-    """A job's time limits for `JobClient.submit`; None leaves one unset, 0 is no limit.
-
-    Attributes:
-        attempt: One attempt, from its claim to its end; then it is retried while the retry
-            policy allows, else FAILED with TIMEOUT. Unset: the server's default, if it has one.
-        job: The whole job, from submit to its end, across retries and queueing; then FAILED.
-        stage: A running job with no new units and no new stage this long made no progress.
-        on_no_progress: `INSPECT` (default: an Inspect finding) or `FAIL` (also end the
-            attempt as `attempt` would); FAIL needs `stage`.
-    """
-
-    attempt: Seconds | None = None
-    job: Seconds | None = None
-    stage: Seconds | None = None
-    on_no_progress: str = "INSPECT"
-
-
-class JobClient(BaseClient):
+class JobClient(job_calls.JobService, BaseClient):
     """Submit, read, cancel, retry, list and watch jobs (JobService).
 
     Blocking and thread-safe: create one per process and share it. Every method raises a
     `jobwire.client.ClientError` subclass on failure, never a bare grpc error.
+    `jobwire.client.AsyncJobClient` offers the same methods for asyncio.
 
     Example:
         >>> with JobClient.connect("127.0.0.1:50051", token="...") as client:
@@ -58,110 +37,19 @@ class JobClient(BaseClient):
         ...         print(job.display.detail)
     """
 
-    _stub: job_pb2_grpc.JobServiceStub
-
-    def _bind(self) -> None:
-        self._stub = job_pb2_grpc.JobServiceStub(self.channel)
-
-    def submit_request(
-        self,
-        job_type: str,
-        payload: Payload = None,
-        *,
-        queue: str = "",
-        idempotency_key: str = "",
-        priority: int = 0,
-        run_after: datetime | None = None,
-        max_attempts: int = 0,
-        initial_backoff: Seconds | None = None,
-        max_backoff: Seconds | None = None,
-        backoff_multiplier: float = 0.0,
-        on_lease_lost: str | None = None,
-        timeouts: Timeouts | None = None,
-        owner: str = "",
-        labels: Mapping[str, str] | None = None,
-        locale: str | None = None,
-        depends_on: Sequence[str] = (),
-    ) -> job_pb2.SubmitRequest:
-        """The SubmitRequest `submit` sends (`submit_batch` sends many); the arguments are `submit`'s."""
-        request = convert.message(
-            job_pb2.SubmitRequest,
-            job_type=job_type,
-            queue=queue,
-            payload=convert.encode_payload(payload),
-            idempotency_key=idempotency_key,
-            priority=priority,
-            owner=owner,
-            labels=dict(labels or {}),
-            locale=self._locale(locale),
-            depends_on=list(depends_on),
-        )
-        if run_after is not None:
-            request.run_after.CopyFrom(convert.timestamp(run_after))
-        policy = _retry_policy(
-            max_attempts,
-            initial_backoff,
-            max_backoff,
-            backoff_multiplier,
-            on_lease_lost,
-        )
-        if policy is not None:
-            request.retry_policy.CopyFrom(policy)
-        if timeouts is not None:
-            request.timeouts.CopyFrom(_timeouts(timeouts))
-        return request
-
-    def submit(
-        self,
-        job_type: str,
-        payload: Payload = None,
-        *,
-        queue: str = "",
-        idempotency_key: str = "",
-        priority: int = 0,
-        run_after: datetime | None = None,
-        max_attempts: int = 0,
-        initial_backoff: Seconds | None = None,
-        max_backoff: Seconds | None = None,
-        backoff_multiplier: float = 0.0,
-        on_lease_lost: str | None = None,
-        timeouts: Timeouts | None = None,
-        owner: str = "",
-        labels: Mapping[str, str] | None = None,
-        locale: str | None = None,
-        depends_on: Sequence[str] = (),
-    ) -> Submitted:
+    def submit(self, job_type: str, payload: Payload = None, **options: Unpack[SubmitOptions]) -> Submitted:
         """Submit a job; it is QUEUED when this returns.
+
+        Retried on UNAVAILABLE only with an `idempotency_key`: a Submit whose reply was
+        lost may still have created the job, and only the key makes a repeat safe.
 
         Args:
             job_type: the handler to run, e.g. `transcode`.
             payload: bytes as given, or a mapping sent as UTF-8 JSON.
-            queue: empty means `default`.
-            idempotency_key: submits with the same key return the first job.
-            priority: higher runs first.
-            run_after: not before this moment (naive means UTC).
-            max_attempts: 0 means the server's default.
-            initial_backoff, max_backoff, backoff_multiplier: the pause between attempts.
-            on_lease_lost: `INSPECT` (default: wait for an operator) or `RETRY`.
-            timeouts: time limits of one attempt, the whole job, and running without progress.
-            owner, labels: free-form, for listing and display.
-            locale: labels in the returned job; defaults to the client's.
-            depends_on: job numbers that must end READY before this job runs (at most 100);
-                one ending FAILED or CANCELLED cancels it.
+            **options: queue, idempotency_key, priority, run_after, retry policy, timeouts,
+                owner, labels, locale, depends_on: see `jobwire.client.job_calls.SubmitOptions`.
         """
-        request = self.submit_request(
-            job_type, payload, queue=queue, idempotency_key=idempotency_key, priority=priority,
-            run_after=run_after, max_attempts=max_attempts, initial_backoff=initial_backoff,
-            max_backoff=max_backoff, backoff_multiplier=backoff_multiplier, on_lease_lost=on_lease_lost,
-            timeouts=timeouts, owner=owner, labels=labels, locale=locale, depends_on=depends_on,
-        )  # fmt: skip
-        # Retried only with a key: a Submit whose reply was lost may still have created the
-        # job, and only the key lets the server return that job instead of a second one.
-        response: job_pb2.SubmitResponse = self._unary(
-            lambda: self._stub.Submit(request, timeout=self.timeout),
-            idempotent=bool(idempotency_key),
-        )
-        return Submitted(response.job, response.created)
+        return self._call(job_calls.submit(job_type, payload, self.locale, options))
 
     def submit_batch(
         self, jobs: Sequence[job_pb2.SubmitRequest], *, idempotency_key: str = ""
@@ -173,31 +61,19 @@ class JobClient(BaseClient):
         Raises:
             InvalidArgumentError: a bad job, naming `jobs[i].<field>`; nothing was made.
         """
-        request = job_pb2.SubmitBatchRequest(jobs=list(jobs), idempotency_key=idempotency_key)
-        response: job_pb2.SubmitBatchResponse = self._unary(
-            lambda: self._stub.SubmitBatch(request, timeout=self.timeout), idempotent=bool(idempotency_key)
-        )
-        return response
+        return self._call(job_calls.submit_batch(jobs, idempotency_key))
 
     def get_batch(self, batch_id: str) -> job_pb2.Batch:
         """The batch's jobs counted by status, and its progress (finished / total)."""
-        request = job_pb2.GetBatchRequest(batch_id=batch_id)
-        batch: job_pb2.Batch = self._unary(lambda: self._stub.GetBatch(request, timeout=self.timeout), idempotent=True)
-        return batch
+        return self._call(job_calls.get_batch(batch_id))
 
     def cancel_batch(self, batch_id: str) -> job_pb2.Batch:
         """Cancel every unfinished job of the batch as `cancel` would; the batch afterwards."""
-        request = job_pb2.CancelBatchRequest(batch_id=batch_id)
-        # Cancel is idempotent job by job, so a repeat after a lost reply is harmless.
-        batch: job_pb2.Batch = self._unary(
-            lambda: self._stub.CancelBatch(request, timeout=self.timeout), idempotent=True
-        )
-        return batch
+        return self._call(job_calls.cancel_batch(batch_id))
 
     def watch_batch(self, batch_id: str, *, locale: str | None = None) -> Iterator[job_pb2.Job]:
         """Each job of the batch as it is, then every change, until the caller stops iterating."""
-        request = job_pb2.WatchJobsRequest(batch_id=batch_id, locale=self._locale(locale))
-        stream: UpdateStream = self._stub.WatchJobs(request)
+        stream: UpdateStream = self._stub.WatchJobs(job_calls.watch_batch_request(batch_id, self._locale(locale)))
         try:
             for update in stream:
                 yield update.job
@@ -206,9 +82,7 @@ class JobClient(BaseClient):
 
     def get(self, job_no: str, *, locale: str | None = None) -> job_pb2.Job:
         """The job as it is now."""
-        request = job_pb2.GetRequest(job_no=job_no, locale=self._locale(locale))
-        job: job_pb2.Job = self._unary(lambda: self._stub.Get(request, timeout=self.timeout), idempotent=True)
-        return job
+        return self._call(job_calls.get(job_no, self._locale(locale)))
 
     def result_chunks(self, job_no: str) -> Iterator[bytes]:
         """The bytes of a READY job's result the server keeps (uri jobwire://results/<job_no>), in chunks.
@@ -218,7 +92,7 @@ class JobClient(BaseClient):
             FailedPreconditionError: RESULT_NOT_AVAILABLE (not READY, or the worker published
                 the result at its own uri: fetch that instead).
         """
-        stream = self._stub.GetResult(job_pb2.GetResultRequest(job_no=job_no))  # as long as the bytes take
+        stream = self._stub.GetResult(job_calls.result_request(job_no))  # as long as the bytes take
         try:
             for chunk in stream:
                 yield chunk.data
@@ -246,18 +120,11 @@ class JobClient(BaseClient):
             FailedPreconditionError: JOB_NOT_CANCELLABLE (READY, FAILED, or a stage that
                 cannot be interrupted such as DELIVERING).
         """
-        request = job_pb2.CancelRequest(job_no=job_no, locale=self._locale(locale))
-        # Cancel is idempotent by contract, so a repeat after a lost reply is harmless.
-        job: job_pb2.Job = self._unary(lambda: self._stub.Cancel(request, timeout=self.timeout), idempotent=True)
-        return job
+        return self._call(job_calls.cancel(job_no, self._locale(locale)))
 
     def retry(self, job_no: str, *, locale: str | None = None) -> job_pb2.Job:
         """Queue a FAILED job again when its error was retryable (NOT_RETRYABLE otherwise)."""
-        request = job_pb2.RetryRequest(job_no=job_no, locale=self._locale(locale))
-        # The FAILED -> QUEUED guard applies at most once, so a repeat can never run the job
-        # twice; at worst a repeat after a lost reply answers FAILED_PRECONDITION.
-        job: job_pb2.Job = self._unary(lambda: self._stub.Retry(request, timeout=self.timeout), idempotent=True)
-        return job
+        return self._call(job_calls.retry(job_no, self._locale(locale)))
 
     def resolve(self, job_no: str, decision: str, *, note: str = "", locale: str | None = None) -> job_pb2.Job:
         """Decide on a job WAITING for review: APPROVE queues it again, REJECT fails it with `note`.
@@ -265,66 +132,19 @@ class JobClient(BaseClient):
         Raises:
             FailedPreconditionError: JOB_NOT_WAITING (the job is not waiting for review).
         """
-        request = job_pb2.ResolveRequest(
-            job_no=job_no, decision=job_pb2.Review.Decision.Value(decision.upper()), note=note,
-            locale=self._locale(locale),
-        )  # fmt: skip
-        # WAITING -> QUEUED or FAILED happens at most once: a repeat after a lost reply can
-        # change nothing, at worst it answers FAILED_PRECONDITION.
-        job: job_pb2.Job = self._unary(lambda: self._stub.Resolve(request, timeout=self.timeout), idempotent=True)
-        return job
+        return self._call(job_calls.resolve(job_no, decision, note, self._locale(locale)))
 
-    def list_job_pages(
-        self,
-        *,
-        owner: str = "",
-        statuses: Iterable[str | int] = (),
-        job_type: str = "",
-        assignee: str = "",
-        page_size: int = 0,
-        locale: str | None = None,
-    ) -> Iterator[job_pb2.ListJobsResponse]:
-        """Pages of jobs, fetched one at a time as the iterator advances."""
-        request = convert.message(
-            job_pb2.ListJobsRequest,
-            owner=owner,
-            statuses=convert.statuses(statuses),
-            job_type=job_type,
-            assignee=assignee,
-            page_size=page_size,
-            locale=self._locale(locale),
-        )
-        return self._pages(self._stub.ListJobs, request)
+    def list_job_pages(self, **filters: Unpack[ListFilters]) -> Iterator[job_pb2.ListJobsResponse]:
+        """Pages of jobs (filters: owner, statuses, job_type, assignee, page_size, locale), fetched as it advances."""
+        return self._pages(self._stub.ListJobs, job_calls.list_request(self.locale, filters))
 
-    def list_jobs(
-        self,
-        *,
-        owner: str = "",
-        statuses: Iterable[str | int] = (),
-        job_type: str = "",
-        assignee: str = "",
-        page_size: int = 0,
-        limit: int | None = None,
-        locale: str | None = None,
-    ) -> Iterator[job_pb2.Job]:
-        """Jobs matching the filters, across pages, at most `limit` of them."""
-        pages = self.list_job_pages(
-            owner=owner,
-            statuses=statuses,
-            job_type=job_type,
-            assignee=assignee,
-            page_size=page_size,
-            locale=locale,
-        )
+    def list_jobs(self, *, limit: int | None = None, **filters: Unpack[ListFilters]) -> Iterator[job_pb2.Job]:
+        """Jobs matching the filters (as `list_job_pages`), across pages, at most `limit` of them."""
+        pages = self.list_job_pages(**filters)
         return convert.at_most(chain.from_iterable(page.jobs for page in pages), limit)
 
     def watch(
-        self,
-        job_no: str,
-        after_version: int = 0,
-        *,
-        locale: str | None = None,
-        on_reconnect: OnReconnect | None = None,
+        self, job_no: str, after_version: int = 0, **options: Unpack[WatchOptions]
     ) -> Generator[job_pb2.Job, None, None]:
         """Each new version of the job, from the current one to the terminal one.
 
@@ -337,52 +157,9 @@ class JobClient(BaseClient):
         Raises:
             NotFoundError: no such job. Other ClientErrors as the server answers.
         """
-        loc = self._locale(locale)
-
-        def open_stream(after: int) -> UpdateStream:
-            request = convert.message(job_pb2.WatchStatusRequest, job_no=job_no, after_version=after, locale=loc)
-            # No deadline: a watch lasts as long as the job; keepalive finds dead peers.
-            stream: UpdateStream = self._stub.WatchStatus(request)
-            return stream
-
+        loc = self._locale(options.get("locale"))
+        get = partial(self.get, job_no, locale=loc)
+        on_reconnect = options.get("on_reconnect")
         return watch_job(
-            open_stream,
-            lambda: self.get(job_no, locale=loc),
-            after_version=after_version,
-            settings=self.retry_settings,
-            sleep=self._sleep,
-            on_reconnect=on_reconnect,
+            self._open_watch(job_no, loc), get, after_version, self.retry_settings, self._sleep, on_reconnect
         )
-
-
-def _retry_policy(
-    max_attempts: int,
-    initial_backoff: Seconds | None,
-    max_backoff: Seconds | None,
-    multiplier: float,
-    on_lease_lost: str | None,
-) -> job_pb2.RetryPolicy | None:
-    if not (max_attempts or initial_backoff or max_backoff or multiplier or on_lease_lost):
-        return None  # leave the field unset so the server applies its defaults
-    policy = convert.message(
-        job_pb2.RetryPolicy,
-        max_attempts=max_attempts,
-        backoff_multiplier=multiplier,
-        on_lease_lost=convert.on_lease_lost(on_lease_lost),
-    )
-    if initial_backoff is not None:
-        policy.initial_backoff.CopyFrom(convert.duration(initial_backoff))
-    if max_backoff is not None:
-        policy.max_backoff.CopyFrom(convert.duration(max_backoff))
-    return policy
-
-
-def _timeouts(limits: Timeouts) -> job_pb2.Timeouts:
-    out = job_pb2.Timeouts(on_no_progress=convert.on_no_progress(limits.on_no_progress))
-    if limits.attempt is not None:
-        out.attempt_timeout.CopyFrom(convert.duration(limits.attempt))
-    if limits.job is not None:
-        out.job_timeout.CopyFrom(convert.duration(limits.job))
-    if limits.stage is not None:
-        out.stage_timeout.CopyFrom(convert.duration(limits.stage))
-    return out

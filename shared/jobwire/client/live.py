@@ -6,6 +6,7 @@ percent is shown, because a guessed percent is a lie (DESIGN.md §3).
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import TracebackType
 from typing import Self
 
@@ -32,9 +33,22 @@ def progress_bar(job: job_pb2.Job) -> ProgressBar | None:
     return ProgressBar(total=total, completed=float(p.processed_units), width=BAR_WIDTH)
 
 
-def live_line(job: job_pb2.Job, locale: str) -> RenderableType:
-    """One job's status line for the live display."""
+class _Ticking:
+    """The live line, drawn afresh at each refresh so its elapsed time runs between updates."""
+
+    def __init__(self, job: job_pb2.Job, locale: str) -> None:
+        self.job, self.locale = job, locale
+
+    def __rich__(self) -> RenderableType:
+        return live_line(self.job, self.locale)
+
+
+def live_line(job: job_pb2.Job, locale: str, now: datetime | None = None) -> RenderableType:
+    """One job's status line for the live display, with the time since its submit."""
     head = Text.assemble((job.job_no, "bold"), " ", render.status_text(job))
+    span = render.elapsed(job, now)
+    if span is not None:
+        head.append(f"  {render.fmt_elapsed(span)}", style="dim")
     if job.attempt > 1:
         head.append(f"  attempt {job.attempt}/{job.max_attempts}", style="dim")
     row = Table.grid(padding=(0, 1))
@@ -102,7 +116,7 @@ class WatchView:
         if self.as_json:
             self._print(render.dumps(render.to_json(job)))
         elif self._live is not None:
-            self._live.update(live_line(job, self.locale), refresh=True)
+            self._live.update(_Ticking(job, self.locale), refresh=True)
         else:
             line = plain_line(job, self.locale)
             if line != self._last_line:  # pure version bumps would repeat the same text
@@ -119,6 +133,9 @@ class WatchView:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold")
         grid.add_column(overflow="fold")  # a long uri wraps; it is never cut
+        span = render.elapsed(job)
+        if span is not None and is_terminal(job):  # submit to end, by the server's clock
+            grid.add_row("elapsed", render.fmt_elapsed(span))
         for key, value in render.outcome_rows(job):
             grid.add_row(key, value)
         if grid.row_count:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf import timestamp_pb2
@@ -69,6 +70,26 @@ def fmt_time(ts: timestamp_pb2.Timestamp, *, short: bool = False) -> str:
     if moment is None:
         return DASH
     return moment.strftime("%m-%d %H:%M:%SZ" if short else "%Y-%m-%d %H:%M:%SZ")
+
+
+def elapsed(job: job_pb2.Job, now: datetime | None = None) -> timedelta | None:
+    """How long the job has been going: from its submit to its end, or to `now` while it runs.
+
+    An ended job's span is the server's own (created_at to finished_at); a running one's is
+    measured against this machine's clock, so a skewed clock never shows less than zero.
+    """
+    start = from_timestamp(job.created_at)
+    if start is None:
+        return None
+    end = from_timestamp(job.finished_at) or now or datetime.now(UTC)
+    return max(timedelta(0), end - start)
+
+
+def fmt_elapsed(span: timedelta) -> str:
+    """`0:42`, `12:05`, `1:02:03`: a stopwatch, whole seconds."""
+    minutes, seconds = divmod(int(span.total_seconds()), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02}:{seconds:02}" if hours else f"{minutes}:{seconds:02}"
 
 
 def fmt_size(size: int) -> str:
@@ -276,10 +297,11 @@ def _transition(before: int, after: int) -> str:
 
 
 def workers_table(workers: Iterable[admin_pb2.WorkerInfo]) -> Table:
-    table = _table("WORKER", "QUEUES", "JOB TYPES", "LAST SEEN", "LEASES")
+    table = _table("WORKER", "STATE", "QUEUES", "JOB TYPES", "LAST SEEN", "LEASES")
     for w in workers:
         table.add_row(
             w.worker_id,
+            Text("live", style="green") if w.live else Text("gone", style="dim"),
             ", ".join(w.queues) or DASH,
             ", ".join(w.job_types) or DASH,
             fmt_time(w.last_seen_at),
@@ -301,6 +323,7 @@ _NO_WRAP = {
     "EXPIRED",
     "UPDATED",
     "LAST SEEN",
+    "STATE",
 }
 
 

@@ -6,9 +6,10 @@ later" (DESIGN.md §4). Every other code is an answer, and asking again would ge
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -18,6 +19,7 @@ from jobwire.client.errors import from_rpc_error, status_code
 
 T = TypeVar("T")
 Sleep = Callable[[float], None]
+AsyncSleep = Callable[[float], Awaitable[None]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +84,20 @@ class RetrySettings:
         return status_code(error) in self.retry_codes
 
 
+def retry_pause(error: grpc.RpcError, failures: int, settings: RetrySettings, *, idempotent: bool) -> float:
+    """After the `failures`-th failure in a row: the pause before the next try.
+
+    The one retry decision of the blocking and the asyncio clients.
+
+    Raises:
+        ClientError: `error`, decoded, when it is not worth another try.
+    """
+    attempts = settings.unary_attempts if idempotent else 1
+    if failures >= attempts or not settings.retryable(error):
+        raise from_rpc_error(error) from error
+    return settings.unary_backoff.delay(failures)
+
+
 def call_with_retry(
     call: Callable[[], T],
     settings: RetrySettings,
@@ -94,13 +110,29 @@ def call_with_retry(
     Raises:
         ClientError: the last failure, decoded (its cause is the grpc.RpcError).
     """
-    attempts = settings.unary_attempts if idempotent else 1
     failures = 0
     while True:
         try:
             return call()
         except grpc.RpcError as error:
             failures += 1
-            if failures >= attempts or not settings.retryable(error):
-                raise from_rpc_error(error) from error
-        sleep(settings.unary_backoff.delay(failures))
+            pause = retry_pause(error, failures, settings, idempotent=idempotent)
+        sleep(pause)
+
+
+async def async_call_with_retry(
+    call: Callable[[], Awaitable[T]],
+    settings: RetrySettings,
+    *,
+    idempotent: bool,
+    sleep: AsyncSleep = asyncio.sleep,
+) -> T:
+    """`call_with_retry` for a coroutine-making `call`, pausing with `await sleep(...)`."""
+    failures = 0
+    while True:
+        try:
+            return await call()
+        except grpc.RpcError as error:
+            failures += 1
+            pause = retry_pause(error, failures, settings, idempotent=idempotent)
+        await sleep(pause)

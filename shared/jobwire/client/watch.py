@@ -1,4 +1,4 @@
-"""The resumable watch loop behind JobClient.watch().
+"""The resumable watch loop behind JobClient.watch() and AsyncJobClient.watch().
 
 A stream may break at any moment (a server restart, a proxy timeout, a lost network). The
 loop reopens it with `after_version` = the last version it delivered, so the server replays
@@ -7,14 +7,14 @@ exactly what was missed (DESIGN.md §6) and the caller sees every transition onc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Protocol
 
 import grpc
 
 from jobwire.client.convert import is_terminal
 from jobwire.client.errors import ClientError, UnavailableError, from_rpc_error
-from jobwire.client.retry import RetrySettings, Sleep
+from jobwire.client.retry import AsyncSleep, RetrySettings, Sleep
 from jobwire.v1 import job_pb2
 
 # A server that keeps ending streams cleanly without the terminal update the job has (a
@@ -31,8 +31,18 @@ class UpdateStream(Protocol):
     def cancel(self) -> bool: ...
 
 
+class AsyncUpdateStream(Protocol):
+    """What a grpc.aio server-streaming call returns."""
+
+    def __aiter__(self) -> AsyncIterator[job_pb2.JobUpdate]: ...
+
+    def cancel(self) -> bool: ...
+
+
 OpenStream = Callable[[int], UpdateStream]  # after_version -> stream
+AsyncOpenStream = Callable[[int], AsyncUpdateStream]
 GetJob = Callable[[], job_pb2.Job]
+AsyncGetJob = Callable[[], Awaitable[job_pb2.Job]]
 # (consecutive failures, the pause before the next try, what broke): lets a person know
 OnReconnect = Callable[[int, float, BaseException | None], None]
 
@@ -46,7 +56,8 @@ class _DroppedError(Exception):
 
 
 class _Watch:
-    """State of one watch across its reconnects."""
+    """State of one watch across its reconnects: every decision the blocking and the
+    asyncio loops share; the loops only read streams, call Get and pause."""
 
     def __init__(self, after_version: int, settings: RetrySettings) -> None:
         self.last = after_version
@@ -55,42 +66,34 @@ class _Watch:
         self.empty_ends = 0
         self.done = False
 
-    def stream(self, open_stream: OpenStream) -> Iterator[job_pb2.Job]:
-        """The new versions on one stream; stops after a terminal one; hangs up on exit."""
-        try:
-            stream = open_stream(self.last)
-            try:
-                for update in stream:
-                    job = update.job
-                    # The server resumes after `last`, so nothing older should come; dropping
-                    # it anyway keeps "no duplicates" true against a misbehaving replica.
-                    if job.version <= self.last:
-                        continue
-                    self.last, self.failures, self.empty_ends = job.version, 0, 0
-                    self.done = is_terminal(job)
-                    yield job
-                    if self.done:
-                        return
-            finally:
-                stream.cancel()  # frees the server's stream if the caller stopped early
-        except grpc.RpcError as error:
-            if not self.settings.retryable(error):
-                raise from_rpc_error(error) from error
+    def fresh(self, job: job_pb2.Job) -> bool:
+        """Whether to deliver `job`: a version newer than the last one delivered."""
+        # The server resumes after `last`, so nothing older should come; dropping it anyway
+        # keeps "no duplicates" true against a misbehaving replica.
+        if job.version <= self.last:
+            return False
+        self.last, self.failures, self.empty_ends = job.version, 0, 0
+        self.done = is_terminal(job)
+        return True
+
+    def broken(self, error: grpc.RpcError) -> Exception:
+        """What to raise for a stream that failed with `error`: a reconnect, or the answer."""
+        if not self.settings.retryable(error):
+            return from_rpc_error(error)
+        return _DroppedError(error)
+
+    def get_failed(self, error: ClientError) -> None:
+        """The Get after a clean end failed: a retryable code is a drop, raised as one."""
+        if error.code in self.settings.retry_codes:
             raise _DroppedError(error) from error
 
-    def ended_cleanly(self, get_job: GetJob) -> job_pb2.Job | None:
-        """After a clean end without a terminal update: check with Get whether we are done.
+    def ended_cleanly(self, job: job_pb2.Job) -> job_pb2.Job | None:
+        """After a clean end without a terminal update, `job` is what Get read: are we done?
 
         A stream ends cleanly at once when `after_version` already is the terminal version,
         and a draining server may end streams cleanly too; Get tells the two apart.
         Returns a terminal job to deliver as the last one, or None.
         """
-        try:
-            job = get_job()
-        except ClientError as error:
-            if error.code in self.settings.retry_codes:
-                raise _DroppedError(error) from error
-            raise
         if not is_terminal(job):
             return None
         if job.version <= self.last:
@@ -102,7 +105,16 @@ class _Watch:
             return job
         return None
 
-    def give_up_if_exhausted(self, cause: BaseException | None) -> None:
+    def pause(self, cause: BaseException | None, on_reconnect: OnReconnect | None) -> float:
+        """Count one more failed connection and tell how long to wait before the next."""
+        self.failures += 1
+        self._give_up_if_exhausted(cause)
+        delay = self.settings.watch_backoff.delay(self.failures)
+        if on_reconnect is not None:
+            on_reconnect(self.failures, delay, cause)
+        return delay
+
+    def _give_up_if_exhausted(self, cause: BaseException | None) -> None:
         limit = self.settings.watch_max_reconnects
         if limit is None or self.failures <= limit:
             return
@@ -116,7 +128,6 @@ class _Watch:
 def watch_job(
     open_stream: OpenStream,
     get_job: GetJob,
-    *,
     after_version: int,
     settings: RetrySettings,
     sleep: Sleep,
@@ -134,19 +145,86 @@ def watch_job(
     while True:
         cause: BaseException | None = None
         try:
-            yield from state.stream(open_stream)
-            if state.done:
-                return
-            final = state.ended_cleanly(get_job)
-            if final is not None:
-                yield final
+            yield from _one_stream(state, open_stream)
+            if not state.done:
+                final = state.ended_cleanly(_get(state, get_job))
+                if final is not None:
+                    yield final
             if state.done:
                 return
         except _DroppedError as drop:
             cause = drop.cause
-        state.failures += 1
-        state.give_up_if_exhausted(cause)
-        delay = settings.watch_backoff.delay(state.failures)
-        if on_reconnect is not None:
-            on_reconnect(state.failures, delay, cause)
-        sleep(delay)
+        sleep(state.pause(cause, on_reconnect))
+
+
+def _one_stream(state: _Watch, open_stream: OpenStream) -> Iterator[job_pb2.Job]:
+    """The new versions on one stream; stops after a terminal one; hangs up on exit."""
+    try:
+        stream = open_stream(state.last)
+        try:
+            for update in stream:
+                if state.fresh(update.job):
+                    yield update.job
+                    if state.done:
+                        return
+        finally:
+            stream.cancel()  # frees the server's stream if the caller stopped early
+    except grpc.RpcError as error:
+        raise state.broken(error) from error
+
+
+def _get(state: _Watch, get_job: GetJob) -> job_pb2.Job:
+    try:
+        return get_job()
+    except ClientError as error:
+        state.get_failed(error)
+        raise
+
+
+async def async_watch_job(
+    open_stream: AsyncOpenStream,
+    get_job: AsyncGetJob,
+    after_version: int,
+    settings: RetrySettings,
+    sleep: AsyncSleep,
+    on_reconnect: OnReconnect | None = None,
+) -> AsyncGenerator[job_pb2.Job, None]:
+    """`watch_job` over grpc.aio: the same decisions, awaited."""
+    state = _Watch(after_version, settings)
+    while True:
+        cause: BaseException | None = None
+        try:
+            async for job in _one_async_stream(state, open_stream):
+                yield job
+            if not state.done:
+                final = state.ended_cleanly(await _async_get(state, get_job))
+                if final is not None:
+                    yield final
+            if state.done:
+                return
+        except _DroppedError as drop:
+            cause = drop.cause
+        await sleep(state.pause(cause, on_reconnect))
+
+
+async def _one_async_stream(state: _Watch, open_stream: AsyncOpenStream) -> AsyncIterator[job_pb2.Job]:
+    try:
+        stream = open_stream(state.last)
+        try:
+            async for update in stream:
+                if state.fresh(update.job):
+                    yield update.job
+                    if state.done:
+                        return
+        finally:
+            stream.cancel()
+    except grpc.RpcError as error:
+        raise state.broken(error) from error
+
+
+async def _async_get(state: _Watch, get_job: AsyncGetJob) -> job_pb2.Job:
+    try:
+        return await get_job()
+    except ClientError as error:
+        state.get_failed(error)
+        raise

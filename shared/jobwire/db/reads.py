@@ -287,9 +287,10 @@ def _event(row: Row) -> JobEvent:
 
 
 def list_workers(
-    conn: Connection, tenant: str, queue: str, page_size: int, page_token: str
+    conn: Connection, tenant: str, queue: str, page_size: int, page_token: str, gone_after: timedelta
 ) -> tuple[list[WorkerInfo], str]:
-    """A page of the tenant's workers by id (of those serving `queue`, if given), with leases held."""
+    """A page of the tenant's workers by id (of those serving `queue`, if given), with leases held;
+    live: seen within `gone_after` by the database clock."""
     after = decode_worker_token(page_token)
     clauses = [worker_table.c.tenant == tenant, worker_table.c.worker_id > after]
     if queue:
@@ -310,6 +311,7 @@ def list_workers(
         .group_by(job.c.worker_id)
     )
     counts = {r.worker_id: r.n for r in conn.execute(held)}
+    now = clock(conn)
     workers = [
         WorkerInfo(
             worker_id=r["worker_id"],
@@ -317,6 +319,7 @@ def list_workers(
             job_types=json.loads(r["job_types"]),
             last_seen_at=r["last_seen_at"],
             leases_held=counts.get(r["worker_id"], 0),
+            live=now - r["last_seen_at"] <= gone_after,
         )
         for r in rows
     ]

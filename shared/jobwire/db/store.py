@@ -235,8 +235,10 @@ class JobStore:
             )
         )
 
-    def list_workers(self, tenant: str, queue: str, page_size: int, page_token: str) -> tuple[list[WorkerInfo], str]:
-        return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token))
+    def list_workers(
+        self, tenant: str, queue: str, page_size: int, page_token: str, gone_after: timedelta
+    ) -> tuple[list[WorkerInfo], str]:
+        return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token, gone_after))
 
     def get_batch(self, tenant: str, batch_id: str) -> BatchRecord:
         found = self.db.read(lambda c: batches.get(c, tenant, batch_id))

@@ -143,3 +143,4 @@ class WorkerInfo:
     job_types: Sequence[str]
     last_seen_at: datetime
     leases_held: int
+    live: bool  # seen within the time after which its leases would be lost

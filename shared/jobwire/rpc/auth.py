@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import hmac
+import logging
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from jobwire.domain.errors import PermissionDenied, Unauthenticated
+
+log = logging.getLogger(__name__)
 
 ROLES = ("client", "worker", "admin")
 SERVICE_ROLES = {
@@ -60,25 +63,38 @@ def load_tokens(path: Path) -> dict[str, Principal]:
     """sha256 hex -> principal, from the TOML auth file (DESIGN.md §7).
 
     Every entry names its queues: a forgotten `queues` line must not grant every queue, so
-    all of them takes `queues = ["*"]`, written on purpose.
+    all of them takes `queues = ["*"]`, written on purpose. An entry has `role = "admin"`
+    or, for an operator who needs one token for several services, `roles = ["client", "admin"]`.
     """
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     tokens: dict[str, Principal] = {}
     for number, entry in enumerate(data.get("token", []), start=1):
         where = f"auth file {path.name}, token {number}"
-        missing = [key for key in ("sha256", "tenant", "role", "queues") if key not in entry]
+        missing = [key for key in ("sha256", "tenant", "queues") if key not in entry]
+        if "role" not in entry and "roles" not in entry:
+            missing.insert(2, "role")
         if missing:
             hint = ' (write queues = ["*"] for every queue)' if "queues" in missing else ""
             raise ValueError(f"{where}: missing {', '.join(missing)}{hint}")
-        role, queues = entry["role"], entry["queues"]
-        if role not in ROLES:
-            raise ValueError(f"{where}: unknown role {role!r}")
+        queues = entry["queues"]
         if not isinstance(queues, list) or not queues or not all(isinstance(q, str) and q for q in queues):
             raise ValueError(f'{where}: queues must be a non-empty list of queue names, or ["*"]')
         tokens[str(entry["sha256"]).lower()] = Principal(
-            tenant=str(entry["tenant"]), roles=frozenset({role}), queues=frozenset(queues)
+            tenant=str(entry["tenant"]), roles=_roles(entry, where), queues=frozenset(queues)
         )
     return tokens
+
+
+def _roles(entry: Mapping[str, Any], where: str) -> frozenset[str]:
+    if "role" in entry and "roles" in entry:
+        raise ValueError(f"{where}: write role or roles, not both")
+    roles = entry["roles"] if "roles" in entry else [entry["role"]]
+    if not isinstance(roles, list) or not roles:
+        raise ValueError(f'{where}: roles must be a non-empty list, e.g. ["client", "admin"]')
+    unknown = [role for role in roles if role not in ROLES]
+    if unknown:
+        raise ValueError(f"{where}: unknown role {unknown[0]!r}")
+    return frozenset(roles)
 
 
 class Authenticator:
@@ -86,6 +102,21 @@ class Authenticator:
 
     def __init__(self, tokens: Mapping[str, Principal] | None) -> None:
         self._tokens = tokens
+
+    def reload(self, path: Path) -> bool:
+        """Read the auth file again (on SIGHUP); a bad file is logged and the tokens in use kept.
+
+        Calls already running, open streams included, keep the caller they were let in as:
+        a token is checked when a call starts. The next call sees the new tokens.
+        """
+        try:
+            tokens = load_tokens(path)
+        except (OSError, ValueError) as error:  # tomllib's errors are ValueErrors
+            log.error("auth file not reloaded, the tokens in use are kept: %s", error)
+            return False
+        self._tokens = tokens  # one reference swap: a call sees the old or the new map, whole
+        log.info("auth file reloaded: %d tokens", len(tokens))
+        return True
 
     def resolve(self, method: str, metadata: Any) -> Principal:
         full_name = method.lstrip("/")

@@ -1,4 +1,4 @@
-"""Running a server until SIGTERM/SIGINT, then stopping it gracefully."""
+"""Running a server until SIGTERM/SIGINT, then stopping it gracefully; SIGHUP re-reads the auth file."""
 
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ class Hosted(Protocol):
 async def serve_until_signalled(
     hosted: Hosted, *, on_ready: Callable[[int], None] | None = None, parent: int | None = None
 ) -> None:
-    """Serve until SIGTERM or SIGINT (or, in a family, until the parent `parent` is gone)."""
+    """Serve until SIGTERM or SIGINT (or, in a family, until the parent `parent` is gone).
+
+    SIGHUP re-reads the auth file without dropping calls or streams (ServerHost.reload_auth).
+    """
     port = await hosted.host.start()
     if on_ready is not None:
         on_ready(port)
@@ -32,6 +35,7 @@ async def serve_until_signalled(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, hosted.host.reload_auth)
     orphaned = asyncio.ensure_future(_orphaned(parent, stop)) if parent is not None else None
     await stop.wait()
     if orphaned is not None:

@@ -94,7 +94,8 @@ class ServerHost:
         self.tenants = len({p.tenant for p in tokens.values()}) if tokens else 1
         self.endpoint = endpoint
         self.metrics = Metrics()
-        self._wrapping = Wrapping(Authenticator(tokens), self.metrics)
+        self._auth = Authenticator(tokens)
+        self._wrapping = Wrapping(self._auth, self.metrics)
         # grpc binds with SO_REUSEPORT unless told not to, and a second server on a taken
         # port would then start silently. Only a family's children share a port (jobwire.runtime.family).
         reuse = ("grpc.so_reuseport", 1 if endpoint.share_port else 0)
@@ -120,6 +121,14 @@ class ServerHost:
         register(self.server, self._wrapping, add, servicer)
         if full_name is not None:
             self._services.append(full_name)
+
+    def reload_auth(self) -> None:
+        """Read the auth file again (SIGHUP), keeping open streams; a bad file keeps the old tokens.
+
+        The tenant count that divides capacity (`tenants`) stays as it was at start.
+        """
+        if self.endpoint.auth_file is not None:
+            self._auth.reload(self.endpoint.auth_file)
 
     def add_task(self, task: asyncio.Task[None]) -> None:
         """A background task (reaper, change feed) cancelled when the server stops."""

@@ -203,6 +203,7 @@ class Family:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._pass_hangup)
         children = [await self._start(i) for i in range(self.settings.processes)]
         ready = await asyncio.gather(*(self._ready(c) for c in children))
         if not all(ready):
@@ -214,6 +215,12 @@ class Family:
         await self._supervise()
         await self._stop_all()
         return 0
+
+    def _pass_hangup(self) -> None:
+        """SIGHUP re-reads the auth file: every serving process holds its own copy of the tokens."""
+        for child in self.children.values():
+            if child.process.returncode is None:
+                child.process.send_signal(signal.SIGHUP)
 
     async def _supervise(self) -> None:
         stopping = asyncio.ensure_future(self._stop.wait())

@@ -126,10 +126,28 @@ def test_status_and_kind_names() -> None:
         job_pb2.Job.RUNNING,
         job_pb2.Job.FAILED,
     ]
-    with pytest.raises(argparse.ArgumentTypeError, match="unknown status"):
-        commands.status_arg("DONE")
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown status 'FINISHED'"):
+        commands.status_arg("FINISHED")
     with pytest.raises(argparse.ArgumentTypeError):
         commands.kind_arg("ZOMBIE")
+
+
+@pytest.mark.parametrize(
+    ("word", "status"),
+    [
+        ("Processing", job_pb2.Job.RUNNING),
+        ("processing", job_pb2.Job.RUNNING),
+        ("DONE", job_pb2.Job.READY),
+        ("Ready", job_pb2.Job.READY),  # the name, any case
+        (" not completed ", job_pb2.Job.FAILED),
+        ("Waiting for review", job_pb2.Job.WAITING),
+        ("waiting", job_pb2.Job.WAITING),  # a name wins over QUEUED's en word "Waiting"
+        ("正在处理", job_pb2.Job.RUNNING),
+        ("等待处理", job_pb2.Job.QUEUED),
+    ],
+)
+def test_status_accepts_the_words_people_see(word: str, status: int) -> None:
+    assert parse("list", "--status", word).status == [status]
 
 
 def test_run_after_accepts_iso_times_and_delays() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from rich.console import Console, RenderableType
 
 from jobwire.client import render
+from jobwire.client.convert import timestamp
 from jobwire.client.live import WatchView, live_line, progress_bar
 from jobwire.v1 import admin_pb2, job_pb2
 
@@ -163,3 +165,25 @@ def test_tables_have_readable_headers() -> None:
     assert "LAST SEEN" in workers and "w-7" in workers
     jobs = text_of(render.jobs_table([running(5, 10)], "en"))
     assert "PT-20261008-001" in jobs and "50%" in jobs
+
+
+def test_workers_are_marked_live_or_gone() -> None:
+    live = admin_pb2.WorkerInfo(worker_id="w-live", live=True)
+    gone = admin_pb2.WorkerInfo(worker_id="w-gone", live=False)
+    lines = text_of(render.workers_table([live, gone])).splitlines()
+    assert "STATE" in lines[0]
+    assert [line.split()[:2] for line in lines[1:]] == [["w-live", "live"], ["w-gone", "gone"]]
+
+
+def test_elapsed_runs_from_submit_to_now_then_to_the_end() -> None:
+    submitted = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    job = running(5, created_at=timestamp(submitted))
+    assert "1:23" in text_of(live_line(job, "en", now=submitted + timedelta(seconds=83)))
+    assert render.elapsed(job, submitted - timedelta(seconds=5)) == timedelta(0)  # a clock behind: never negative
+    ended = Job(job_no="PT-1", status=Job.READY, created_at=timestamp(submitted))
+    ended.finished_at.CopyFrom(timestamp(submitted + timedelta(hours=1, seconds=62)))
+    assert render.fmt_elapsed(render.elapsed(ended) or timedelta(-1)) == "1:01:02"
+    out = Console(file=io.StringIO(), width=120, record=True, color_system=None)
+    WatchView(out, locale="en").finish(ended)
+    assert "elapsed  1:01:02" in out.export_text()
+    assert render.elapsed(Job(job_no="PT-2")) is None  # no submit time, nothing shown

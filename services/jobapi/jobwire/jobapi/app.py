@@ -20,7 +20,11 @@ from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 def add_jobapi(rt: Runtime) -> None:
     no_worker_after = timedelta(seconds=rt.settings.no_worker_after_seconds)
     deleter = load_deleter(rt.settings.artifact_deleter)
-    jobs = Jobs(rt.store, rt.blocking, rt.commits, rt.wakeup, no_worker_after=no_worker_after, deleter=deleter)
+    gone_after = timedelta(seconds=rt.settings.lease_seconds + rt.settings.stall_grace)
+    jobs = Jobs(
+        rt.store, rt.blocking, rt.commits, rt.wakeup,
+        no_worker_after=no_worker_after, worker_gone_after=gone_after, deleter=deleter,
+    )  # fmt: skip
     watches = add_watching(rt)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,

@@ -38,11 +38,14 @@ class Jobs:
         wakeup: Wakeup,
         *,
         no_worker_after: timedelta,
+        worker_gone_after: timedelta,
         deleter: ArtifactDeleter = keep_files,
     ) -> None:
         self.store = store
         self.deleter = deleter  # JOBWIRE_ARTIFACT_DELETER: a deleted job's result file goes too
         self.no_worker_after = no_worker_after  # JOBWIRE_NO_WORKER_AFTER
+        # ListWorkers' live or gone: one lease plus the stall grace, when leases would be lost
+        self.worker_gone_after = worker_gone_after
         self.blocking = blocking
         self.commits = commits
         self.wakeup = wakeup
@@ -140,4 +143,6 @@ class Jobs:
     async def list_workers(
         self, who: Principal, queue: str, page_size: int, page_token: str
     ) -> tuple[list[WorkerInfo], str]:
-        return await self.blocking(self.store.list_workers, who.tenant, queue, page_size, page_token)
+        return await self.blocking(
+            self.store.list_workers, who.tenant, queue, page_size, page_token, self.worker_gone_after
+        )

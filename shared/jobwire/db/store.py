@@ -17,7 +17,19 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection
 
-from jobwire.db import batches, commit_markers, dependencies, feed, leases, reads, reaper, retention, submit, timeouts
+from jobwire.db import (
+    batches,
+    commit_markers,
+    dependencies,
+    feed,
+    leases,
+    queue_limits,
+    reads,
+    reaper,
+    retention,
+    submit,
+    timeouts,
+)
 from jobwire.db import inspect as inspect_queries
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
@@ -32,6 +44,7 @@ from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.commands import Claimant, JobFilter, NewJob
 from jobwire.domain.errors import BatchNotFound, JobNotFound, JobwireError, ResultNotAvailable, WorkerLeaseLost
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
+from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.results import KeptResult
@@ -72,6 +85,9 @@ class Claim:
     max_jobs: int
     seen: bool = True  # remember the worker for ListWorkers
     kinds: Sequence[tuple[str, str]] = ()  # (queue, job type) to record as claimed for now (NO_WORKER)
+    # Filled by the claim: its queues that could lease no more (paused, at a limit), so the
+    # caller waits to be woken, or for the next token, instead of asking again at once.
+    held: dict[str, queue_limits.Budget] = field(default_factory=dict, compare=False)
 
 
 Work = Call | Submit | SubmitBatch | Claim
@@ -83,6 +99,7 @@ class JobStore:
         self.job_numbers = JobNumbers(db, job_prefix)
         self.cache = RowCache()
         self.evidence = EvidenceLimit()
+        self.limited = queue_limits.LimitedQueues()
 
     # -- every write --------------------------------------------------------------------
     async def apply(self, work: Sequence[Work]) -> list[Any]:
@@ -126,8 +143,12 @@ class JobStore:
         rows: dict[str, Row] = {}
         parts: list[tuple[int, Sequence[JobOp[Any]]]] = []  # each call's ops, in order
         extra: list[Statement] = []
+        budgets = queue_limits.Budgets(self.limited, now)
         for i, claim in claims:
-            found = leases.fitting_reply(await leases.candidates(wire, claim.who, claim.max_jobs, rows))
+            found = leases.fitting_reply(await leases.candidates(wire, claim.who, claim.max_jobs, rows, budgets))
+            budgets.take(found)
+            claim.held.clear()  # a transaction run again decides again
+            claim.held.update(budgets.held(claim.who.tenant, claim.who.queues))
             rows.update((r["job_no"], r) for r in found)
             parts.append((i, leases.claim_ops(claim.who, found)))
             if claim.seen:
@@ -135,6 +156,7 @@ class JobStore:
             if claim.kinds:
                 extra.append(leases.claimed_kinds(wire, claim.who.tenant, claim.kinds, now))
         parts += [(i, call.ops) for i, call in calls]
+        extra += budgets.spent(wire)
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
         outcomes = await apply_ops(
@@ -204,6 +226,15 @@ class JobStore:
 
     def list_workers(self, tenant: str, queue: str, page_size: int, page_token: str) -> tuple[list[WorkerInfo], str]:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token))
+
+    def queue_limits(self, tenant: str, queue: str) -> QueueLimits:
+        return self.db.read(lambda c: queue_limits.get(c, tenant, queue))
+
+    def change_queue_limits(self, tenant: str, queue: str, change: Callable[[QueueLimits], QueueLimits]) -> QueueLimits:
+        """Set, pause or resume a queue's limits (`change` maps the old to the new); the new limits."""
+        after = self.db.write(lambda c: queue_limits.put(c, tenant, queue, reads.clock(c), change))
+        self.limited.learn(tenant, queue, not after.none)
+        return after
 
     def get_batch(self, tenant: str, batch_id: str) -> BatchRecord:
         found = self.db.read(lambda c: batches.get(c, tenant, batch_id))

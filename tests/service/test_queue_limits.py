@@ -25,6 +25,7 @@ from service_support import (
     complete_request,
     db_query,
     db_rows,
+    get,
     open_stubs,
     rpc_error,
     rpc_failure,
@@ -34,7 +35,7 @@ from service_support import (
 )
 
 from jobwire.db.tables import job
-from jobwire.v1 import admin_pb2
+from jobwire.v1 import admin_pb2, job_pb2
 
 pytestmark = pytest.mark.timeout(120)
 QUEUE = "exports"
@@ -133,6 +134,10 @@ async def test_a_paused_queue_leases_nothing_and_drains_when_resumed(serve, seco
     try:
         assert await claim(served, queues=[QUEUE]) == []
         assert await claim(other, queues=[QUEUE]) == []
+        held = served.runtime.host.metrics.registry.get_sample_value(
+            "jobwire_claims_held_back_total", {"reason": "PAUSED"}
+        )
+        assert held == 1  # the claim through this server, counted by why
         waiting = asyncio.create_task(claim(served, queues=[QUEUE], wait=LONG_WAIT_S))
         await until_waiting(served, waiting)
         resumed = await served.admin.ResumeQueue(admin_pb2.ResumeQueueRequest(queue=QUEUE))
@@ -227,3 +232,21 @@ async def test_an_unlimited_queue_is_not_held_by_another_queues_limits(served) -
 
 def _time(value: object) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+async def test_a_held_back_job_says_why_instead_of_its_place_in_line(served) -> None:  # type: ignore[no-untyped-def]
+    await set_limits(served, max_running=1)
+    first, second = [await submit(served, queue=QUEUE) for _ in range(2)]
+    free = await submit(served, queue="free")
+    (lease,) = await claim(served, queues=[QUEUE])
+    assert lease.job_no == first.job_no
+    at_limit = await get(served, second.job_no)
+    assert at_limit.display.detail == "Waiting: the queue is at its limit"
+    assert (await get(served, second.job_no, "zh-CN")).display.detail == "等待处理：队列已达到处理上限"
+    await served.admin.PauseQueue(admin_pb2.PauseQueueRequest(queue=QUEUE))
+    listed = await served.jobs.ListJobs(job_pb2.ListJobsRequest(statuses=[job_pb2.Job.QUEUED]))
+    details = {j.job_no: j.display.detail for j in listed.jobs}
+    assert details[second.job_no] == "Waiting: the queue is paused"
+    assert "queue" not in details[free.job_no]  # another queue's jobs keep their place in line
+    assert (await get(served, second.job_no, "zh-CN")).display.detail == "等待处理：队列已暂停"
+    assert first.job_no not in details  # running, not held

@@ -18,27 +18,20 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from jobwire.db.engine import db_now
 from jobwire.db.sql import Lock, RowShape, sqlite_param
-from jobwire.db.tables import queue_limits
+from jobwire.db.tables import job, queue_limits
 from jobwire.db.wire import Statement, Wire
-from jobwire.domain.flow import Bucket, QueueLimits, next_token_s
+from jobwire.domain.flow import Bucket, Held, QueueLimits, next_token_s
 from jobwire.domain.states import LEASED
 
 _LEASED = ", ".join(f"'{s.value}'" for s in sorted(LEASED, key=lambda s: s.value))
 _LIMIT_COLUMNS = ("max_running", "rate_per_second", "burst", "paused", "tokens", "refilled_at")
-
-
-class Held(Enum):
-    """Why a queue leased nothing to a claim."""
-
-    PAUSED = "PAUSED"
-    AT_LIMIT = "AT_LIMIT"
 
 
 @dataclass
@@ -233,15 +226,36 @@ def put(
     return after
 
 
-def of_queues(conn: Connection, tenant: str, queues: Iterable[str]) -> dict[str, QueueLimits]:
-    """The limits of those of `queues` that have any (a job's view: is its queue paused or at its limit?)."""
+def holds(conn: Connection, tenant: str, queues: Iterable[str]) -> dict[str, Held]:
+    """Which of `queues` lease nothing now, and why (a waiting job's view): a lookup per page, not per job."""
     names = sorted(set(queues))
     if not names:
         return {}
-    rows = conn.execute(
+    rows = [dict(r) for r in conn.execute(
         sa.select(queue_limits).where(queue_limits.c.tenant == tenant, queue_limits.c.queue.in_(names))
-    ).mappings()
-    return {row["queue"]: _limits(dict(row)) for row in rows}
+    ).mappings()]  # fmt: skip
+    counted = [r["queue"] for r in rows if r["max_running"] and not r["paused"]]
+    running: dict[str, int] = {}
+    if counted:
+        query = (
+            sa.select(job.c.queue, sa.func.count())
+            .where(job.c.tenant == tenant, job.c.queue.in_(counted), job.c.status.in_([s.value for s in LEASED]))
+            .group_by(job.c.queue)
+        )
+        running = {queue: int(n) for queue, n in conn.execute(query)}
+    now = conn.execute(sa.select(db_now())).scalar_one() if any(r["rate_per_second"] for r in rows) else None
+    out = {}
+    for row in rows:
+        limits = _limits(row)
+        if limits.paused:
+            out[row["queue"]] = Held.PAUSED
+        elif limits.max_running and running.get(row["queue"], 0) >= limits.max_running:
+            out[row["queue"]] = Held.AT_LIMIT
+        elif now is not None and limits.rate_per_second:
+            bucket = Bucket(tokens=float(row["tokens"]), refilled_at=_time(row["refilled_at"]))
+            if bucket.at(_time(now), limits) < 1:
+                out[row["queue"]] = Held.AT_LIMIT
+    return out
 
 
 def _where(statement: Any, tenant: str, queue: str) -> Any:

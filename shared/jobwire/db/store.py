@@ -44,7 +44,7 @@ from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.commands import Claimant, JobFilter, NewJob
 from jobwire.domain.errors import BatchNotFound, JobNotFound, JobwireError, ResultNotAvailable, WorkerLeaseLost
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
-from jobwire.domain.flow import QueueLimits
+from jobwire.domain.flow import Held, QueueLimits
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.results import KeptResult
@@ -169,12 +169,21 @@ class JobStore:
 
     # -- reads ----------------------------------------------------------------------------
     def get(self, tenant: str, job_no: str, *, no_worker_after: timedelta) -> JobRecord:
-        found = self.db.read(lambda c: reads.get(c, tenant, job_no))
-        if found is None:
+        def read(conn: Connection) -> tuple[tuple[Row, int | None, list[str]], dict[str, Held]] | None:
+            found = reads.get(conn, tenant, job_no)
+            if found is None:
+                return None
+            row, position, _ = found
+            return found, queue_limits.holds(conn, tenant, [row["queue"]] if position is not None else [])
+
+        read_back = self.db.read(read)
+        if read_back is None:
             raise JobNotFound()
-        row, position, waiting = found
+        (row, position, waiting), held = read_back
         no_worker = row["status"] == Status.QUEUED.value and unserved(row["claimed_at"], row["db_now"], no_worker_after)
-        return record_from_row(row, queue_position=position, waiting_for=waiting, no_worker=no_worker)
+        return record_from_row(
+            row, queue_position=position, waiting_for=waiting, no_worker=no_worker, held=held.get(row["queue"])
+        )
 
     def kept_result(self, tenant: str, job_no: str) -> tuple[str, KeptResult]:
         """A READY job's content type and the result the server keeps (GetResult)."""
@@ -196,12 +205,21 @@ class JobStore:
     def list_jobs(
         self, where: JobFilter, page_size: int, page_token: str, *, no_worker_after: timedelta
     ) -> tuple[list[JobRecord], str]:
-        def read(conn: Connection) -> tuple[list[Row], str, set[tuple[str, str]]]:
+        def read(conn: Connection) -> tuple[list[Row], str, set[tuple[str, str]], dict[str, Held]]:
             rows, token = reads.list_jobs(conn, where, page_size, page_token)
-            return rows, token, reads.unserved_kinds(conn, where.tenant, rows, no_worker_after)
+            waiting = [r["queue"] for r in rows if r["status"] == Status.QUEUED.value and not r["waiting_on"]]
+            held = queue_limits.holds(conn, where.tenant, waiting)
+            return rows, token, reads.unserved_kinds(conn, where.tenant, rows, no_worker_after), held
 
-        rows, token, unserved_kinds = self.db.read(read)
-        return [record_from_row(r, no_worker=(r["queue"], r["job_type"]) in unserved_kinds) for r in rows], token
+        rows, token, unserved_kinds, held = self.db.read(read)
+        return [
+            record_from_row(
+                r,
+                no_worker=(r["queue"], r["job_type"]) in unserved_kinds,
+                held=None if r["waiting_on"] else held.get(r["queue"]),
+            )
+            for r in rows
+        ], token
 
     def list_events(self, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[JobEvent], str]:
         found = self.db.read(lambda c: reads.list_events(c, tenant, job_no, page_size, page_token))

@@ -9,8 +9,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from jobwire.domain.errors import InvalidArgument
+
+
+class Held(StrEnum):
+    """Why a queue leases nothing now: what a job waiting in it is told instead of its place in line."""
+
+    PAUSED = "PAUSED"
+    AT_LIMIT = "AT_LIMIT"
+
 
 MAX_RUNNING = 1_000_000
 MAX_RATE_PER_SECOND = 100_000.0

@@ -81,6 +81,8 @@ class Leasing:
                 if woken is not None:
                     self.wakeup.pass_on(woken)  # the work it was woken for still needs a claim
                 raise
+            for budget in work.held.values():
+                self.metrics.claim_held(str(budget.held))
             remaining = deadline - time.monotonic()
             if leases or remaining <= 0:
                 return leases

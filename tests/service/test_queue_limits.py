@@ -35,7 +35,7 @@ from service_support import (
 )
 
 from jobwire.db.tables import job
-from jobwire.v1 import admin_pb2, job_pb2
+from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
 pytestmark = pytest.mark.timeout(120)
 QUEUE = "exports"
@@ -250,3 +250,28 @@ async def test_a_held_back_job_says_why_instead_of_its_place_in_line(served) -> 
     assert "queue" not in details[free.job_no]  # another queue's jobs keep their place in line
     assert (await get(served, second.job_no, "zh-CN")).display.detail == "等待处理：队列已暂停"
     assert first.job_no not in details  # running, not held
+
+
+async def test_another_tenants_backlog_never_delays_a_tenants_job(database_url: str, tmp_path: Path) -> None:
+    """A claim scans its own tenant's jobs only (the claim index leads with the tenant): tenant
+    A's 2,000 queued jobs in the same queue name are never ahead of tenant B's one job."""
+    tokens = [Token(f"{who}-{role}", tenant=who, role=role) for who in ("a", "b") for role in ("client", "worker")]
+    a_client, a_worker, b_client, b_worker = tokens
+    served = await start_server(database_url, auth_file=write_auth_file(tmp_path / "auth.toml", tokens))
+    try:
+        for _ in range(2):
+            requests = [job_pb2.SubmitRequest(job_type="frames", queue=QUEUE) for _ in range(1000)]
+            await served.jobs.SubmitBatch(job_pb2.SubmitBatchRequest(jobs=requests), metadata=a_client.metadata)
+        b_job = (
+            await served.jobs.Submit(job_pb2.SubmitRequest(job_type="frames", queue=QUEUE), metadata=b_client.metadata)
+        ).job
+        first = await served.workers.Claim(_claim_request(), metadata=b_worker.metadata)
+        assert [lease.job_no for lease in first.leases] == [b_job.job_no]
+        a_first = await served.workers.Claim(_claim_request(), metadata=a_worker.metadata)
+        assert a_first.leases[0].job_no != b_job.job_no
+    finally:
+        await served.close()
+
+
+def _claim_request() -> worker_pb2.ClaimRequest:
+    return worker_pb2.ClaimRequest(worker_id="w1", job_types=[worker_pb2.JobTypeSpec(name="frames")], queues=[QUEUE])

@@ -175,6 +175,13 @@ async def test_limits_read_back_and_a_queue_without_any_has_none(served) -> None
     assert cleared.limits == admin_pb2.QueueLimits() and cleared.paused
 
 
+async def test_concurrent_first_limits_of_a_queue_all_answer(served) -> None:  # type: ignore[no-untyped-def]
+    # Each finds no row and inserts one; the ones that lose the race decide again on the row made.
+    answers = await asyncio.gather(*(set_limits(served, "fresh", max_running=n) for n in range(1, 9)))
+    got = await served.admin.GetQueueLimits(admin_pb2.GetQueueLimitsRequest(queue="fresh"))
+    assert got.limits.max_running in {a.limits.max_running for a in answers}
+
+
 @pytest.mark.parametrize(
     ("queue", "limits", "field"),
     [

@@ -22,11 +22,13 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from jobwire.db.engine import db_now
 from jobwire.db.sql import Lock, RowShape, sqlite_param
 from jobwire.db.tables import job, queue_limits
 from jobwire.db.wire import Statement, Wire
+from jobwire.db.writer import RetryTransaction
 from jobwire.domain.flow import Bucket, Held, QueueLimits, next_token_s
 from jobwire.domain.states import LEASED
 
@@ -216,9 +218,12 @@ def put(
     }
     if row is None:
         # A new bucket starts full: the first `burst` jobs start at once.
-        conn.execute(sa.insert(queue_limits).values(
-            tenant=tenant, queue=queue, tokens=float(after.bucket_size), refilled_at=now, **values
-        ))  # fmt: skip
+        try:
+            conn.execute(sa.insert(queue_limits).values(
+                tenant=tenant, queue=queue, tokens=float(after.bucket_size), refilled_at=now, **values
+            ))  # fmt: skip
+        except IntegrityError:
+            raise RetryTransaction() from None  # another call made the row first: decide again on it
     else:
         bucket = Bucket(tokens=float(row["tokens"]), refilled_at=_time(row["refilled_at"]))
         tokens = bucket.at(now, after) if after.rate_per_second else float(after.bucket_size)

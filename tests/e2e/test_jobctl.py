@@ -93,6 +93,9 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "events": {"--limit"},
     "requeue": {"--reason"},
     "workers": {"--queue"},
+    "queue limits": {"--max-running", "--rate", "--burst"},
+    "queue pause": set(),
+    "queue resume": set(),
 }  # fmt: skip
 EXIT_CODES = {0, 1, 2, 3, 4, 5, 130, 141}
 SHA = hashlib.sha256(b"result").hexdigest()
@@ -1436,3 +1439,39 @@ def test_batch_submit_get_watch_and_cancel(stack: Stack) -> None:
     assert {stack.get(n).status for n in numbers} == {Job.READY, Job.CANCELLED}
     assert_clean_error(stack.jobctl("batch", "get", batch_id, token=OTHER_CLIENT), 4, "NOT_FOUND")
     assert_usage_error(stack.jobctl("batch", "submit", str(stack.root / "absent.jsonl")), "absent.jsonl")
+
+
+# ---- queue limits ---------------------------------------------------------------------
+
+
+def test_queue_limits_shows_sets_and_replaces_a_queues_limits(stack: Stack) -> None:
+    queue = fresh_type("limited")
+    assert stack.jobctl("queue", "limits", queue, token=ADMIN).out.strip() == f"{queue}: no limits"
+    set_both = stack.jobctl("queue", "limits", queue, "--max-running", "2", "--rate", "5", token=ADMIN)
+    assert set_both.code == 0 and set_both.out.strip() == f"{queue}: at most 2 running · 5/s, burst 1", set_both
+    # The limits given replace the queue's: --max-running alone leaves no rate.
+    shown = stack.jobctl("--json", "queue", "limits", queue, "--max-running", "3", token=ADMIN).json()
+    assert shown == {"queue": queue, "limits": {"max_running": 3}}
+    assert stack.jobctl("--json", "queue", "limits", queue, token=ADMIN).json() == shown
+
+
+def test_queue_pause_holds_a_queues_jobs_and_resume_lets_them_run(stack: Stack) -> None:
+    queue, job_type = fresh_type("paused"), fresh_type("paused-job")
+    paused = stack.jobctl("queue", "pause", queue, token=ADMIN)
+    assert paused.code == 0 and paused.out.strip() == f"{queue}: paused", paused
+    job_no = stack.submit(job_type, queue=queue)
+    assert stack.worker.claim_all(job_type, queues=(queue,)) == []
+    assert stack.get(job_no).display.detail == "Waiting: the queue is paused"
+    resumed = stack.jobctl("--json", "queue", "resume", queue, token=ADMIN)
+    assert resumed.code == 0 and resumed.json() == {"queue": queue, "limits": {}}, resumed
+    assert stack.worker.claim(job_type, queues=(queue,)).job_no == job_no
+
+
+def test_queue_commands_refusals(stack: Stack) -> None:
+    queue = fresh_type("refused")
+    assert_clean_error(stack.jobctl("queue", "pause", queue, token=CLIENT), 4, "PERMISSION_DENIED")
+    assert_clean_error(stack.jobctl("queue", "limits", "no spaces", token=ADMIN), 4, "INVALID_ARGUMENT", "queue")
+    negative_rate = stack.jobctl("queue", "limits", queue, "--rate", "-1", token=ADMIN)
+    assert_clean_error(negative_rate, 4, "INVALID_ARGUMENT", "rate_per_second")
+    assert_usage_error(stack.jobctl("queue", "limits", queue, "--max-running", "-1", token=ADMIN), "--max-running")
+    assert stack.jobctl("queue", "limits", queue, token=ADMIN).out.strip() == f"{queue}: no limits"

@@ -824,6 +824,38 @@ LIST_WORKERS = [
 ]
 
 
+def set_limits(name: str, field: str, queue: str = "exports", **limits: object) -> Bad:
+    request = admin_pb2.SetQueueLimitsRequest(queue=queue, limits=admin_pb2.QueueLimits(**limits))  # type: ignore[arg-type]
+    return Bad(f"SetQueueLimits {name}", lambda c: c.served.admin.SetQueueLimits(request), field)  # type: ignore[attr-defined]
+
+
+SET_QUEUE_LIMITS = [
+    set_limits("max_running=-1", "limits.max_running", max_running=-1),
+    set_limits("max_running of 2**31-1", "limits.max_running", max_running=2**31 - 1),
+    set_limits("rate_per_second=-1", "limits.rate_per_second", rate_per_second=-1.0),
+    set_limits("rate_per_second=nan", "limits.rate_per_second", rate_per_second=float("nan")),
+    set_limits("rate_per_second=inf", "limits.rate_per_second", rate_per_second=float("inf")),
+    set_limits("burst=-1", "limits.burst", rate_per_second=1.0, burst=-1),
+    set_limits("burst without a rate", "limits.burst", burst=2),
+    set_limits("max_running_per_tenant=1", "limits.max_running_per_tenant", max_running_per_tenant=1),
+    set_limits("job_type set", "limits.job_type", job_type="frames"),
+    set_limits("queue with a space", "queue", queue="bad name!", max_running=1),
+    set_limits("queue of 65 chars", "queue", queue="q" * 65, max_running=1),
+    set_limits("no queue", "queue", queue="", max_running=1),
+]
+
+
+def _queue_cases(rpc: str, request_type: Any) -> list[Bad]:
+    def case(name: str, queue: str) -> Bad:
+        return Bad(
+            f"{rpc} {name}",
+            lambda c: getattr(c.served.admin, rpc)(request_type(queue=queue)),  # type: ignore[attr-defined]
+            "queue",
+        )
+
+    return [case("queue with a space", "bad name!"), case("queue of 65 chars", "q" * 65), case("no queue", "")]
+
+
 def _operation_names(rpc: str, call: Callable[[Ctx, str], Awaitable[object]]) -> list[Bad]:
     """Names that are not `operations/<job_no>`, each refused as `name` before anything is read."""
     names: list[Callable[[Ctx], str]] = [
@@ -904,6 +936,10 @@ MATRIX: dict[str, list[Bad]] = {
     "AdminService.ListEvents": LIST_EVENTS,
     "AdminService.Requeue": REQUEUE,
     "AdminService.ListWorkers": LIST_WORKERS,
+    "AdminService.SetQueueLimits": SET_QUEUE_LIMITS,
+    "AdminService.GetQueueLimits": _queue_cases("GetQueueLimits", admin_pb2.GetQueueLimitsRequest),
+    "AdminService.PauseQueue": _queue_cases("PauseQueue", admin_pb2.PauseQueueRequest),
+    "AdminService.ResumeQueue": _queue_cases("ResumeQueue", admin_pb2.ResumeQueueRequest),
     "Operations.GetOperation": OPERATIONS_GET,
     "Operations.ListOperations": OPERATIONS_LIST,
     "Operations.WaitOperation": OPERATIONS_WAIT,

@@ -1,9 +1,9 @@
 """AdminClient and AsyncAdminClient: the operator's side (AdminService): findings, evidence,
-requeue, workers. Both send the calls built here; only the transport differs."""
+requeue, workers, queue limits. Both send the calls built here; only the transport differs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from itertools import chain
 
 from jobwire.client import convert
@@ -80,6 +80,38 @@ class AdminClient(BaseClient):
         """Known workers by id, across pages: last seen, leases held, queues and job types."""
         pages = self._pages(self._stub.ListWorkers, _workers_request(queue))
         return convert.at_most(chain.from_iterable(page.workers for page in pages), limit)
+
+    def queue_limits(self, queue: str) -> admin_pb2.QueueLimitsResponse:
+        """A queue's limits and whether it is paused (a queue never limited has none)."""
+        request = admin_pb2.GetQueueLimitsRequest(queue=queue)
+        return self._queue_call(lambda: self._stub.GetQueueLimits(request, timeout=self.timeout))
+
+    def set_queue_limits(
+        self, queue: str, *, max_running: int = 0, rate_per_second: float = 0.0, burst: int = 0
+    ) -> admin_pb2.QueueLimitsResponse:
+        """Replace a queue's limits (0: none of that kind); a pause stays as it is.
+
+        Args:
+            max_running: jobs of the queue leased at once.
+            rate_per_second: jobs started per second, with `burst` starting at once after a quiet spell.
+        """
+        limits = admin_pb2.QueueLimits(max_running=max_running, rate_per_second=rate_per_second, burst=burst)
+        request = admin_pb2.SetQueueLimitsRequest(queue=queue, limits=limits)
+        return self._queue_call(lambda: self._stub.SetQueueLimits(request, timeout=self.timeout))
+
+    def pause_queue(self, queue: str) -> admin_pb2.QueueLimitsResponse:
+        """Lease nothing from `queue` until it is resumed; running jobs go on."""
+        request = admin_pb2.PauseQueueRequest(queue=queue)
+        return self._queue_call(lambda: self._stub.PauseQueue(request, timeout=self.timeout))
+
+    def resume_queue(self, queue: str) -> admin_pb2.QueueLimitsResponse:
+        request = admin_pb2.ResumeQueueRequest(queue=queue)
+        return self._queue_call(lambda: self._stub.ResumeQueue(request, timeout=self.timeout))
+
+    def _queue_call(self, call: Callable[[], admin_pb2.QueueLimitsResponse]) -> admin_pb2.QueueLimitsResponse:
+        # Each sets a state (not a step), so a repeat after a lost answer changes nothing more.
+        response: admin_pb2.QueueLimitsResponse = self._unary(call, idempotent=True)
+        return response
 
 
 class AsyncAdminClient(AsyncBaseClient):

@@ -1,5 +1,5 @@
 # PYTHON_ARGCOMPLETE_OK (argcomplete's global completion looks for this line)
-"""jobctl: submit, read, watch, cancel, retry and resolve jobs; inspect, requeue and list workers.
+"""jobctl: submit, read, watch, cancel, retry and resolve jobs; inspect, requeue, list workers, limit queues.
 
 Usage: jobctl [--target HOST:PORT] [--token T] [--locale L] [--json] COMMAND ...
 
@@ -31,6 +31,7 @@ from rich.console import Console
 
 from jobwire.client import batch_commands as b
 from jobwire.client import commands as c
+from jobwire.client import queue_commands as q
 from jobwire.client.channel import DEFAULT_TARGET, ChannelConfig, config_from_env
 from jobwire.client.errors import ClientError
 
@@ -193,6 +194,26 @@ def _admin_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=c.cmd_workers)
 
 
+def _queue_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
+    queue = sub.add_parser("queue", help="a queue's flow control: limits | pause | resume")
+    commands = queue.add_subparsers(dest="queue_command", required=True, metavar="COMMAND")
+    p = commands.add_parser(
+        "limits", parents=[common], help="show a queue's limits; with any option, replace them (one left out: none)"
+    )
+    p.add_argument("queue")
+    p.add_argument("--max-running", type=c.count_arg, metavar="N", help="jobs of the queue running at once")
+    p.add_argument("--rate", type=float, metavar="PER_SECOND", help="jobs started per second")
+    p.add_argument("--burst", type=c.count_arg, metavar="N", help="jobs that may start at once after a quiet spell")
+    p.set_defaults(handler=q.cmd_queue_limits)
+    for name, handler, text in (
+        ("pause", q.cmd_queue_pause, "lease nothing from the queue until resumed; running jobs go on"),
+        ("resume", q.cmd_queue_resume, "lease from the queue again"),
+    ):
+        p = commands.add_parser(name, parents=[common], help=text)
+        p.add_argument("queue")
+        p.set_defaults(handler=handler)
+
+
 def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """The jobctl argument parser; `env` supplies the JOBWIRE_* defaults."""
     env = os.environ if env is None else env
@@ -209,6 +230,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     _job_commands(sub, common, env)
     _batch_commands(sub, common)
     _admin_commands(sub, common)
+    _queue_commands(sub, common)
     return parser
 
 

@@ -296,6 +296,19 @@ def _transition(before: int, after: int) -> str:
     return f"{status_name(before)} → {status_name(after)}"
 
 
+def queue_line(found: admin_pb2.QueueLimitsResponse) -> str:
+    """ "exports: at most 2 running · 5/s, burst 1 · paused", or "exports: no limits"."""
+    limits = found.limits
+    parts = []
+    if limits.max_running:
+        parts.append(f"at most {limits.max_running} running")
+    if limits.rate_per_second:
+        parts.append(f"{limits.rate_per_second:g}/s, burst {max(limits.burst, 1)}")
+    if found.paused:
+        parts.append("paused")
+    return f"{found.queue}: {' · '.join(parts) or 'no limits'}"
+
+
 def workers_table(workers: Iterable[admin_pb2.WorkerInfo]) -> Table:
     table = _table("WORKER", "STATE", "QUEUES", "JOB TYPES", "LAST SEEN", "LEASES")
     for w in workers:

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from jobwire.db.changes import Change, JobOp, LateCall, Row
+from jobwire.db.queue_limits import Budgets
 from jobwire.db.rows import (
     UNSTAGED,
     attempts_of,
@@ -104,24 +105,43 @@ def fitting_reply(rows: Sequence[Row], budget: int = CLAIM_REPLY_BUDGET) -> list
     return taken
 
 
-async def candidates(wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str]) -> list[Row]:
+async def candidates(wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str], budgets: Budgets) -> list[Row]:
     """Up to `max_jobs` runnable jobs for `who`, best priority first, oldest first, locked.
 
     `taken`: job numbers another claim of this transaction has (locked by us, so SKIP
-    LOCKED does not skip them): read past them.
+    LOCKED does not skip them): read past them. `budgets`: a limited queue gives no more
+    than it has left (jobwire.db.queue_limits); a paused one or one at its limit, nothing.
     """
     # One index-ordered scan per queue: `queue IN (...) ORDER BY priority DESC, id` cannot
     # use the claim index for more than one queue, and MySQL would then sort (and, with FOR
     # UPDATE, lock) every queued row. The best of each queue's candidates win; the others'
     # locks end with this short transaction.
     types = sorted(who.plans)
-    params: dict[str, Any] = {"tenant": who.tenant, "limit": max_jobs + len(taken)}
+    params: dict[str, Any] = {"tenant": who.tenant}
     params.update({f"t{i}": name for i, name in enumerate(types)})
-    found: list[Row] = []
+    await budgets.lock(wire, who.tenant, budgets.limited.of(who.tenant, who.queues))
+    by_queue: dict[str, list[Row]] = {}
     for queue in who.queues:
-        found += await wire.fetch(wire.sql.claim(len(types)), {**params, "queue": queue}, wire.sql.claim_shape)
-    free = [r for r in found if r["job_no"] not in taken]
-    return sorted(free, key=lambda r: (-r["priority"], r["id"]))[:max_jobs]
+        left = budgets.left(who.tenant, queue)
+        wanted = max_jobs if left is None else min(max_jobs, left)
+        if wanted > 0:
+            rows = await wire.fetch(
+                wire.sql.claim(len(types)),
+                {**params, "queue": queue, "limit": wanted + len(taken)},
+                wire.sql.claim_shape,
+            )
+            by_queue[queue] = [r for r in rows if r["job_no"] not in taken][:wanted]
+    # Limits this process did not know of (set since, or through another process): lock
+    # them now, and take no more than they allow.
+    late = [q for q, rows in by_queue.items() if any(r["limited"] for r in rows) and not budgets.locked(who.tenant, q)]
+    await budgets.lock(wire, who.tenant, late)
+    found: list[Row] = []
+    for queue, rows in by_queue.items():
+        left = budgets.left(who.tenant, queue)
+        found += rows if left is None else rows[:left]
+    for row in found:
+        del row["limited"]
+    return sorted(found, key=lambda r: (-r["priority"], r["id"]))[:max_jobs]
 
 
 def claim_ops(who: Claimant, rows: Sequence[Row]) -> list[JobOp[Lease]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.endings import Attempts, Ending
+from jobwire.domain.flow import Held
 from jobwire.domain.job import Artifact, ErrorCategory, JobFailure, JobRecord
 from jobwire.domain.lease import Holding
 from jobwire.domain.progress import Progress
@@ -49,6 +50,7 @@ def record_from_row(
     queue_position: int | None = None,
     waiting_for: Sequence[str] | None = None,
     no_worker: bool = False,
+    held: Held | None = None,
 ) -> JobRecord:
     """`waiting_for`: the dependencies not READY yet, when the caller read them (see `_waiting_for`)."""
     status = Status(row["status"])
@@ -92,6 +94,7 @@ def record_from_row(
         batch_id=row.get("batch_id"),
         waiting_for=_waiting_for(row, status, depends_on, waiting_for),
         no_worker=no_worker and status is Status.QUEUED,
+        held=held if status is Status.QUEUED else None,
         **_review_fields(row, status),
     )
 

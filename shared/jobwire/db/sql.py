@@ -30,12 +30,17 @@ JOB_COLUMNS = tuple(c.name for c in job.c if c.name not in BLOBS)
 EVENT_COLUMNS = tuple(c.name for c in job_event.c if c.name != "id")
 ARTIFACT_INSERT_COLUMNS = tuple(c.name for c in artifact.c if c.name != "id")
 _TIMES = frozenset(c.name for t in (job, artifact) for c in t.c if isinstance(c.type, DateTime)) | {"db_now"}
-_FLAGS = frozenset({"stalled", "no_progress", "error_retryable", "has_checkpoint"})
+_FLAGS = frozenset({"stalled", "no_progress", "error_retryable", "has_checkpoint", "limited"})
 _PLACEHOLDER = re.compile(r":(\w+)")
 # Where a read's value comes from, when not the job column of that name.
 _SOURCES = {
     **{n: f"artifact.{n}" for n in ARTIFACT_COLUMNS},
     "has_checkpoint": "job.checkpoint IS NOT NULL",
+    # Whether the job's queue has limits (jobwire.db.queue_limits): a primary-key probe in
+    # the claim's own SELECT, so queues without limits cost the claim no statement. Not
+    # locked, whatever the claim's lock clause: a plain read of the latest commit.
+    "limited": "EXISTS (SELECT 1 FROM queue_limits WHERE queue_limits.tenant = job.tenant"
+    " AND queue_limits.queue = job.queue)",
 }
 
 
@@ -154,7 +159,7 @@ class Statements:
         self._row_select = (
             f"SELECT {self.row_shape.select_list(d)} FROM job LEFT OUTER JOIN artifact ON artifact.job_id = job.id"
         )
-        self.claim_shape = RowShape(JOB_COLUMNS, ["payload", "checkpoint", "db_now"], d)
+        self.claim_shape = RowShape(JOB_COLUMNS, ["payload", "checkpoint", "limited", "db_now"], d)
         self.insert_job = d.text(_insert("job", [c.name for c in job.c if c.name != "id"]))
         self.insert_event = d.text(_insert("job_event", EVENT_COLUMNS))
         # The event of a job inserted by the statement just before: its id is not known yet.

@@ -17,7 +17,19 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection
 
-from jobwire.db import batches, commit_markers, dependencies, feed, leases, reads, reaper, retention, submit, timeouts
+from jobwire.db import (
+    batches,
+    commit_markers,
+    dependencies,
+    feed,
+    leases,
+    queue_limits,
+    reads,
+    reaper,
+    retention,
+    submit,
+    timeouts,
+)
 from jobwire.db import inspect as inspect_queries
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
@@ -33,6 +45,7 @@ from jobwire.domain.census import Census
 from jobwire.domain.commands import Claimant, JobFilter, NewJob
 from jobwire.domain.errors import BatchNotFound, JobNotFound, JobwireError, ResultNotAvailable, WorkerLeaseLost
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
+from jobwire.domain.flow import Held, QueueLimits
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.results import KeptResult
@@ -74,6 +87,9 @@ class Claim:
     max_jobs: int
     seen: bool = True  # remember the worker for ListWorkers
     kinds: Sequence[tuple[str, str]] = ()  # (queue, job type) to record as claimed for now (NO_WORKER)
+    # Filled by the claim: its queues that could lease no more (paused, at a limit), so the
+    # caller waits to be woken, or for the next token, instead of asking again at once.
+    held: dict[str, queue_limits.Budget] = field(default_factory=dict, compare=False)
 
 
 Work = Call | Submit | SubmitBatch | Claim
@@ -101,6 +117,7 @@ class JobStore:
         # A COMMIT nobody can confirm (COMMIT_UNKNOWN) counts nothing. The moves come from
         # rows already in memory: no statement is added.
         self.observe: Observer = _unobserved
+        self.limited = queue_limits.LimitedQueues()
 
     # -- every write --------------------------------------------------------------------
     async def apply(self, work: Sequence[Work]) -> list[Any]:
@@ -159,8 +176,12 @@ class JobStore:
         rows: dict[str, Row] = {}
         parts: list[tuple[int, Sequence[JobOp[Any]]]] = []  # each call's ops, in order
         extra: list[Statement] = []
+        budgets = queue_limits.Budgets(self.limited, now)
         for i, claim in claims:
-            found = leases.fitting_reply(await leases.candidates(wire, claim.who, claim.max_jobs, rows))
+            found = leases.fitting_reply(await leases.candidates(wire, claim.who, claim.max_jobs, rows, budgets))
+            budgets.take(found)
+            claim.held.clear()  # a transaction run again decides again
+            claim.held.update(budgets.held(claim.who.tenant, claim.who.queues))
             rows.update((r["job_no"], r) for r in found)
             parts.append((i, leases.claim_ops(claim.who, found)))
             if claim.seen:
@@ -168,6 +189,7 @@ class JobStore:
             if claim.kinds:
                 extra.append(leases.claimed_kinds(wire, claim.who.tenant, claim.kinds, now))
         parts += [(i, call.ops) for i, call in calls]
+        extra += budgets.spent(wire)
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
         outcomes = await apply_ops(
@@ -180,12 +202,21 @@ class JobStore:
 
     # -- reads ----------------------------------------------------------------------------
     def get(self, tenant: str, job_no: str, *, no_worker_after: timedelta) -> JobRecord:
-        found = self.db.read(lambda c: reads.get(c, tenant, job_no))
-        if found is None:
+        def read(conn: Connection) -> tuple[tuple[Row, int | None, list[str]], dict[str, Held]] | None:
+            found = reads.get(conn, tenant, job_no)
+            if found is None:
+                return None
+            row, position, _ = found
+            return found, queue_limits.holds(conn, tenant, [row["queue"]] if position is not None else [])
+
+        read_back = self.db.read(read)
+        if read_back is None:
             raise JobNotFound()
-        row, position, waiting = found
+        (row, position, waiting), held = read_back
         no_worker = row["status"] == Status.QUEUED.value and unserved(row["claimed_at"], row["db_now"], no_worker_after)
-        return record_from_row(row, queue_position=position, waiting_for=waiting, no_worker=no_worker)
+        return record_from_row(
+            row, queue_position=position, waiting_for=waiting, no_worker=no_worker, held=held.get(row["queue"])
+        )
 
     def kept_result(self, tenant: str, job_no: str) -> tuple[str, KeptResult]:
         """A READY job's content type and the result the server keeps (GetResult)."""
@@ -207,12 +238,21 @@ class JobStore:
     def list_jobs(
         self, where: JobFilter, page_size: int, page_token: str, *, no_worker_after: timedelta
     ) -> tuple[list[JobRecord], str]:
-        def read(conn: Connection) -> tuple[list[Row], str, set[tuple[str, str]]]:
+        def read(conn: Connection) -> tuple[list[Row], str, set[tuple[str, str]], dict[str, Held]]:
             rows, token = reads.list_jobs(conn, where, page_size, page_token)
-            return rows, token, reads.unserved_kinds(conn, where.tenant, rows, no_worker_after)
+            waiting = [r["queue"] for r in rows if r["status"] == Status.QUEUED.value and not r["waiting_on"]]
+            held = queue_limits.holds(conn, where.tenant, waiting)
+            return rows, token, reads.unserved_kinds(conn, where.tenant, rows, no_worker_after), held
 
-        rows, token, unserved_kinds = self.db.read(read)
-        return [record_from_row(r, no_worker=(r["queue"], r["job_type"]) in unserved_kinds) for r in rows], token
+        rows, token, unserved_kinds, held = self.db.read(read)
+        return [
+            record_from_row(
+                r,
+                no_worker=(r["queue"], r["job_type"]) in unserved_kinds,
+                held=None if r["waiting_on"] else held.get(r["queue"]),
+            )
+            for r in rows
+        ], token
 
     def list_events(self, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[JobEvent], str]:
         found = self.db.read(lambda c: reads.list_events(c, tenant, job_no, page_size, page_token))
@@ -239,6 +279,15 @@ class JobStore:
         self, tenant: str, queue: str, page_size: int, page_token: str, gone_after: timedelta
     ) -> tuple[list[WorkerInfo], str]:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token, gone_after))
+
+    def queue_limits(self, tenant: str, queue: str) -> QueueLimits:
+        return self.db.read(lambda c: queue_limits.get(c, tenant, queue))
+
+    def change_queue_limits(self, tenant: str, queue: str, change: Callable[[QueueLimits], QueueLimits]) -> QueueLimits:
+        """Set, pause or resume a queue's limits (`change` maps the old to the new); the new limits."""
+        after = self.db.write(lambda c: queue_limits.put(c, tenant, queue, reads.clock(c), change))
+        self.limited.learn(tenant, queue, not after.none)
+        return after
 
     def get_batch(self, tenant: str, batch_id: str) -> BatchRecord:
         found = self.db.read(lambda c: batches.get(c, tenant, batch_id))

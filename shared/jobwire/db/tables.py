@@ -264,6 +264,27 @@ worker_claim = Table(
     mysql_collate="utf8mb4_bin",
 )
 
+# A queue's flow control (jobwire.db.queue_limits), one row per (tenant, queue) that has any:
+# a claim of that queue locks its row, counts what runs, and spends the token bucket kept
+# here, in its own transaction, so every replica and process shares one limit. A queue
+# without a row costs a claim nothing (which queues have rows is cached per process).
+queue_limits = Table(
+    "queue_limits",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("queue", String(64), primary_key=True),
+    Column("max_running", Integer, nullable=False, server_default="0"),  # 0: none
+    Column("rate_per_second", Float, nullable=False, server_default="0"),  # 0: none
+    Column("burst", Integer, nullable=False, server_default="0"),
+    Column("paused", Boolean, nullable=False, server_default="0"),
+    # the token bucket: tokens left at refilled_at (database clock)
+    Column("tokens", Float, nullable=False, server_default="0"),
+    Column("refilled_at", Timestamp, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+
 # One row per MySQL write transaction, so a COMMIT whose reply was lost can be told from one
 # that failed (jobwire.db.commit_markers); purged after minutes.
 commit_marker = Table(

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.flow import Held
 from jobwire.domain.limits import CONTROL
 from jobwire.domain.progress import Progress
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
@@ -122,6 +123,8 @@ class JobRecord:
     review_items: tuple[str, ...] = ()
     # QUEUED only, as of a Get: no worker has claimed for its queue and job type lately (NO_WORKER)
     no_worker: bool = False
+    # QUEUED only, as of a Get or a ListJobs: its queue is paused or at a limit (jobwire.domain.flow)
+    held: Held | None = None
 
     @property
     def stage_def(self) -> StageDef | None:

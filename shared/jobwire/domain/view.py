@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
+from jobwire.domain.flow import Held
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import LEASED, Status
 
@@ -39,6 +40,9 @@ _TEXT = {
     "ahead_one": {"en": "1 job ahead", "zh-CN": "前面还有 1 个任务"},
     "next": {"en": "next in line", "zh-CN": "即将开始"},
     "waiting_for": {"en": "Waiting for {jobs}", "zh-CN": "等待 {jobs} 完成"},
+    # Instead of the whole line: a place in line means nothing while the queue leases nothing.
+    Held.PAUSED: {"en": "Waiting: the queue is paused", "zh-CN": "等待处理：队列已暂停"},
+    Held.AT_LIMIT: {"en": "Waiting: the queue is at its limit", "zh-CN": "等待处理：队列已达到处理上限"},
     "no_worker": {"en": "No worker is serving this kind of job yet", "zh-CN": "暂时没有可处理此类任务的处理程序"},
     "review": {"en": "Waiting for review by {who}", "zh-CN": "等待 {who} 审核"},
     "stalled": {"en": "no news from the worker", "zh-CN": "处理程序暂无响应"},
@@ -89,6 +93,8 @@ def render(job: JobRecord, locale: str) -> View:
     if job.status is Status.QUEUED and job.waiting_for:
         # Not in line yet: it runs once these are READY, however short the queue.
         parts.append(_TEXT["waiting_for"][loc].format(jobs=", ".join(job.waiting_for)))
+    elif job.status is Status.QUEUED and job.held is not None:
+        parts = [_TEXT[job.held][loc]]
     elif job.status is Status.QUEUED and job.no_worker:
         parts.append(_TEXT["no_worker"][loc])  # a place in line means nothing without a worker
     elif job.status is Status.QUEUED and job.queue_position is not None:

@@ -71,6 +71,10 @@ class Metrics:
             multiprocess_mode="livesum", registry=self.registry,
         )  # fmt: skip
         self.jobs = JobMetrics(self.registry)  # the store's moves and housekeeping's census
+        self._claims_held = Counter(
+            "jobwire_claims_held_back", "Claim attempts a queue's limits held back, by why: PAUSED or AT_LIMIT.",
+            ["reason"], registry=self.registry,
+        )  # fmt: skip
         # .labels() takes a lock and builds a key on every call: keep the children.
         self._by_call: dict[tuple[str, str], Any] = {}
         self._by_method: dict[str, tuple[Any, Any]] = {}
@@ -106,6 +110,10 @@ class Metrics:
             yield
         finally:
             self._claims_waiting.dec()
+
+    def claim_held(self, reason: str) -> None:
+        """A claim attempt found a queue it asked for paused or at a limit."""
+        self._claims_held.labels(reason).inc()
 
     def claims_waiting(self) -> float:
         """Claims waiting for work now (this process)."""

@@ -11,6 +11,11 @@ passes the wake on, so a job never waits with nobody woken for it. News that arr
 twice (the submit itself, a sibling's relay, then the event tail) wakes at most one more
 claim, which finds nothing and waits again.
 
+A claim that a queue's limits held back (jobwire.db.queue_limits) also waits on that queue:
+a job of the queue ending here or in another process (the event tail), or the queue being
+resumed or given more room here, wakes it (`notify_held`). Only limited queues have such
+waiters, so endings of other queues wake nobody.
+
 A relay passes the news to the sibling processes of a family (jobwire.runtime.family) at once;
 other replicas learn of it from the change feed (worker.server's runnable-work watcher).
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 Key = tuple[str, str, str]  # tenant, queue, job type
 Relay = Callable[[str, str, str], None]
@@ -39,12 +45,27 @@ class Wakeup:
     def __init__(self) -> None:
         # Per key, its waiters in the order they began to wait (a dict keeps insertion order).
         self._waiters: dict[Key, dict[Waiter, None]] = {}
+        # Per (tenant, queue), the claims its limits held back.
+        self._held: dict[tuple[str, str], dict[Waiter, None]] = {}
         self.relay: Relay | None = None  # tells sibling processes too
         self.on_first_waiter: Callable[[], None] | None = None  # news is wanted soon (the event tail)
 
     @property
     def waiting(self) -> bool:
         return bool(self._waiters)
+
+    def holds(self, tenant: str) -> bool:
+        """Whether some claim of `tenant` waits here for room in a limited queue."""
+        return any(t == tenant for t, _ in self._held)
+
+    def notify_held(self, tenant: str, queue: str, *, every: bool = True) -> None:
+        """`queue` may lease again (resumed, room freed): wake its held-back claims here, or one (`every=False`)."""
+        for waiter in self._held.get((tenant, queue), ()):
+            if waiter.woken_by is None:
+                waiter.woken_by = (tenant, queue, "")  # no job type: passing it on wakes nobody
+                waiter.event.set()
+                if not every:
+                    return
 
     def waiting_for(self, tenant: str, queue: str, job_type: str) -> int:
         """How many claims wait here for a job of this kind."""
@@ -68,14 +89,18 @@ class Wakeup:
                 waiter.event.set()
                 return
 
-    async def wait(self, tenant: str, queues: Iterable[str], job_types: Iterable[str], timeout: float) -> Waiter:
-        """Wait up to `timeout` seconds for work; the waiter says whether it was woken (`woken_by`)."""
+    async def wait(
+        self, tenant: str, queues: Iterable[str], job_types: Iterable[str], timeout: float, held: Iterable[str] = ()
+    ) -> Waiter:
+        """Wait up to `timeout` seconds for work, or for room in the `held` queues; the waiter
+        says whether it was woken (`woken_by`)."""
         waiter = Waiter()
         keys = [(tenant, q, t) for q in queues for t in job_types]
+        rooms = [(tenant, q) for q in held]
         if not self._waiters and self.on_first_waiter is not None:
             self.on_first_waiter()
-        for key in keys:
-            self._waiters.setdefault(key, {})[waiter] = None
+        _join(self._waiters, keys, waiter)
+        _join(self._held, rooms, waiter)
         try:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that comes
             # with the wake, and a caller that left would claim anyway.
@@ -86,10 +111,23 @@ class Wakeup:
             self.pass_on(waiter)  # woken, perhaps, just as its caller left
             raise
         finally:
-            for key in keys:
-                waiters = self._waiters.get(key)
-                if waiters is not None:
-                    waiters.pop(waiter, None)
-                    if not waiters:
-                        del self._waiters[key]
+            _leave(self._waiters, keys, waiter)
+            _leave(self._held, rooms, waiter)
         return waiter
+
+
+K = TypeVar("K")
+
+
+def _join(table: dict[K, dict[Waiter, None]], keys: Iterable[K], waiter: Waiter) -> None:
+    for key in keys:
+        table.setdefault(key, {})[waiter] = None
+
+
+def _leave(table: dict[K, dict[Waiter, None]], keys: Iterable[K], waiter: Waiter) -> None:
+    for key in keys:
+        waiters = table.get(key)
+        if waiters is not None:
+            waiters.pop(waiter, None)
+            if not waiters:
+                del table[key]

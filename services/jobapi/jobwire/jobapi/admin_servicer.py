@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from jobwire.domain import limits
+from jobwire.domain import flow, limits
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.states import Status
@@ -67,6 +67,26 @@ def worker(found: WorkerInfo) -> admin_pb2.WorkerInfo:
     )  # fmt: skip
 
 
+def queue_limits(queue: str, found: flow.QueueLimits) -> admin_pb2.QueueLimitsResponse:
+    return admin_pb2.QueueLimitsResponse(
+        queue=queue,
+        limits=admin_pb2.QueueLimits(
+            max_running=found.max_running, rate_per_second=found.rate_per_second, burst=found.burst
+        ),
+        paused=found.paused,
+    )
+
+
+def _limits(request: admin_pb2.QueueLimits) -> flow.QueueLimits:
+    if request.max_running_per_tenant:
+        # A queue belongs to one tenant (its name is scoped by the caller's token), so its
+        # max_running already is a per-tenant limit.
+        raise InvalidArgument("limits.max_running_per_tenant", "queues are per tenant: set max_running instead")
+    if request.job_type:
+        raise InvalidArgument("limits.job_type", "limits per job type are not supported: leave it empty")
+    return flow.checked(request.max_running, request.rate_per_second, request.burst)
+
+
 def _kinds(numbers: Any) -> list[FindingKind]:
     kinds = []
     for n in numbers:
@@ -111,3 +131,28 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         size = limits.page_size(request.page_size, 100)
         workers, token = await self.jobs.list_workers(auth.current(), queue, size, request.page_token)
         return admin_pb2.ListWorkersResponse(workers=[worker(w) for w in workers], next_page_token=token)
+
+    async def SetQueueLimits(
+        self, request: admin_pb2.SetQueueLimitsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.QueueLimitsResponse:
+        queue = limits.name("queue", request.queue)
+        wanted = _limits(request.limits)
+        return queue_limits(queue, await self.jobs.set_queue_limits(auth.current(), queue, wanted))
+
+    async def GetQueueLimits(
+        self, request: admin_pb2.GetQueueLimitsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.QueueLimitsResponse:
+        queue = limits.name("queue", request.queue)
+        return queue_limits(queue, await self.jobs.queue_limits(auth.current(), queue))
+
+    async def PauseQueue(
+        self, request: admin_pb2.PauseQueueRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.QueueLimitsResponse:
+        queue = limits.name("queue", request.queue)
+        return queue_limits(queue, await self.jobs.pause_queue(auth.current(), queue))
+
+    async def ResumeQueue(
+        self, request: admin_pb2.ResumeQueueRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.QueueLimitsResponse:
+        queue = limits.name("queue", request.queue)
+        return queue_limits(queue, await self.jobs.resume_queue(auth.current(), queue))

@@ -6,6 +6,8 @@ one transaction. Reads run on the blocking pool.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -18,6 +20,7 @@ from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.commands import JobFilter, NewJob
 from jobwire.domain.errors import JobwireError
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
+from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
 from jobwire.domain.review import Decision, Review
 from jobwire.domain.states import Status
@@ -146,3 +149,25 @@ class Jobs:
         return await self.blocking(
             self.store.list_workers, who.tenant, queue, page_size, page_token, self.worker_gone_after
         )
+
+    async def queue_limits(self, who: Principal, queue: str) -> QueueLimits:
+        who.check_queue(queue)
+        return await self.blocking(self.store.queue_limits, who.tenant, queue)
+
+    async def set_queue_limits(self, who: Principal, queue: str, limits: QueueLimits) -> QueueLimits:
+        return await self._change_queue(who, queue, lambda old: replace(limits, paused=old.paused))
+
+    async def pause_queue(self, who: Principal, queue: str) -> QueueLimits:
+        return await self._change_queue(who, queue, lambda old: replace(old, paused=True))
+
+    async def resume_queue(self, who: Principal, queue: str) -> QueueLimits:
+        return await self._change_queue(who, queue, lambda old: replace(old, paused=False))
+
+    async def _change_queue(
+        self, who: Principal, queue: str, change: Callable[[QueueLimits], QueueLimits]
+    ) -> QueueLimits:
+        who.check_queue(queue)
+        after = await self.blocking(self.store.change_queue_limits, who.tenant, queue, change)
+        # Claims held back here may lease now (a resume, a higher limit): wake them.
+        self.wakeup.notify_held(who.tenant, queue)
+        return after

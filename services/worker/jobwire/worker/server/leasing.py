@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
 from jobwire.db.leases import AwaitReview, Complete, ConfirmCancel, Fail, Release, Report
+from jobwire.db.queue_limits import Budget
 from jobwire.db.store import Call, Claim, JobStore, Work, heartbeat_call, lease_states
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import JobwireError, ResourceExhausted
@@ -35,6 +36,11 @@ T = TypeVar("T")
 # runnable-work watcher for every other process and for jobs whose run_after comes later;
 # this slow poll is only a safety net (an event the tail gave up on, a feed outage).
 POLL_INTERVAL_S = 30.0
+# A claim held back by a queue's limits is woken when a job of the queue ends (here or, through
+# the event tail, anywhere) or the queue is resumed here; it looks again this often for what
+# no event announces (a resume or a new limit through another process).
+HELD_RECHECK_S = 2.0
+TOKEN_MARGIN_S = 0.005  # a claim waiting for the next token looks this long after it is due
 # ListWorkers needs "last seen", not every call: one write per worker this often.
 SEEN_EVERY_S = 5.0
 MAX_SEEN = 10_000  # workers remembered; each SDK restart is a new worker id
@@ -68,26 +74,28 @@ class Leasing:
         deadline = time.monotonic() + wait_s
         woken: Waiter | None = None
         while True:
+            work = Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id), kinds=self._kinds_due(who))
             try:
-                leases = await self._claim_once(who, max_jobs)
+                leases = await self._claim_once(who, work)
             except BaseException:
                 if woken is not None:
                     self.wakeup.pass_on(woken)  # the work it was woken for still needs a claim
                 raise
+            for budget in work.held.values():
+                self.metrics.claim_held(str(budget.held))
             remaining = deadline - time.monotonic()
             if leases or remaining <= 0:
                 return leases
+            timeout = min(remaining, POLL_INTERVAL_S, *(_recheck_s(b) for b in work.held.values()))
             with self.waiting.hold(who.tenant, TooManyWaitingClaims), self.metrics.claim_waiting():
-                woken = await self.wakeup.wait(who.tenant, who.queues, who.plans, min(remaining, POLL_INTERVAL_S))
+                woken = await self.wakeup.wait(who.tenant, who.queues, who.plans, timeout, held=work.held)
             if woken.woken_by is None and time.monotonic() >= deadline:
                 # Nothing came: the caller's next Claim looks at once, so a last look now would
                 # only repeat it (one query per idle worker and wait, bench/idle.py).
                 return []
 
-    async def _claim_once(self, who: Claimant, max_jobs: int) -> list[Lease]:
-        attempt = asyncio.ensure_future(
-            self.commits(Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id), kinds=self._kinds_due(who)))
-        )
+    async def _claim_once(self, who: Claimant, work: Claim) -> list[Lease]:
+        attempt = asyncio.ensure_future(self.commits(work))
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -156,13 +164,15 @@ class Leasing:
     async def complete(
         self, tenant: str, job_no: str, token: str, result: Artifact, kept: KeptResult | None = None
     ) -> JobRecord:
-        return await self._one(Complete(tenant=tenant, job_no=job_no, token=token, result=result, kept=kept))
+        return self._ended(
+            await self._one(Complete(tenant=tenant, job_no=job_no, token=token, result=result, kept=kept))
+        )
 
     async def fail(self, tenant: str, job_no: str, token: str, failure: Failure) -> JobRecord:
         return self._requeued(await self._one(Fail(tenant=tenant, job_no=job_no, token=token, failure=failure)))
 
     async def confirm_cancel(self, tenant: str, job_no: str, token: str, note: str) -> JobRecord:
-        return await self._one(ConfirmCancel(tenant=tenant, job_no=job_no, token=token, note=note))
+        return self._ended(await self._one(ConfirmCancel(tenant=tenant, job_no=job_no, token=token, note=note)))
 
     async def release(self, tenant: str, job_no: str, token: str, checkpoint: bytes | None, note: str) -> JobRecord:
         op = Release(tenant=tenant, job_no=job_no, token=token, checkpoint=checkpoint, note=note)
@@ -171,8 +181,10 @@ class Leasing:
     async def await_review(
         self, tenant: str, job_no: str, token: str, request: ReviewRequest, checkpoint: bytes | None
     ) -> JobRecord:
-        return await self._one(
-            AwaitReview(tenant=tenant, job_no=job_no, token=token, request=request, checkpoint=checkpoint)
+        return self._ended(
+            await self._one(
+                AwaitReview(tenant=tenant, job_no=job_no, token=token, request=request, checkpoint=checkpoint)
+            )
         )
 
     async def _one(self, op: JobOp[T]) -> T:
@@ -181,8 +193,21 @@ class Leasing:
             raise outcome
         return outcome  # type: ignore[no-any-return]
 
+    def _ended(self, job: JobRecord) -> JobRecord:
+        """A job of a limited queue left its lease: a claim held back by that queue may take its place."""
+        if self.store.limited.known(job.tenant, job.queue):
+            self.wakeup.notify_held(job.tenant, job.queue, every=False)
+        return job
+
     def _requeued(self, job: JobRecord) -> JobRecord:
+        self._ended(job)
         if job.status is Status.QUEUED:
             # A retry with a backoff is not runnable yet; the poll finds it when it is.
             asyncio.get_running_loop().call_soon(self.wakeup.notify, job.tenant, job.queue, job.job_type)
         return job
+
+
+def _recheck_s(held: Budget) -> float:
+    """How long a claim held back by `held` waits at most before it looks again by itself."""
+    token = held.retry_after_s()
+    return HELD_RECHECK_S if token is None else min(token + TOKEN_MARGIN_S, HELD_RECHECK_S)

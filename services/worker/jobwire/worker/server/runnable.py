@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from jobwire.db.feed import FeedRow
-from jobwire.domain.states import Status
+from jobwire.domain.states import LEASED, Status
 from jobwire.runtime.tail import EventTail
 from jobwire.runtime.wakeup import Wakeup
 
@@ -36,6 +36,16 @@ class RunnableWatcher:
         for row in rows:
             if row.to_status == Status.QUEUED:  # the snapshot (for queue and time) only for the few that are
                 self._queued(row)
+            if row.to_status not in LEASED and self._wakeup.holds(row.tenant):
+                self._room(row)  # perhaps a job left its lease in a limited queue: one held claim may take its place
+
+    def _room(self, row: FeedRow) -> None:
+        try:
+            queue = row.record.queue
+        except (ValueError, KeyError, TypeError):
+            log.warning("runnable-work watcher: cannot read event %d", row.id)
+            return
+        self._wakeup.notify_held(row.tenant, queue, every=False)
 
     def _queued(self, row: FeedRow) -> None:
         try:

@@ -19,7 +19,7 @@ from google.longrunning import operations_pb2_grpc
 from jobwire.jobapi.app import add_jobapi
 from jobwire.runtime.parts import Runtime, open_runtime
 from jobwire.runtime.settings import Settings
-from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
+from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, schedule_pb2_grpc, worker_pb2_grpc
 from jobwire.worker.server.app import add_worker_service
 
 T = TypeVar("T")
@@ -36,6 +36,7 @@ class Served:
     workers: worker_pb2_grpc.WorkerServiceStub
     admin: admin_pb2_grpc.AdminServiceStub
     operations: operations_pb2_grpc.OperationsStub  # google.longrunning over the same jobs
+    schedules: schedule_pb2_grpc.ScheduleServiceStub
 
     @property
     def is_mysql(self) -> bool:
@@ -63,6 +64,7 @@ async def start_server(database_url: str, **settings: object) -> Served:
         workers=worker_pb2_grpc.WorkerServiceStub(channel),
         admin=admin_pb2_grpc.AdminServiceStub(channel),
         operations=operations_pb2_grpc.OperationsStub(channel),
+        schedules=schedule_pb2_grpc.ScheduleServiceStub(channel),
     )
 
 

@@ -11,9 +11,9 @@ from typing import BinaryIO, NamedTuple
 import grpc
 
 from jobwire.client import convert
-from jobwire.client.base import BaseClient
 from jobwire.client.convert import Payload, Seconds
 from jobwire.client.errors import from_rpc_error
+from jobwire.client.schedules import ScheduleMethods
 from jobwire.client.watch import OnReconnect, UpdateStream, watch_job
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
@@ -44,8 +44,8 @@ class Timeouts:
     on_no_progress: str = "INSPECT"
 
 
-class JobClient(BaseClient):
-    """Submit, read, cancel, retry, list and watch jobs (JobService).
+class JobClient(ScheduleMethods):
+    """Submit, read, cancel, retry, list and watch jobs (JobService), and schedule them (ScheduleService).
 
     Blocking and thread-safe: create one per process and share it. Every method raises a
     `jobwire.client.ClientError` subclass on failure, never a bare grpc error.
@@ -61,6 +61,7 @@ class JobClient(BaseClient):
     _stub: job_pb2_grpc.JobServiceStub
 
     def _bind(self) -> None:
+        super()._bind()
         self._stub = job_pb2_grpc.JobServiceStub(self.channel)
 
     def submit_request(

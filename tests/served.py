@@ -42,6 +42,20 @@ class Served:
     def is_mysql(self) -> bool:
         return self.runtime.store.db.is_mysql
 
+    @classmethod
+    def on(cls, runtime: Runtime, target: str, channel: grpc.aio.Channel) -> Served:
+        """The server's stubs over `channel` (another channel to the same server, say)."""
+        return cls(
+            runtime=runtime,
+            target=target,
+            channel=channel,
+            jobs=job_pb2_grpc.JobServiceStub(channel),
+            workers=worker_pb2_grpc.WorkerServiceStub(channel),
+            admin=admin_pb2_grpc.AdminServiceStub(channel),
+            operations=operations_pb2_grpc.OperationsStub(channel),
+            schedules=schedule_pb2_grpc.ScheduleServiceStub(channel),
+        )
+
     async def close(self) -> None:
         await self.channel.close()
         await self.runtime.stop(grace=1.0)
@@ -55,17 +69,7 @@ async def start_server(database_url: str, **settings: object) -> Served:
     add_worker_service(rt)
     port = await rt.host.start()
     target = f"127.0.0.1:{port}"
-    channel = grpc.aio.insecure_channel(target)
-    return Served(
-        runtime=rt,
-        target=target,
-        channel=channel,
-        jobs=job_pb2_grpc.JobServiceStub(channel),
-        workers=worker_pb2_grpc.WorkerServiceStub(channel),
-        admin=admin_pb2_grpc.AdminServiceStub(channel),
-        operations=operations_pb2_grpc.OperationsStub(channel),
-        schedules=schedule_pb2_grpc.ScheduleServiceStub(channel),
-    )
+    return Served.on(rt, target, grpc.aio.insecure_channel(target))
 
 
 async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 10.0, what: str = "") -> T:

@@ -19,7 +19,7 @@ from google.longrunning import operations_pb2_grpc
 from jobwire.jobapi.app import add_jobapi
 from jobwire.runtime.parts import Runtime, open_runtime
 from jobwire.runtime.settings import Settings
-from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
+from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, schedule_pb2_grpc, worker_pb2_grpc
 from jobwire.worker.server.app import add_worker_service
 
 T = TypeVar("T")
@@ -36,10 +36,25 @@ class Served:
     workers: worker_pb2_grpc.WorkerServiceStub
     admin: admin_pb2_grpc.AdminServiceStub
     operations: operations_pb2_grpc.OperationsStub  # google.longrunning over the same jobs
+    schedules: schedule_pb2_grpc.ScheduleServiceStub
 
     @property
     def is_mysql(self) -> bool:
         return self.runtime.store.db.is_mysql
+
+    @classmethod
+    def on(cls, runtime: Runtime, target: str, channel: grpc.aio.Channel) -> Served:
+        """The server's stubs over `channel` (another channel to the same server, say)."""
+        return cls(
+            runtime=runtime,
+            target=target,
+            channel=channel,
+            jobs=job_pb2_grpc.JobServiceStub(channel),
+            workers=worker_pb2_grpc.WorkerServiceStub(channel),
+            admin=admin_pb2_grpc.AdminServiceStub(channel),
+            operations=operations_pb2_grpc.OperationsStub(channel),
+            schedules=schedule_pb2_grpc.ScheduleServiceStub(channel),
+        )
 
     async def close(self) -> None:
         await self.channel.close()
@@ -54,16 +69,7 @@ async def start_server(database_url: str, **settings: object) -> Served:
     add_worker_service(rt)
     port = await rt.host.start()
     target = f"127.0.0.1:{port}"
-    channel = grpc.aio.insecure_channel(target)
-    return Served(
-        runtime=rt,
-        target=target,
-        channel=channel,
-        jobs=job_pb2_grpc.JobServiceStub(channel),
-        workers=worker_pb2_grpc.WorkerServiceStub(channel),
-        admin=admin_pb2_grpc.AdminServiceStub(channel),
-        operations=operations_pb2_grpc.OperationsStub(channel),
-    )
+    return Served.on(rt, target, grpc.aio.insecure_channel(target))
 
 
 async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 10.0, what: str = "") -> T:

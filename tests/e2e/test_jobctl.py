@@ -89,6 +89,15 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "batch get": set(),
     "batch watch": set(),
     "batch cancel": set(),
+    # schedule create takes submit's job options (not the key, run-after, depends-on or watch)
+    "schedule create": {"--payload", "--payload-file", "--queue", "--priority", "--owner", "--label", "--max-attempts",
+                        "--on-lease-lost", "--timeout", "--job-timeout", "--stage-timeout", "--on-no-progress",
+                        "--cron", "--every", "--tz", "--overlap", "--catch-up"},
+    "schedule get": set(),
+    "schedule list": {"--limit"},
+    "schedule pause": set(),
+    "schedule resume": set(),
+    "schedule delete": set(),
     "inspect": {"--queue", "--kind", "--stalled-after"},
     "events": {"--limit"},
     "requeue": {"--reason"},
@@ -1475,3 +1484,56 @@ def test_queue_commands_refusals(stack: Stack) -> None:
     assert_clean_error(negative_rate, 4, "INVALID_ARGUMENT", "rate_per_second")
     assert_usage_error(stack.jobctl("queue", "limits", queue, "--max-running", "-1", token=ADMIN), "--max-running")
     assert stack.jobctl("queue", "limits", queue, token=ADMIN).out.strip() == f"{queue}: no limits"
+
+
+# ---- schedules ------------------------------------------------------------------------
+
+
+def test_schedule_create_get_list_pause_resume_and_delete(stack: Stack) -> None:
+    job_type = fresh_type("scheduled")
+    made = stack.jobctl(
+        "--json", "schedule", "create", f"{job_type}-every", job_type, "--every", "2s", "--overlap", "allow",
+        "--payload", '{"report": "daily"}', "--queue", "reports", "--priority", "3", "--owner", "ops",
+        "--label", "team=data", "--max-attempts", "2", "--on-lease-lost", "retry", "--timeout", "90s",
+        "--job-timeout", "1h", "--stage-timeout", "5m", "--on-no-progress", "fail",
+    )  # fmt: skip
+    assert made.code == 0, made
+    template = made.json()["template"]
+    assert (template["job_type"], template["queue"], template["priority"], template["owner"]) == (
+        job_type, "reports", 3, "ops",
+    )  # fmt: skip
+    assert template["labels"] == {"team": "data"} and template["retry_policy"]["max_attempts"] == 2
+    assert template["timeouts"]["on_no_progress"] == "FAIL" and made.json()["overlap"] == "ALLOW"
+    cron = stack.jobctl(
+        "schedule", "create", f"{job_type}-cron", job_type, "--cron", "0 2 * * *", "--tz", "Asia/Shanghai",
+        "--catch-up", "one",
+    )  # fmt: skip
+    assert cron.code == 0 and "cron 0 2 * * * Asia/Shanghai" in cron.out and "catch-up ONE" in cron.out, cron
+
+    def fired() -> str | None:
+        return stack.jobctl("--json", "schedule", "get", f"{job_type}-every").json().get("last_job_no")
+
+    job_no = wait_for("a firing", fired)
+    assert stack.jobs.get(job_no).job_type == job_type
+    listed = stack.jobctl("schedule", "list")
+    assert listed.code == 0 and f"{job_type}-every" in listed.out and f"{job_type}-cron" in listed.out, listed
+    assert len(stack.jobctl("--json", "schedule", "list", "--limit", "1").out.splitlines()) == 1
+    paused = stack.jobctl("--json", "schedule", "pause", f"{job_type}-every")
+    assert paused.json()["paused"] is True and "next_fire_time" not in paused.json(), paused
+    resumed = stack.jobctl("schedule", "resume", f"{job_type}-every")
+    assert resumed.code == 0 and "active" in resumed.out, resumed
+    assert_clean_error(stack.jobctl("schedule", "get", f"{job_type}-every", token=OTHER_CLIENT), 4, "NOT_FOUND")
+    for schedule_id in (f"{job_type}-every", f"{job_type}-cron"):
+        assert stack.jobctl("schedule", "delete", schedule_id).code == 0
+    assert_clean_error(stack.jobctl("schedule", "get", f"{job_type}-cron"), 4, "NOT_FOUND")
+
+
+def test_schedule_create_refuses_bad_input_cleanly(stack: Stack) -> None:
+    job_type = fresh_type("badschedule")
+    bad_cron = stack.jobctl("schedule", "create", job_type, job_type, "--cron", "0 2 * *")
+    assert_clean_error(bad_cron, 4, "INVALID_ARGUMENT", "cron")
+    bad_zone = stack.jobctl("schedule", "create", job_type, job_type, "--cron", "0 2 * * *", "--tz", "Mars/Base")
+    assert_clean_error(bad_zone, 4, "INVALID_ARGUMENT", "time_zone")
+    assert_clean_error(stack.jobctl("schedule", "create", job_type, job_type, "--every", "0s"), 4, "every")
+    assert_usage_error(stack.jobctl("schedule", "create", job_type, job_type))  # neither --cron nor --every
+    assert_usage_error(stack.jobctl("schedule", "create", job_type, job_type, "--cron", "* * * * *", "--every", "5s"))

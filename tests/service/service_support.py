@@ -122,7 +122,7 @@ def _count_rows() -> object:
     import sqlalchemy as sa
 
     from jobwire.db.tables import artifact as artifact_table
-    from jobwire.db.tables import job, job_batch, job_day_counter, job_dependency, job_event, worker
+    from jobwire.db.tables import job, job_batch, job_day_counter, job_dependency, job_event, schedule, worker
 
     return sa.select(
         sa.select(sa.func.count()).select_from(job).scalar_subquery().label("job"),
@@ -133,6 +133,7 @@ def _count_rows() -> object:
         sa.select(sa.func.count()).select_from(job_day_counter).scalar_subquery().label("job_day_counter"),
         sa.select(sa.func.count()).select_from(job_batch).scalar_subquery().label("job_batch"),
         sa.select(sa.func.count()).select_from(job_dependency).scalar_subquery().label("job_dependency"),
+        sa.select(sa.func.count()).select_from(schedule).scalar_subquery().label("schedule"),
     )
 
 

@@ -22,7 +22,12 @@ from service_support import artifact, db_rows, rpc_failure, stop_server
 from jobwire.client.status import error_reason
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
-SERVICES = {"jobwire.v1.JobService", "jobwire.v1.WorkerService", "jobwire.v1.AdminService"}
+SERVICES = {
+    "jobwire.v1.JobService",
+    "jobwire.v1.ScheduleService",
+    "jobwire.v1.WorkerService",
+    "jobwire.v1.AdminService",
+}
 
 
 async def _serving(served, service: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -61,7 +66,7 @@ async def _reflected_services(channel: grpc.aio.Channel, metadata: tuple[tuple[s
     raise AssertionError("no reflection reply")
 
 
-async def test_reflection_lists_the_three_services(served) -> None:  # type: ignore[no-untyped-def]
+async def test_reflection_lists_the_services(served) -> None:  # type: ignore[no-untyped-def]
     names = await _reflected_services(served.channel)
     assert names >= SERVICES
     assert "grpc.health.v1.Health" in names

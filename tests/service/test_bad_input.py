@@ -1,4 +1,4 @@
-"""A bad-input matrix for every RPC of JobService, WorkerService and AdminService.
+"""A bad-input matrix for every RPC of JobService, ScheduleService, WorkerService and AdminService.
 
 Each case must be answered with its canonical code (INVALID_ARGUMENT with ErrorInfo and a
 BadRequest naming the field, or RESOURCE_EXHAUSTED from the transport for a message over the
@@ -23,7 +23,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from service_support import artifact, claim, db_rows, duration, get, rpc_failure, running, submit
 
 from jobwire.client.status import error_info, field_violations
-from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
+from jobwire.v1 import admin_pb2, job_pb2, schedule_pb2, worker_pb2
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 TOO_BIG = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -726,6 +726,92 @@ AWAIT_REVIEW = [
 ]
 
 
+# -- ScheduleService -------------------------------------------------------------------------------
+
+
+def schedule_case(name: str, field: str, **fields: object) -> Bad:
+    """A CreateSchedule that would be valid but for one field (a cron, a template)."""
+    fields.setdefault("template", job_pb2.SubmitRequest(job_type="report"))
+    if "every" not in fields:
+        fields.setdefault("cron", "0 2 * * *")
+    fields.setdefault("schedule_id", "nightly")
+    request = schedule_pb2.CreateScheduleRequest(**fields)  # type: ignore[arg-type]
+    return Bad(f"CreateSchedule {name}", lambda c: c.served.schedules.CreateSchedule(request), field)  # type: ignore[attr-defined]
+
+
+def report(**fields: object) -> job_pb2.SubmitRequest:
+    return job_pb2.SubmitRequest(job_type=str(fields.pop("job_type", "report")), **fields)  # type: ignore[arg-type]
+
+
+CREATE_SCHEDULE = [
+    schedule_case("bad id", "schedule_id", schedule_id="no spaces"),
+    Bad(
+        "CreateSchedule without cron or every",
+        lambda c: c.served.schedules.CreateSchedule(  # type: ignore[attr-defined]
+            schedule_pb2.CreateScheduleRequest(schedule_id="x", template=report())
+        ),
+        "cron",
+    ),
+    schedule_case("bad cron", "cron", cron="every day"),
+    schedule_case("six-field cron", "cron", cron="0 0 2 * * *"),
+    schedule_case("cron that never fires", "cron", cron="0 0 30 2 *"),
+    schedule_case("every under 1 s", "every", every=duration(0.5)),
+    schedule_case("unknown zone", "time_zone", time_zone="Europe/Atlantis"),
+    schedule_case("zone as a path", "time_zone", time_zone="../../etc/passwd"),
+    Bad(
+        "CreateSchedule without template",
+        lambda c: c.served.schedules.CreateSchedule(  # type: ignore[attr-defined]
+            schedule_pb2.CreateScheduleRequest(schedule_id="x", cron="0 2 * * *")
+        ),
+        "template",
+    ),
+    schedule_case("template without job type", "template.job_type", template=job_pb2.SubmitRequest()),
+    schedule_case("template bad queue", "template.queue", template=report(queue="no spaces")),
+    schedule_case("template payload too large", "template.payload", template=report(payload=b"x" * (MiB + 1))),
+    schedule_case("template with a key", "template.idempotency_key", template=report(idempotency_key="k")),
+    schedule_case("template bad label", "template.labels", template=report(labels={"": "x"})),
+    schedule_case(
+        "template bad retry policy",
+        "template.retry_policy.max_attempts",
+        template=report(retry_policy=job_pb2.RetryPolicy(max_attempts=-1)),
+    ),
+    schedule_case("unknown overlap", "overlap", overlap=7),
+    schedule_case("unknown catch_up", "catch_up", catch_up=9),
+]
+
+
+def _schedule_ref_cases(rpc: str) -> list[Bad]:
+    return [
+        Bad(
+            f"{rpc} schedule_id={bad!r}",
+            lambda c, bad=bad: getattr(c.served.schedules, rpc)(  # type: ignore[attr-defined,misc]
+                schedule_pb2.ScheduleRef(schedule_id=bad)
+            ),
+            "schedule_id",
+        )
+        for bad in ("", "no spaces", "s" * 65)
+    ]
+
+
+LIST_SCHEDULES = [
+    Bad(
+        "ListSchedules page_size -1",
+        lambda c: c.served.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(page_size=-1)),  # type: ignore[attr-defined]
+        "page_size",
+    ),
+    *(
+        Bad(
+            f"ListSchedules page_token={token[:20]!r}",
+            lambda c, token=token: c.served.schedules.ListSchedules(  # type: ignore[attr-defined,misc]
+                schedule_pb2.ListSchedulesRequest(page_token=token)
+            ),
+            "page_token",
+        )
+        for token in GARBAGE_TOKENS
+    ),
+]
+
+
 # -- AdminService --------------------------------------------------------------------------------
 
 
@@ -932,6 +1018,12 @@ MATRIX: dict[str, list[Bad]] = {
     "WorkerService.Release": RELEASE,
     "WorkerService.AwaitReview": AWAIT_REVIEW,
     "WorkerService.UploadResult": UPLOAD_RESULT,
+    "ScheduleService.CreateSchedule": CREATE_SCHEDULE,
+    "ScheduleService.GetSchedule": _schedule_ref_cases("GetSchedule"),
+    "ScheduleService.ListSchedules": LIST_SCHEDULES,
+    "ScheduleService.PauseSchedule": _schedule_ref_cases("PauseSchedule"),
+    "ScheduleService.ResumeSchedule": _schedule_ref_cases("ResumeSchedule"),
+    "ScheduleService.DeleteSchedule": _schedule_ref_cases("DeleteSchedule"),
     "AdminService.Inspect": INSPECT,
     "AdminService.ListEvents": LIST_EVENTS,
     "AdminService.Requeue": REQUEUE,
@@ -951,11 +1043,12 @@ MATRIX: dict[str, list[Bad]] = {
 def test_the_matrix_covers_every_rpc() -> None:
     from jobwire.v1 import admin_pb2 as a
     from jobwire.v1 import job_pb2 as j
+    from jobwire.v1 import schedule_pb2 as sch
     from jobwire.v1 import worker_pb2 as w
 
     rpcs = {
         f"{service.name}.{method.name}"
-        for module in (a, j, w, operations_pb2)
+        for module in (a, j, sch, w, operations_pb2)
         for service in module.DESCRIPTOR.services_by_name.values()
         for method in service.methods
     }
@@ -998,7 +1091,7 @@ async def _problems(served, ctx: Ctx, case: Bad) -> list[str]:  # type: ignore[n
     return problems
 
 
-@pytest.mark.parametrize("service", ["JobService", "WorkerService", "AdminService", "Operations"])
+@pytest.mark.parametrize("service", ["JobService", "ScheduleService", "WorkerService", "AdminService", "Operations"])
 async def test_bad_input(served, service: str) -> None:  # type: ignore[no-untyped-def]
     """Every case of every RPC of `service`; all problems are reported together."""
     ctx = await _context(served)
@@ -1124,12 +1217,13 @@ async def test_bytes_that_do_not_parse_answer_invalid_argument(served) -> None: 
     no Python class, and writes nothing."""
     from jobwire.v1 import admin_pb2 as a
     from jobwire.v1 import job_pb2 as j
+    from jobwire.v1 import schedule_pb2 as sch
     from jobwire.v1 import worker_pb2 as w
 
     ctx = await _context(served)
     before = await db_rows(served)
     problems, tried = [], 0
-    for module in (a, j, w):
+    for module in (a, j, sch, w):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 request_class = getattr(module, method.input_type.name, None) or getattr(j, method.input_type.name)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import grpc
 import sqlalchemy as sa
-from served import start_server
+from served import Served, start_server
 from service_support import claim, submit
 from watch_support import complete, next_job, read_to_end, report, watch
 
@@ -24,7 +24,7 @@ async def test_a_thousand_watchers_all_receive_the_terminal_state(tmp_path: Path
     channels = [grpc.aio.insecure_channel(served.target) for _ in range(CHANNELS)]
     try:
         jobs = [await submit(served) for _ in range(JOBS)]
-        stubs = [type(served)(served.runtime, served.target, ch, *_stubs(ch)) for ch in channels]
+        stubs = [Served.on(served.runtime, served.target, ch) for ch in channels]
         calls = [(job.job_no, watch(stubs[i % CHANNELS], job.job_no))
                  for i, job in enumerate(j for j in jobs for _ in range(WATCHERS_PER_JOB))]  # fmt: skip
         firsts = await asyncio.gather(*(next_job(call, timeout=20) for _, call in calls))
@@ -53,15 +53,6 @@ async def test_a_thousand_watchers_all_receive_the_terminal_state(tmp_path: Path
             await ch.close()
         await served.channel.close()
         await served.runtime.stop(grace=1.0)
-
-
-def _stubs(channel: grpc.aio.Channel) -> tuple[object, object, object, object]:
-    from google.longrunning import operations_pb2_grpc
-
-    from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
-
-    return (job_pb2_grpc.JobServiceStub(channel), worker_pb2_grpc.WorkerServiceStub(channel),
-            admin_pb2_grpc.AdminServiceStub(channel), operations_pb2_grpc.OperationsStub(channel))  # fmt: skip
 
 
 def _count_event_reads(served) -> list[str]:  # type: ignore[no-untyped-def]

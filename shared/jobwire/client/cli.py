@@ -1,5 +1,5 @@
 # PYTHON_ARGCOMPLETE_OK (argcomplete's global completion looks for this line)
-"""jobctl: submit, read, watch, cancel, retry and resolve jobs; inspect, requeue, list workers, limit queues.
+"""jobctl: submit, read, watch, cancel, retry, resolve and schedule jobs; inspect, requeue, list workers, limit queues.
 
 Usage: jobctl [--target HOST:PORT] [--token T] [--locale L] [--json] COMMAND ...
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeAlias
 
@@ -32,6 +32,7 @@ from rich.console import Console
 from jobwire.client import batch_commands as b
 from jobwire.client import commands as c
 from jobwire.client import queue_commands as q
+from jobwire.client import schedule_commands as s
 from jobwire.client.channel import DEFAULT_TARGET, ChannelConfig, config_from_env
 from jobwire.client.errors import ClientError
 
@@ -83,18 +84,14 @@ def _global_options(
     )
 
 
-def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
-    # On submit `--timeout` is the attempt's time limit; the per-call one goes before the command.
-    submit_common = argparse.ArgumentParser(add_help=False)
-    _global_options(submit_common, env, top=False, call_timeout=False)
-    p = sub.add_parser("submit", parents=[submit_common], help="submit a job")
+def job_options(p: argparse.ArgumentParser) -> None:
+    """The options that describe a job: `jobctl submit`'s, and the template of `jobctl schedule create`."""
     p.add_argument("job_type", help="the handler to run, e.g. transcode")
     payload = p.add_mutually_exclusive_group()
     payload.add_argument("--payload", help="JSON payload text")
     payload.add_argument("--payload-file", help="payload file sent as is ('-' = stdin)")
     p.add_argument("--queue", default="", help="queue (default: default)")
     p.add_argument("--priority", type=int, default=0, help="higher runs first")
-    p.add_argument("--idempotency-key", default="", help="same key, same job")
     p.add_argument("--owner", default="")
     p.add_argument("--label", type=c.label_arg, action="append", default=[], metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--max-attempts", type=int, default=0, help="0: the server's default")
@@ -106,6 +103,12 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
     p.add_argument("--job-timeout", type=c.duration_arg, metavar="LIMIT", help="time limit of the whole job")
     p.add_argument("--stage-timeout", type=c.duration_arg, metavar="LIMIT", help="longest time without progress")
     p.add_argument("--on-no-progress", type=str.upper, choices=["INSPECT", "FAIL"], help="FAIL needs --stage-timeout")
+
+
+def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, job_common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("submit", parents=[job_common], help="submit a job")
+    job_options(p)
+    p.add_argument("--idempotency-key", default="", help="same key, same job")
     p.add_argument(
         "--run-after", type=c.when_arg, metavar="WHEN", help="ISO time (UTC if naive) or a delay: 90s, 5m, 2h"
     )
@@ -115,14 +118,11 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, env: Mappin
     )  # fmt: skip
     p.add_argument("--watch", action="store_true", help="then watch it until it ends")
     p.set_defaults(handler=c.cmd_submit)
-    for name, handler, text in (
+    _on_one(sub, common, "job_no", [
         ("get", c.cmd_get, "show a job"),
         ("cancel", c.cmd_cancel, "ask a job to stop"),
         ("retry", c.cmd_retry, "queue a FAILED, retryable job again"),
-    ):
-        p = sub.add_parser(name, parents=[common], help=text)
-        p.add_argument("job_no")
-        p.set_defaults(handler=handler)
+    ])  # fmt: skip
     p = sub.add_parser("resolve", parents=[common], help="decide on a job WAITING for review")
     p.add_argument("job_no")
     p.add_argument(
@@ -159,13 +159,51 @@ def _batch_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--idempotency-key", default="", help="same key, same batch")
     p.add_argument("--watch", action="store_true", help="then watch it until every job ended")
     p.set_defaults(handler=b.cmd_batch_submit)
-    for name, handler, text in (
+    _on_one(commands, common, "batch_id", [
         ("get", b.cmd_batch_get, "counts by status and progress"),
         ("watch", b.cmd_batch_watch, "every job's changes until all ended"),
         ("cancel", b.cmd_batch_cancel, "cancel every unfinished job"),
-    ):
-        p = commands.add_parser(name, parents=[common], help=text)
-        p.add_argument("batch_id")
+    ])  # fmt: skip
+
+
+def _schedule_commands(sub: _SubParsers, common: argparse.ArgumentParser, job_common: argparse.ArgumentParser) -> None:
+    schedule = sub.add_parser(
+        "schedule", help="jobs on a cron or a period: create | get | list | pause | resume | delete"
+    )
+    commands = schedule.add_subparsers(dest="schedule_command", required=True, metavar="COMMAND")
+    p = commands.add_parser("create", parents=[job_common], help="fire a job from these options on a cron or a period")
+    p.add_argument("schedule_id", help="unique in your tenant")
+    job_options(p)
+    timing = p.add_mutually_exclusive_group(required=True)
+    timing.add_argument("--cron", help='5 fields: minute hour day month weekday, e.g. "0 2 * * *"')
+    timing.add_argument("--every", type=c.duration_arg, metavar="PERIOD", help="a period of at least 1s: 30s, 5m, 2h")
+    p.add_argument("--tz", default="", help="IANA time zone the cron is read in, e.g. Asia/Shanghai (default UTC)")
+    p.add_argument("--overlap", type=str.upper, choices=["SKIP", "ALLOW"], default="SKIP",
+                   help="SKIP (default): no firing while the previous job is unfinished")  # fmt: skip
+    p.add_argument("--catch-up", type=str.upper, choices=["NONE", "ONE"], default="NONE",
+                   help="after firings missed while no server ran: NONE (default) or ONE job for them")  # fmt: skip
+    p.set_defaults(handler=s.cmd_schedule_create)
+    p = commands.add_parser("list", parents=[common], help="your schedules")
+    p.add_argument("--limit", type=c.count_arg, default=None, help="at most this many")
+    p.set_defaults(handler=s.cmd_schedule_list)
+    _on_one(commands, common, "schedule_id", [
+        ("get", s.cmd_schedule_get, "show a schedule"),
+        ("pause", s.cmd_schedule_pause, "stop firing until resumed"),
+        ("resume", s.cmd_schedule_resume, "fire again from the next fire time after now"),
+        ("delete", s.cmd_schedule_delete, "remove it (its jobs stay)"),
+    ])  # fmt: skip
+
+
+Handler: TypeAlias = Callable[[c.Context, argparse.Namespace], int]
+
+
+def _on_one(
+    sub: _SubParsers, common: argparse.ArgumentParser, arg: str, commands: list[tuple[str, Handler, str]]
+) -> None:
+    """Commands that each take one name (`arg`) and nothing of their own."""
+    for name, handler, text in commands:
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument(arg)
         p.set_defaults(handler=handler)
 
 
@@ -226,9 +264,14 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     _global_options(parser, env, top=True)
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, env, top=False)
+    # On submit and schedule create `--timeout` is the job's attempt limit; the per-call one
+    # goes before the command.
+    job_common = argparse.ArgumentParser(add_help=False)
+    _global_options(job_common, env, top=False, call_timeout=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _job_commands(sub, common, env)
+    _job_commands(sub, common, job_common)
     _batch_commands(sub, common)
+    _schedule_commands(sub, common, job_common)
     _admin_commands(sub, common)
     _queue_commands(sub, common)
     return parser

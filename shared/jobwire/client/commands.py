@@ -183,16 +183,10 @@ def cmd_submit(ctx: Context, args: argparse.Namespace) -> int:
         job, created = client.submit(
             args.job_type,
             payload,
-            queue=args.queue,
             idempotency_key=args.idempotency_key,
-            priority=args.priority,
             run_after=args.run_after,
-            max_attempts=args.max_attempts,
-            on_lease_lost=args.on_lease_lost,
-            timeouts=_timeouts(args),
-            owner=args.owner,
-            labels=dict(args.label),
             depends_on=args.depends_on,
+            **job_options(args),
         )
         if ctx.as_json:
             ctx.emit({"job": render.to_json(job), "created": created})
@@ -203,6 +197,15 @@ def cmd_submit(ctx: Context, args: argparse.Namespace) -> int:
         if args.watch:
             return follow(ctx, client, job.job_no, 0)
     return EXIT_OK
+
+
+def job_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`submit`'s arguments from the job options jobctl submit and schedule create share (cli.job_options)."""
+    return {
+        "queue": args.queue, "priority": args.priority, "max_attempts": args.max_attempts,
+        "on_lease_lost": args.on_lease_lost, "timeouts": _timeouts(args), "owner": args.owner,
+        "labels": dict(args.label),
+    }  # fmt: skip
 
 
 def _timeouts(args: argparse.Namespace) -> Timeouts | None:

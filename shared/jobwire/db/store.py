@@ -27,6 +27,7 @@ from jobwire.db import (
     reads,
     reaper,
     retention,
+    schedules,
     submit,
     timeouts,
 )
@@ -43,12 +44,20 @@ from jobwire.db.wire import Statement, Wire
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.census import Census
 from jobwire.domain.commands import Claimant, JobFilter, NewJob
-from jobwire.domain.errors import BatchNotFound, JobNotFound, JobwireError, ResultNotAvailable, WorkerLeaseLost
+from jobwire.domain.errors import (
+    BatchNotFound,
+    JobNotFound,
+    JobwireError,
+    ResultNotAvailable,
+    ScheduleNotFound,
+    WorkerLeaseLost,
+)
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.flow import Held, QueueLimits
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.results import KeptResult
+from jobwire.domain.schedules import Due, ScheduleRecord
 from jobwire.domain.serving import unserved
 from jobwire.domain.states import Status
 from jobwire.domain.transitions import Move, Transition
@@ -327,6 +336,48 @@ class JobStore:
 
     def purge_workers(self, older_than: timedelta) -> int:
         return self.db.write(lambda c: reads.purge_workers(c, older_than))
+
+    # -- schedules (jobwire.db.schedules; their firings submit through apply) --------------------
+    def create_schedule(self, new: ScheduleRecord) -> ScheduleRecord:
+        """Keep a new schedule (ALREADY_EXISTS for a taken id in its tenant)."""
+        self.db.write(lambda c: schedules.create(c, new))
+        return new
+
+    def get_schedule(self, tenant: str, schedule_id: str) -> ScheduleRecord:
+        found = self.db.read(lambda c: schedules.get(c, tenant, schedule_id))
+        if found is None:
+            raise ScheduleNotFound()
+        return found
+
+    def list_schedules(self, tenant: str, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
+        return self.db.read(lambda c: schedules.list_page(c, tenant, page_size, page_token))
+
+    def set_schedule_paused(self, tenant: str, schedule_id: str, next_fire_at: datetime | None) -> ScheduleRecord:
+        """Pause the schedule (`next_fire_at` None) or resume it to fire next at `next_fire_at`."""
+        if not self.db.write(lambda c: schedules.set_paused(c, tenant, schedule_id, next_fire_at)):
+            raise ScheduleNotFound()
+        return self.get_schedule(tenant, schedule_id)
+
+    def delete_schedule(self, tenant: str, schedule_id: str) -> None:
+        if not self.db.write(lambda c: schedules.delete(c, tenant, schedule_id)):
+            raise ScheduleNotFound()
+
+    def due_schedules(self, now: datetime, limit: int) -> list[Due]:
+        return self.db.read(lambda c: schedules.due(c, now, limit))
+
+    def advance_schedule(
+        self,
+        one: ScheduleRecord,
+        *,
+        due_at: datetime,
+        next_fire_at: datetime,
+        fired: tuple[datetime, str] | None = None,
+        skipped: bool = False,
+    ) -> bool:
+        """Move a due schedule on, guarded by the fire time read (jobwire.db.schedules.advance)."""
+        return self.db.write(
+            lambda c: schedules.advance(c, one, due_at=due_at, next_fire_at=next_fire_at, fired=fired, skipped=skipped)
+        )
 
     # -- housekeeping (every server process runs it; see jobwire.runtime.housekeeping) -------------------
     async def reap_leases(self, grace: timedelta, *, by: str, read: reaper.Read) -> reaper.Reaped:

@@ -295,3 +295,34 @@ commit_marker = Table(
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",
 )
+
+# Schedules (jobwire.db.schedules): a job submitted from a template on a cron or a period.
+# The template is the caller's SubmitRequest as serialized bytes, not decoded columns: each
+# firing decodes it through Submit's own path (jobwire.jobapi.job_servicer.decode_submit),
+# so it is checked by the same rules as any Submit, and a field SubmitRequest gains later
+# rides along without a migration.
+schedule = Table(
+    "schedule",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("tenant", String(64), nullable=False),
+    Column("schedule_id", String(64), nullable=False),
+    Column("cron", String(200), nullable=True),  # 5 fields, or NULL for every_s
+    Column("every_s", Float, nullable=True),
+    Column("time_zone", String(64), nullable=False),
+    Column("template", Blob, nullable=False),
+    Column("overlap", String(8), nullable=False),
+    Column("catch_up", String(8), nullable=False),
+    Column("paused", Boolean, nullable=False, server_default="0"),
+    # NULL while paused; a round advances it with an UPDATE guarded by the value it read
+    Column("next_fire_at", Timestamp, nullable=True),
+    Column("last_fire_at", Timestamp, nullable=True),
+    Column("last_job_no", String(40), nullable=True),
+    Column("skipped_firings", BigInteger, nullable=False, server_default="0"),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("tenant", "schedule_id", name="uq_schedule_id"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+Index("ix_schedule_due", schedule.c.next_fire_at)  # the rounds' scan: due and not paused

@@ -183,3 +183,17 @@ class ResultNotAvailable(JobwireError):
     """The job has no result the server keeps."""
 
     reason = "RESULT_NOT_AVAILABLE"
+
+
+class ScheduleNotFound(JobwireError):
+    """No such schedule."""
+
+    code = "NOT_FOUND"
+    reason = "SCHEDULE_NOT_FOUND"
+
+
+class ScheduleExists(JobwireError):
+    """A schedule with this id already exists."""
+
+    code = "ALREADY_EXISTS"
+    reason = "SCHEDULE_EXISTS"

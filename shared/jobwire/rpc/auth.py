@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 ROLES = ("client", "worker", "admin")
 SERVICE_ROLES = {
     "jobwire.v1.JobService": "client",
+    "jobwire.v1.ScheduleService": "client",
     "jobwire.v1.WorkerService": "worker",
     "jobwire.v1.AdminService": "admin",
     # Operations are jobs seen by a generic long-running-operations client: JobService's callers.

@@ -75,6 +75,10 @@ class Metrics:
             "jobwire_claims_held_back", "Claim attempts a queue's limits held back, by why: PAUSED or AT_LIMIT.",
             ["reason"], registry=self.registry,
         )  # fmt: skip
+        self._firings = Counter(
+            "jobwire_schedule_firings", "Schedule fire times dealt with, by outcome.",
+            ["outcome"], registry=self.registry,
+        )  # fmt: skip
         # .labels() takes a lock and builds a key on every call: keep the children.
         self._by_call: dict[tuple[str, str], Any] = {}
         self._by_method: dict[str, tuple[Any, Any]] = {}
@@ -118,6 +122,13 @@ class Metrics:
     def claims_waiting(self) -> float:
         """Claims waiting for work now (this process)."""
         return float(self.registry.get_sample_value("jobwire_claims_waiting") or 0.0)
+
+    def schedule_fired(self, outcome: str) -> None:
+        self._firings.labels(outcome).inc()
+
+    def firings(self, outcome: str) -> float:
+        """Schedule fire times this process dealt with as `outcome`."""
+        return float(self.registry.get_sample_value("jobwire_schedule_firings_total", {"outcome": outcome}) or 0.0)
 
     def count(self, method: str, code: str) -> float:
         """Calls of `method` that ended with `code` (this process)."""

@@ -32,10 +32,10 @@ from sqlalchemy.engine import Connection
 
 from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
 from jobwire.db.store import JobStore
-from jobwire.domain.errors import StoreUnavailable
 from jobwire.rpc.job_metrics import JobMetrics
 from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.results import ResultStore
+from jobwire.runtime.rounds import Rounds
 from jobwire.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class Housekeeping:
         self._next_upload_sweep = 0.0
         self.forget_workers_after = timedelta(days=settings.retention_worker_days)
         self.by = reaper_id()
-        self._reachable = True
+        self.rounds = Rounds(log, "housekeeping")
 
     async def run(self) -> None:
         while True:
@@ -103,7 +103,7 @@ class Housekeeping:
 
     async def tick(self) -> None:
         """One round: reap, sweep timeouts, then purge. Errors are logged; the next round tries again."""
-        try:
+        with self.rounds.round():
             reaped = await self.store.reap_leases(self.grace, by=self.by, read=self._read)
             swept = await self.store.sweep_timeouts(by=self.by, read=self._read)
             settled = await self.store.settle_dependencies(read=self._read)
@@ -112,27 +112,16 @@ class Housekeeping:
             await self.blocking(self.store.purge_commit_markers)
             abandoned = await self.blocking(self.remove_abandoned_uploads)
             self.metrics.census(await self.blocking(self.store.census, self.live_after))
-        except StoreUnavailable:
-            if self._reachable:
-                log.warning("housekeeping paused: the database is unreachable")
-            self._reachable = False
-            return
-        except Exception:
-            log.exception("housekeeping round failed; retrying next round")
-            return
-        if not self._reachable:
-            log.info("housekeeping resumed: the database is reachable")
-        self._reachable = True
-        if reaped:
-            log.info("reaper: %s", reaped)
-        if swept:
-            log.info("timeouts: %s", swept)
-        if settled:
-            log.info("dependencies: %d waiting jobs settled", settled)
-        if purged.jobs or purged.kept:
-            log.info("retention: %s", purged)
-        if abandoned:
-            log.info("results: %d uploads no Complete named removed", abandoned)
+            if reaped:
+                log.info("reaper: %s", reaped)
+            if swept:
+                log.info("timeouts: %s", swept)
+            if settled:
+                log.info("dependencies: %d waiting jobs settled", settled)
+            if purged.jobs or purged.kept:
+                log.info("retention: %s", purged)
+            if abandoned:
+                log.info("results: %d uploads no Complete named removed", abandoned)
 
     def remove_abandoned_uploads(self) -> int:
         """Uploads older than JOBWIRE_UPLOAD_TTL_SECONDS that no artifact names (blocking)."""

@@ -34,6 +34,10 @@ class Settings:
     job_prefix: str = "PT"
     lease_seconds: float = 30.0
     reaper_interval_seconds: float = 5.0
+    # schedules: how often each job-service process looks for due ones (0: never), and how
+    # late a fire time may be found and still fire (later, it was missed: see catch_up)
+    schedule_interval_seconds: float = 1.0
+    schedule_misfire_grace_seconds: float = 60.0
     stall_grace_seconds: float | None = None  # default: one lease
     default_attempt_timeout_seconds: float | None = None  # for submits that set no attempt_timeout
     # a QUEUED job whose queue and job type no worker has claimed for this long is NO_WORKER
@@ -79,6 +83,10 @@ class Settings:
             problems.append("JOBWIRE_TLS_CLIENT_CA needs JOBWIRE_TLS_CERT and JOBWIRE_TLS_KEY")
         if self.reaper_interval_seconds < 0 or (self.stall_grace_seconds or 0) < 0:
             problems.append("JOBWIRE_REAPER_INTERVAL_SECONDS and JOBWIRE_STALL_GRACE_SECONDS must not be negative")
+        if self.schedule_interval_seconds < 0 or self.schedule_misfire_grace_seconds < 0:
+            problems.append(
+                "JOBWIRE_SCHEDULE_INTERVAL_SECONDS and JOBWIRE_SCHEDULE_MISFIRE_GRACE_SECONDS must not be negative"
+            )
         timeout = self.default_attempt_timeout_seconds
         if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
             problems.append("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT must be more than 0 and at most 2592000 (30 days)")
@@ -150,6 +158,8 @@ class Settings:
             job_prefix=env.get("JOBWIRE_JOB_PREFIX", "PT"),
             lease_seconds=number("JOBWIRE_LEASE_SECONDS", 30.0),
             reaper_interval_seconds=number("JOBWIRE_REAPER_INTERVAL_SECONDS", 5.0),
+            schedule_interval_seconds=number("JOBWIRE_SCHEDULE_INTERVAL_SECONDS", 1.0),
+            schedule_misfire_grace_seconds=number("JOBWIRE_SCHEDULE_MISFIRE_GRACE_SECONDS", 60.0),
             stall_grace_seconds=float(grace) if grace else None,
             default_attempt_timeout_seconds=float(attempt_timeout) if attempt_timeout else None,
             no_worker_after_seconds=number("JOBWIRE_NO_WORKER_AFTER", 300.0),

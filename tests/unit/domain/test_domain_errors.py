@@ -28,6 +28,8 @@ CASES = [
     (e.Conflict, "ABORTED", "CONFLICT"),
     (e.DependencyEnded, "FAILED_PRECONDITION", "DEPENDENCY_ENDED"),
     (e.ResultNotAvailable, "FAILED_PRECONDITION", "RESULT_NOT_AVAILABLE"),
+    (e.ScheduleNotFound, "NOT_FOUND", "SCHEDULE_NOT_FOUND"),
+    (e.ScheduleExists, "ALREADY_EXISTS", "SCHEDULE_EXISTS"),
 ]
 
 

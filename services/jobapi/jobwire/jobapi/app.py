@@ -1,20 +1,23 @@
-"""Wiring JobService, AdminService and google.longrunning.Operations into a server process."""
+"""Wiring JobService, ScheduleService, AdminService and google.longrunning.Operations into a server process."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from jobwire.jobapi import firing
 from jobwire.jobapi.admin_servicer import AdminServicer
 from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.operations_servicer import OperationsServicer
 from jobwire.jobapi.results import ResultReader
+from jobwire.jobapi.schedule_servicer import ScheduleServicer
+from jobwire.jobapi.schedules import Schedules
 from jobwire.jobapi.watch import StreamRegistry, Watches
 from jobwire.rpc import operations
 from jobwire.runtime.housekeeping import load_deleter
 from jobwire.runtime.parts import Runtime
-from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
+from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc, schedule_pb2, schedule_pb2_grpc
 
 
 def add_jobapi(rt: Runtime) -> None:
@@ -31,6 +34,14 @@ def add_jobapi(rt: Runtime) -> None:
         JobServicer(jobs, watches, rt.settings, ResultReader(rt.store, rt.blocking, rt.results)),
         job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     )
+    rt.host.add_servicer(
+        schedule_pb2_grpc.add_ScheduleServiceServicer_to_server,
+        ScheduleServicer(Schedules(rt.store, rt.blocking), rt.settings),
+        schedule_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
+    )
+    schedules = firing.start(jobs, rt.settings, rt.host.metrics)  # stopped with the host
+    if schedules is not None:
+        rt.host.add_task(schedules)
     rt.host.add_servicer(
         operations.add_OperationsServicer_to_server,
         OperationsServicer(jobs, watches),

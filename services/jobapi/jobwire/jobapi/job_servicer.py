@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import grpc
@@ -39,6 +40,15 @@ def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s
     )
 
 
+@contextmanager
+def within(path: str) -> Iterator[None]:
+    """A refusal of a field of a nested message names it by its path: `<path>.<field>`."""
+    try:
+        yield
+    except InvalidArgument as refused:
+        raise type(refused)(f"{path}.{refused.field}", refused.description) from None
+
+
 def decode_batch(request: job_pb2.SubmitBatchRequest, tenant: str, default_attempt_s: float | None) -> NewBatch:
     """A SubmitBatch as a NewBatch: each job decoded as Submit would, a refusal naming jobs[i].<field>."""
     if not 1 <= len(request.jobs) <= limits.MAX_BATCH_JOBS:
@@ -47,12 +57,10 @@ def decode_batch(request: job_pb2.SubmitBatchRequest, tenant: str, default_attem
     batch_id = new_batch_id()
     jobs = []
     for i, one in enumerate(request.jobs):
-        try:
+        with within(f"jobs[{i}]"):
             if one.idempotency_key:
                 raise InvalidArgument("idempotency_key", "a batch's jobs have none: the batch's key replays them all")
             jobs.append(replace(decode_submit(one, tenant, default_attempt_s), batch_id=batch_id))
-        except InvalidArgument as refused:
-            raise type(refused)(f"jobs[{i}].{refused.field}", refused.message.partition(": ")[2]) from None
     return NewBatch(tenant=tenant, batch_id=batch_id, jobs=jobs, idempotency_key=key)
 
 

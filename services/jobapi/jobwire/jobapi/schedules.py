@@ -1,0 +1,46 @@
+"""Use cases behind ScheduleService: tenant-scoped reads and writes of schedules through the store.
+
+The rows live in the store (jobwire.db.schedules); firing them is jobwire.jobapi.firing's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import partial
+
+from jobwire.db.store import JobStore
+from jobwire.domain.schedules import ScheduleRecord
+from jobwire.rpc.auth import Principal
+from jobwire.runtime.blocking import Blocking
+
+
+class Schedules:
+    def __init__(self, store: JobStore, blocking: Blocking) -> None:
+        self.store = store
+        self.blocking = blocking
+
+    def now(self) -> datetime:
+        """The database clock (no round trip): a new schedule's created_at, from which it counts."""
+        return self.store.now().replace(microsecond=0)
+
+    async def create(self, new: ScheduleRecord) -> ScheduleRecord:
+        """Keep `new` (its template already decoded as Submit would); it fires first at next_fire_at."""
+        return await self.blocking(self.store.create_schedule, new)
+
+    async def get(self, who: Principal, schedule_id: str) -> ScheduleRecord:
+        return await self.blocking(self.store.get_schedule, who.tenant, schedule_id)
+
+    async def list(self, who: Principal, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
+        return await self.blocking(self.store.list_schedules, who.tenant, page_size, page_token)
+
+    async def pause(self, who: Principal, schedule_id: str) -> ScheduleRecord:
+        return await self.blocking(self.store.set_schedule_paused, who.tenant, schedule_id, None)
+
+    async def resume(self, who: Principal, schedule_id: str) -> ScheduleRecord:
+        """Fire next at the first fire time after now: firings due while paused are not made up."""
+        found = await self.get(who, schedule_id)
+        upcoming = found.timing.next_after(self.store.now())
+        return await self.blocking(partial(self.store.set_schedule_paused, who.tenant, schedule_id, upcoming))
+
+    async def delete(self, who: Principal, schedule_id: str) -> None:
+        await self.blocking(self.store.delete_schedule, who.tenant, schedule_id)

@@ -1,0 +1,146 @@
+"""Schedules firing from live servers: once per period across two replicas, SKIP holding
+while a job runs, paused schedules silent, and catch-up after a firing no server was up for.
+
+Replicas are two runtimes over one database, each with its own schedule loop (a short
+interval, so the tests wait on conditions in seconds). Waits are bounded polls on what
+the database holds; the every-2-s test waits for real periods.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from db_edits import db_execute
+from served import Served, eventually
+from service_support import claim, complete_request, db_query, duration
+
+from jobwire.db.tables import job, schedule
+from jobwire.v1 import job_pb2, schedule_pb2
+
+pytestmark = pytest.mark.timeout(90)
+
+S = schedule_pb2.Schedule
+LIVE = {"schedule_interval_seconds": 0.2}
+QUIET = {"schedule_interval_seconds": 0}
+
+
+def every(
+    schedule_id: str, seconds: float, job_type: str = "tick", **fields: object
+) -> schedule_pb2.CreateScheduleRequest:
+    return schedule_pb2.CreateScheduleRequest(
+        schedule_id=schedule_id, every=duration(seconds), template=job_pb2.SubmitRequest(job_type=job_type), **fields
+    )  # type: ignore[arg-type]
+
+
+async def keys(served: Served, schedule_id: str) -> list[str]:
+    """The idempotency keys of the schedule's jobs, one row each (a duplicate would show twice)."""
+    rows = await db_query(
+        served, sa.select(job.c.idempotency_key).where(job.c.idempotency_key.like(f"{schedule_id}@%"))
+    )
+    return sorted(str(r["idempotency_key"]) for r in rows)
+
+
+def fire_time(key: str) -> datetime:
+    return datetime.fromisoformat(key.partition("@")[2].removesuffix("Z"))
+
+
+async def get(served: Served, schedule_id: str) -> schedule_pb2.Schedule:
+    return await served.schedules.GetSchedule(schedule_pb2.ScheduleRef(schedule_id=schedule_id))
+
+
+async def test_every_2s_on_two_replicas_fires_once_per_period(serve) -> None:  # type: ignore[no-untyped-def]
+    first, second = await serve(**LIVE), await serve(**LIVE)
+    await first.schedules.CreateSchedule(every("tick", 2, overlap=S.ALLOW))
+
+    async def four_periods() -> list[str] | None:
+        found = await keys(second, "tick")
+        return found if len(found) >= 4 else None
+
+    found = await eventually(four_periods, timeout=30, what="four firings")
+    times = [fire_time(k) for k in found]
+    assert len(set(times)) == len(found)  # one job per fire time
+    # consecutive: none missed, and no extra firing between (a replica keying by its own clock would show here)
+    assert all(b - a == timedelta(seconds=2) for a, b in itertools.pairwise(times))
+    made = (await get(first, "tick")).created_at.ToDatetime()
+    assert all((t - made) % timedelta(seconds=2) == timedelta(0) for t in times)  # created_at + k * every
+    both = [s.runtime.host.metrics.firings("submitted") for s in (first, second)]
+    assert (
+        len(found) - 1 <= sum(both) <= len(found)
+    )  # each fire time advanced by one replica (the last may be in flight)
+
+
+async def test_skip_holds_while_the_previous_job_runs_and_fires_again_once_it_ends(serve) -> None:  # type: ignore[no-untyped-def]
+    served = await serve(**LIVE)
+    await served.schedules.CreateSchedule(every("held", 1, job_type="held", overlap=S.SKIP))
+
+    async def first_job() -> str | None:
+        return (await get(served, "held")).last_job_no or None
+
+    job_no = await eventually(first_job, what="the first firing")
+    (lease,) = await claim(served, "held")
+    assert lease.job_no == job_no  # RUNNING now, and kept so by its lease
+
+    async def skipped_twice() -> schedule_pb2.Schedule | None:
+        now = await get(served, "held")
+        return now if now.skipped_firings >= 2 else None
+
+    held = await eventually(skipped_twice, what="two skipped firings")
+    assert held.last_job_no == job_no
+    assert len(await keys(served, "held")) == 1
+    assert served.runtime.host.metrics.firings("skipped_overlap") >= 2
+    await served.workers.Complete(complete_request(lease))
+
+    async def next_job() -> str | None:
+        now = (await get(served, "held")).last_job_no
+        return now if now != job_no else None
+
+    await eventually(next_job, what="a firing after the job ended")
+    assert len(await keys(served, "held")) == 2
+
+
+async def test_a_paused_schedule_does_not_fire_and_fires_again_once_resumed(serve) -> None:  # type: ignore[no-untyped-def]
+    quiet = await serve(**QUIET)
+    await quiet.schedules.CreateSchedule(every("paused", 1, overlap=S.ALLOW))
+    await quiet.schedules.PauseSchedule(schedule_pb2.ScheduleRef(schedule_id="paused"))
+    live = await serve(**LIVE)
+    await live.schedules.CreateSchedule(every("control", 1, overlap=S.ALLOW))
+
+    async def control_fired_thrice() -> bool:
+        return len(await keys(live, "control")) >= 3
+
+    await eventually(control_fired_thrice, what="three firings of the control")  # rounds ran past its fire times
+    assert await keys(live, "paused") == []
+    resumed = await live.schedules.ResumeSchedule(schedule_pb2.ScheduleRef(schedule_id="paused"))
+    assert resumed.next_fire_time.ToDatetime() > live.runtime.store.now() - timedelta(seconds=1)
+
+    async def fired() -> bool:
+        return len(await keys(live, "paused")) >= 1
+
+    await eventually(fired, what="a firing after resume")
+
+
+@pytest.mark.parametrize(("catch_up", "jobs"), [(S.ONE, 1), (S.NONE, 0)], ids=["ONE", "NONE"])
+async def test_a_replica_started_after_missed_firings_catches_up_per_catch_up(serve, catch_up: int, jobs: int) -> None:  # type: ignore[no-untyped-def]
+    quiet = await serve(**QUIET)
+    await quiet.schedules.CreateSchedule(every("hourly", 3600, catch_up=catch_up, overlap=S.ALLOW))
+    # As if made 3 h 5 min ago with no server running since: three fire times passed, the last 5 min ago.
+    made = quiet.runtime.store.now().replace(microsecond=0) - timedelta(hours=3, minutes=5)
+    await db_execute(quiet, sa.update(schedule).values(created_at=made, next_fire_at=made + timedelta(hours=1)))
+    live = await serve(**LIVE)
+
+    async def advanced() -> schedule_pb2.Schedule | None:
+        now = await get(live, "hourly")
+        return now if now.next_fire_time.ToDatetime() > live.runtime.store.now() else None
+
+    moved = await eventually(advanced, what="the schedule moved past now")
+    assert moved.next_fire_time.ToDatetime() == made + timedelta(hours=4)
+    found = await keys(live, "hourly")
+    assert len(found) == jobs
+    if jobs:
+        assert [fire_time(k) for k in found] == [made + timedelta(hours=3)]  # the latest missed fire time
+        assert moved.last_job_no and moved.last_fire_time.ToDatetime() == made + timedelta(hours=3)
+    outcome = "submitted" if jobs else "missed"
+    assert live.runtime.host.metrics.firings(outcome) == 1

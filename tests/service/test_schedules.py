@@ -1,0 +1,147 @@
+"""ScheduleService over a real server and database: create, read, page, pause, resume, delete
+and tenancy. Its bad input is in the matrix of every RPC (test_bad_input.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from auth_files import Token, write_auth_file
+from served import Served, start_server
+from service_support import duration, rpc_failure
+
+from jobwire.client.status import error_reason
+from jobwire.v1 import job_pb2, schedule_pb2
+
+pytestmark = pytest.mark.timeout(60)
+
+S = schedule_pb2.Schedule
+# The loop is off: these tests look at the rows the calls keep, not at firings.
+QUIET = {"schedule_interval_seconds": 0}
+
+
+def template(**fields: object) -> job_pb2.SubmitRequest:
+    return job_pb2.SubmitRequest(job_type=str(fields.pop("job_type", "report")), **fields)  # type: ignore[arg-type]
+
+
+def create(schedule_id: str = "nightly", **fields: object) -> schedule_pb2.CreateScheduleRequest:
+    fields.setdefault("template", template(payload=b"{}"))
+    if "every" not in fields:
+        fields.setdefault("cron", "0 2 * * *")
+    return schedule_pb2.CreateScheduleRequest(schedule_id=schedule_id, **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def quiet(serve) -> Served:  # type: ignore[no-untyped-def]
+    return await serve(**QUIET)  # type: ignore[no-any-return]
+
+
+async def test_create_keeps_the_schedule_and_get_and_list_read_it_back(quiet: Served) -> None:
+    made = await quiet.schedules.CreateSchedule(
+        create(time_zone="Asia/Shanghai", overlap=S.ALLOW, catch_up=S.ONE, template=template(queue="reports"))
+    )
+    assert (made.schedule_id, made.cron, made.time_zone, made.overlap, made.catch_up, made.paused) == (
+        "nightly", "0 2 * * *", "Asia/Shanghai", S.ALLOW, S.ONE, False,
+    )  # fmt: skip
+    assert made.template.queue == "reports" and made.HasField("created_at")
+    # 02:00 in Shanghai is 18:00 UTC
+    assert made.next_fire_time.ToDatetime().hour == 18 and made.next_fire_time.ToDatetime().minute == 0
+    assert not made.HasField("last_fire_time") and made.last_job_no == ""
+    got = await quiet.schedules.GetSchedule(schedule_pb2.ScheduleRef(schedule_id="nightly"))
+    assert got == made
+    every = await quiet.schedules.CreateSchedule(create("often", every=duration(90)))
+    assert every.WhichOneof("timing") == "every" and every.every.seconds == 90 and every.time_zone == "UTC"
+    assert every.overlap == S.SKIP and every.catch_up == S.NONE  # the defaults
+    listed = (await quiet.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest())).schedules
+    assert [s.schedule_id for s in listed] == ["nightly", "often"]
+
+
+async def test_list_pages_like_list_jobs(quiet: Served) -> None:
+    for i in range(5):
+        await quiet.schedules.CreateSchedule(create(f"s{i}"))
+    seen, token = [], ""
+    while True:
+        page = await quiet.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(page_size=2, page_token=token))
+        assert len(page.schedules) <= 2
+        seen += [s.schedule_id for s in page.schedules]
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == [f"s{i}" for i in range(5)]
+
+
+async def test_pause_clears_the_next_fire_time_and_resume_counts_it_from_now(quiet: Served) -> None:
+    made = await quiet.schedules.CreateSchedule(create(every=duration(3600)))
+    paused = await quiet.schedules.PauseSchedule(schedule_pb2.ScheduleRef(schedule_id="nightly"))
+    assert paused.paused and not paused.HasField("next_fire_time")
+    resumed = await quiet.schedules.ResumeSchedule(schedule_pb2.ScheduleRef(schedule_id="nightly"))
+    assert not resumed.paused
+    assert resumed.next_fire_time.ToDatetime() >= made.next_fire_time.ToDatetime()
+
+
+async def test_an_existing_id_is_already_exists_and_delete_makes_it_not_found(quiet: Served) -> None:
+    await quiet.schedules.CreateSchedule(create())
+    taken = await rpc_failure(quiet.schedules.CreateSchedule(create(cron="5 * * * *")))
+    assert (taken.code(), error_reason(taken)) == (grpc.StatusCode.ALREADY_EXISTS, "SCHEDULE_EXISTS")
+    ref = schedule_pb2.ScheduleRef(schedule_id="nightly")
+    assert (await quiet.schedules.GetSchedule(ref)).cron == "0 2 * * *"  # the first one, unchanged
+    await quiet.schedules.DeleteSchedule(ref)
+    for call in (
+        quiet.schedules.GetSchedule(ref),
+        quiet.schedules.PauseSchedule(ref),
+        quiet.schedules.ResumeSchedule(ref),
+        quiet.schedules.DeleteSchedule(ref),
+    ):
+        gone = await rpc_failure(call)
+        assert (gone.code(), error_reason(gone)) == (grpc.StatusCode.NOT_FOUND, "SCHEDULE_NOT_FOUND")
+
+
+ACME = Token("schedules-acme-client-3c9", tenant="acme")
+GLOBEX = Token("schedules-globex-client-3c9", tenant="globex")
+GLOBEX_REPORTS = Token("schedules-globex-reports-3c9", tenant="globex", queues=("reports",))
+ACME_WORKER = Token("schedules-acme-worker-3c9", tenant="acme", role="worker")
+
+
+@pytest.fixture
+async def tenants(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
+    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX, GLOBEX_REPORTS, ACME_WORKER])
+    served = await start_server(database_url, auth_file=auth, **QUIET)
+    try:
+        yield served
+    finally:
+        await served.close()
+
+
+async def test_another_tenants_schedule_is_not_found_and_ids_are_per_tenant(tenants: Served) -> None:
+    ref = schedule_pb2.ScheduleRef(schedule_id="nightly")
+    await tenants.schedules.CreateSchedule(create(), metadata=ACME.metadata)
+    for call in (
+        tenants.schedules.GetSchedule(ref, metadata=GLOBEX.metadata),
+        tenants.schedules.PauseSchedule(ref, metadata=GLOBEX.metadata),
+        tenants.schedules.ResumeSchedule(ref, metadata=GLOBEX.metadata),
+        tenants.schedules.DeleteSchedule(ref, metadata=GLOBEX.metadata),
+    ):
+        assert (await rpc_failure(call)).code() == grpc.StatusCode.NOT_FOUND
+    listed = await tenants.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(), metadata=GLOBEX.metadata)
+    assert listed.schedules == []
+    # the same id in another tenant is another schedule
+    theirs = await tenants.schedules.CreateSchedule(create(cron="0 3 * * *"), metadata=GLOBEX.metadata)
+    assert theirs.cron == "0 3 * * *"
+    assert (await tenants.schedules.GetSchedule(ref, metadata=ACME.metadata)).cron == "0 2 * * *"
+
+
+async def test_a_template_queue_the_token_may_not_use_is_refused_and_a_worker_may_not_call(tenants: Served) -> None:
+    denied = await rpc_failure(
+        tenants.schedules.CreateSchedule(create(template=template(queue="other")), metadata=GLOBEX_REPORTS.metadata)
+    )
+    assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
+    ok = await tenants.schedules.CreateSchedule(
+        create(template=template(queue="reports")), metadata=GLOBEX_REPORTS.metadata
+    )
+    assert ok.template.queue == "reports"
+    worker = await rpc_failure(
+        tenants.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(), metadata=ACME_WORKER.metadata)
+    )
+    assert worker.code() == grpc.StatusCode.PERMISSION_DENIED

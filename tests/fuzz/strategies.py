@@ -18,7 +18,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from hypothesis import strategies as st
 
-from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
+from jobwire.v1 import admin_pb2, job_pb2, schedule_pb2, worker_pb2
 
 F = FieldDescriptor
 INT_RANGES = {
@@ -27,7 +27,7 @@ INT_RANGES = {
     F.TYPE_UINT32: (0, 2**32 - 1), F.TYPE_FIXED32: (0, 2**32 - 1),
     F.TYPE_UINT64: (0, 2**64 - 1), F.TYPE_FIXED64: (0, 2**64 - 1),
 }  # fmt: skip
-MODULES = (job_pb2, worker_pb2, admin_pb2)
+MODULES = (job_pb2, worker_pb2, admin_pb2, schedule_pb2)  # every service's requests
 
 
 def _b64(raw: bytes) -> str:

@@ -22,9 +22,9 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from live_server import LiveServer
-from strategies import build, message_dict, request_class
+from strategies import MODULES, build, message_dict, request_class
 
-from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
+from jobwire.v1 import job_pb2, worker_pb2
 
 EXAMPLES = int(os.environ.get("JOBWIRE_FUZZ_EXAMPLES", "40"))
 CALL_TIMEOUT_S = 3.0
@@ -36,7 +36,7 @@ REFUSED = {
 LEAKS = re.compile(r"Traceback|<class |\.py\b|Error:|Exception|/(?:usr|tmp|home|root|work)/")
 METHODS = [
     (service, method)
-    for module in (job_pb2, worker_pb2, admin_pb2)
+    for module in MODULES
     for service in module.DESCRIPTOR.services_by_name.values()
     for method in service.methods
 ]

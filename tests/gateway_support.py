@@ -48,3 +48,9 @@ def visible_actions(html: str) -> set[str]:
     """The job page's actions a person can see (cancel, retry, download): not `hidden`."""
     found = re.findall(r"<(?:form|a)\b([^>]*)\bdata-action=\"(\w+)\"([^>]*)>", html)
     return {name for before, name, after in found if " hidden" not in before + after}
+
+
+def hidden_rows(html: str) -> set[str]:
+    """The job page's optional rows (result, why it failed) not shown: `hidden`."""
+    found = re.findall(r"<div data-optional=\"(\w+)\"([^>]*)>", html)
+    return {name for name, rest in found if " hidden" in rest}

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from auth_files import Token, write_auth_file
-from gateway_support import running_gateway, visible_actions
+from gateway_support import hidden_rows, running_gateway, visible_actions
 from served import Served, eventually, start_server
 
 from jobwire.gateway.session import CSRF_COOKIE, TOKEN_COOKIE
@@ -110,6 +110,8 @@ async def test_job_page_offers_the_actions_its_state_allows(served: Served, gate
         page = (await client.get(f"/jobs/{queued.job_no}")).text
         assert visible_actions(page) == {"cancel"}
         assert "Waiting" in page  # the server's Display label
+        # Nothing to say yet about a result or a failure: those rows are not shown.
+        assert hidden_rows(page) == {"result_summary", "error_message"}
 
         lease = await _claim(served)
         done = worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token)
@@ -136,6 +138,7 @@ async def test_a_retryable_failure_offers_retry_and_queues_the_job_again(served:
     async with _signed_in(gateway, ACME) as client:
         page = (await client.get(f"/jobs/{job.job_no}")).text
         assert visible_actions(page) == {"retry"} and "the source was busy" in page
+        assert hidden_rows(page) == {"result_summary"}
         done = await client.post(f"/jobs/{job.job_no}/retry", data={"csrf": client.cookies[CSRF_COOKIE]})
         assert done.status_code == 303
         assert "Waiting" in (await client.get(done.headers["location"])).text

@@ -11,6 +11,8 @@
   function setText(root, field, text) {
     var el = root.querySelector('[data-field="' + field + '"]');
     if (el) { el.textContent = text; }
+    var row = root.querySelector('[data-optional="' + field + '"]');  // a row shown only when it says something
+    if (row) { row.hidden = !text; }
   }
 
   function apply(view) {

@@ -71,3 +71,22 @@ def test_a_token_may_carry_several_roles(tmp_path: Path) -> None:
 def test_bad_roles_are_refused(tmp_path: Path, roles_line: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         load_tokens(_entry(tmp_path, roles_line))
+
+
+def _tenant_entry(tmp_path: Path, tenant: str, roles_line: str) -> Path:
+    path = tmp_path / "auth.toml"
+    path.write_text(f'[[token]]\nsha256 = "{DIGEST}"\ntenant = "{tenant}"\n{roles_line}\nqueues = ["*"]\n')
+    return path
+
+
+def test_a_shared_fleet_token_serves_every_tenant_as_a_worker_only(tmp_path: Path) -> None:
+    fleet = load_tokens(_tenant_entry(tmp_path, "*", 'role = "worker"'))[DIGEST]
+    assert (fleet.tenant, fleet.roles) == ("*", {"worker"})
+    for roles_line in ('role = "client"', 'role = "admin"', 'roles = ["worker", "admin"]'):
+        with pytest.raises(ValueError, match=r'tenant = "\*" \(a shared fleet\) is for worker tokens only'):
+            load_tokens(_tenant_entry(tmp_path, "*", roles_line))
+
+
+def test_a_tenant_must_have_a_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="tenant must not be empty"):
+        load_tokens(_tenant_entry(tmp_path, "", 'role = "client"'))

@@ -20,8 +20,8 @@ from jobwire.runtime.wakeup import Wakeup
 from jobwire.worker.server.leasing import Leasing
 
 LEASE = Lease(
-    job_no="PT-20261129-001", worker_token="1.secret", job_type="frames", payload=b"", attempt=1, checkpoint=None,
-    stages=DEFAULT_PLAN, lease_expires_at=datetime(2026, 11, 29), lease_seconds=30.0,
+    job_no="PT-20261129-001", tenant="default", worker_token="1.secret", job_type="frames", payload=b"", attempt=1,
+    checkpoint=None, stages=DEFAULT_PLAN, lease_expires_at=datetime(2026, 11, 29), lease_seconds=30.0,
 )  # fmt: skip
 
 

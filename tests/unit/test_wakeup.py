@@ -88,3 +88,26 @@ async def test_notify_relays_the_type_to_siblings() -> None:
     wakeup.notify("t", "default", "frames")
     wakeup.notify("t", "default", "mail", relay=False)
     assert relayed == [("t", "default", "frames")]
+
+
+async def test_news_wakes_the_jobs_own_tenant_first_then_a_shared_fleet() -> None:
+    wakeup = Wakeup()
+    heard: list[tuple[str, str, str]] = []
+    wakeup.heard = lambda *news: heard.append(news)
+    fleet = asyncio.create_task(wakeup.wait("*", ["default"], ["frames"], LONG))
+    own = await _waiting(wakeup, ["frames"])  # tenant "t", waiting after the fleet's claim
+    wakeup.notify("t", "default", "frames")
+    assert (await asyncio.wait_for(own, 1)).woken_by == ("t", "default", "frames")
+    assert not fleet.done()
+    wakeup.notify("other", "default", "frames")  # no claim of its own tenant: the fleet's
+    assert (await asyncio.wait_for(fleet, 1)).woken_by == ("*", "default", "frames")
+    assert heard == [("t", "default", "frames"), ("other", "default", "frames")]
+
+
+async def test_room_in_a_tenants_queue_wakes_a_shared_fleets_held_claim() -> None:
+    wakeup = Wakeup()
+    held = asyncio.create_task(wakeup.wait("*", ["exports"], ["frames"], LONG, held=["exports"]))
+    await asyncio.sleep(0)
+    assert wakeup.holds("a")  # a fleet claim may take a's jobs
+    wakeup.notify_held("a", "exports")
+    assert (await asyncio.wait_for(held, 1)).woken_by == ("*", "exports", "")

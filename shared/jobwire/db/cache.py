@@ -18,6 +18,7 @@ from collections.abc import Collection
 from typing import Any
 
 from jobwire.db.sql import BLOBS
+from jobwire.domain.commands import may_act_for
 from jobwire.domain.states import LEASED
 
 _LEASED = frozenset(s.value for s in LEASED)
@@ -35,7 +36,7 @@ class RowCache:
         """The row last seen for `job_no`, if every caller in `tokens` holds its lease."""
         with self._lock:
             row = self._rows.get(job_no)
-            if row is None or row["tenant"] != tenant or any(t != row["worker_token"] for t in tokens):
+            if row is None or not may_act_for(tenant, row["tenant"]) or any(t != row["worker_token"] for t in tokens):
                 return None
             self._rows.move_to_end(job_no)
             return row

@@ -40,6 +40,7 @@ from jobwire.db.rows import ARTIFACT_COLUMNS, snapshot
 from jobwire.db.sql import Lock
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.db.writer import RetryTransaction
+from jobwire.domain.commands import may_act_for
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact
@@ -235,7 +236,7 @@ async def _read(wire: Wire, ops: Sequence[JobOp[Any]], jobs: Sequence[_Job], loc
     found = {r["job_no"]: r for r in rows}
     for job in jobs:
         row = found.get(job.job_no)
-        job.base = row if row is not None and row["tenant"] == ops[job.ops[0]].tenant else None
+        job.base = row if row is not None and may_act_for(ops[job.ops[0]].tenant, row["tenant"]) else None
         job.guessed = False
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -12,6 +13,7 @@ from jobwire.db.engine import db_now
 from jobwire.db.reads import Row, clock
 from jobwire.db.sql import BLOBS
 from jobwire.db.tables import job, worker_claim
+from jobwire.domain.commands import EVERY_TENANT
 from jobwire.domain.evidence import Finding, FindingKind
 from jobwire.domain.states import LEASED, TERMINAL, Status
 
@@ -82,11 +84,16 @@ def _finding(kind: FindingKind, row: Row) -> Finding:
     )  # fmt: skip
 
 
-_CLAIMED = sa.and_(
-    worker_claim.c.tenant == job.c.tenant,
-    worker_claim.c.queue == job.c.queue,
-    worker_claim.c.job_type == job.c.job_type,
-)
+# Claims for a job's kind by its tenant's workers, and by a shared fleet's (serving every tenant).
+_OWN, _SHARED = worker_claim.alias("own_claim"), worker_claim.alias("shared_claim")
+_CLAIMED = {
+    claims: sa.and_(
+        claims.c.tenant == (job.c.tenant if claims is _OWN else sa.literal(EVERY_TENANT)),
+        claims.c.queue == job.c.queue,
+        claims.c.job_type == job.c.job_type,
+    )
+    for claims in (_OWN, _SHARED)
+}
 
 
 def _no_worker(conn: Connection, tenant: str, queue: str, since: datetime) -> list[Finding]:
@@ -95,15 +102,24 @@ def _no_worker(conn: Connection, tenant: str, queue: str, since: datetime) -> li
     where = [
         job.c.tenant == tenant,
         job.c.status == Status.QUEUED.value,
-        sa.or_(worker_claim.c.claimed_at.is_(None), worker_claim.c.claimed_at <= cutoff),
+        *(sa.or_(c.c.claimed_at.is_(None), c.c.claimed_at <= cutoff) for c in (_OWN, _SHARED)),
     ]
     if queue:
         where.append(job.c.queue == queue)
     query = (
-        sa.select(*_COLUMNS, worker_claim.c.claimed_at, db_now().label("db_now"))
-        .select_from(job.outerjoin(worker_claim, _CLAIMED))
+        sa.select(
+            *_COLUMNS, _OWN.c.claimed_at, _SHARED.c.claimed_at.label("shared_claimed_at"), db_now().label("db_now")
+        )
+        .select_from(job.outerjoin(_OWN, _CLAIMED[_OWN]).outerjoin(_SHARED, _CLAIMED[_SHARED]))
         .where(*where)
         .order_by(job.c.id)
         .limit(MAX_FINDINGS)
     )
-    return [_finding(FindingKind.NO_WORKER, dict(r)) for r in conn.execute(query).mappings()]
+    return [_finding(FindingKind.NO_WORKER, _latest_claim(dict(r))) for r in conn.execute(query).mappings()]
+
+
+def _latest_claim(row: dict[str, Any]) -> dict[str, Any]:
+    shared = row.pop("shared_claimed_at")
+    if shared is not None and (row["claimed_at"] is None or shared > row["claimed_at"]):
+        row["claimed_at"] = shared
+    return row

@@ -33,6 +33,7 @@ from jobwire.db.rows import (
     review_of,
     review_values,
 )
+from jobwire.db.turns import Turns, list_tenants
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
@@ -105,43 +106,111 @@ def fitting_reply(rows: Sequence[Row], budget: int = CLAIM_REPLY_BUDGET) -> list
     return taken
 
 
-async def candidates(wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str], budgets: Budgets) -> list[Row]:
+Lane = tuple[str, str]  # (tenant, queue): what one index-ordered claim scan reads
+
+
+async def candidates(
+    wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str], budgets: Budgets, turns: Turns
+) -> list[Row]:
     """Up to `max_jobs` runnable jobs for `who`, best priority first, oldest first, locked.
 
     `taken`: job numbers another claim of this transaction has (locked by us, so SKIP
     LOCKED does not skip them): read past them. `budgets`: a limited queue gives no more
     than it has left (jobwire.db.queue_limits); a paused one or one at its limit, nothing.
+    A shared fleet's worker takes turns between tenants (`turns`, jobwire.db.turns).
     """
+    if who.shared:
+        return await _shared_candidates(wire, who, max_jobs, taken, budgets, turns)
     # One index-ordered scan per queue: `queue IN (...) ORDER BY priority DESC, id` cannot
     # use the claim index for more than one queue, and MySQL would then sort (and, with FOR
     # UPDATE, lock) every queued row. The best of each queue's candidates win; the others'
     # locks end with this short transaction.
     types = sorted(who.plans)
-    params: dict[str, Any] = {"tenant": who.tenant}
-    params.update({f"t{i}": name for i, name in enumerate(types)})
     await budgets.lock(wire, who.tenant, budgets.limited.of(who.tenant, who.queues))
-    by_queue: dict[str, list[Row]] = {}
+    by_lane: dict[Lane, list[Row]] = {}
     for queue in who.queues:
         left = budgets.left(who.tenant, queue)
         wanted = max_jobs if left is None else min(max_jobs, left)
         if wanted > 0:
-            rows = await wire.fetch(
-                wire.sql.claim(len(types)),
-                {**params, "queue": queue, "limit": wanted + len(taken)},
-                wire.sql.claim_shape,
+            by_lane[who.tenant, queue] = _past(
+                await _scan(wire, (who.tenant, queue), types, wanted, taken), taken, wanted
             )
-            by_queue[queue] = [r for r in rows if r["job_no"] not in taken][:wanted]
-    # Limits this process did not know of (set since, or through another process): lock
-    # them now, and take no more than they allow.
-    late = [q for q, rows in by_queue.items() if any(r["limited"] for r in rows) and not budgets.locked(who.tenant, q)]
-    await budgets.lock(wire, who.tenant, late)
-    found: list[Row] = []
-    for queue, rows in by_queue.items():
-        left = budgets.left(who.tenant, queue)
-        found += rows if left is None else rows[:left]
+    found = [row for rows in (await _within_limits(wire, budgets, by_lane)).values() for row in rows]
+    return sorted(found, key=_best)[:max_jobs]
+
+
+async def _shared_candidates(
+    wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str], budgets: Budgets, turns: Turns
+) -> list[Row]:
+    """A shared fleet's claim: round-robin across the tenants with runnable jobs, queue by
+    queue, from the tenant after the one served last; the best jobs of each tenant first."""
+    types = sorted(who.plans)
+    orders = {}
+    for queue in who.queues:
+        if turns.due(queue):
+            turns.listed(queue, types, await list_tenants(wire, queue, types))
+        orders[queue] = turns.order(queue, types)
+    # Known limits first, in (tenant, queue) order like every claim: no deadlock between them.
+    known = sorted((t, q) for q, order in orders.items() for t, _ in order if budgets.limited.known(t, q))
+    for tenant, queue in known:
+        await budgets.lock(wire, tenant, [queue])
+    by_lane: dict[Lane, list[Row]] = {}
+    for queue, order in orders.items():
+        served = 0
+        for tenant, seen in order:
+            if served >= max_jobs:
+                break
+            left = budgets.left(tenant, queue)
+            if left == 0:
+                continue  # paused or at its limit: it keeps its place
+            wanted = max_jobs if left is None else min(max_jobs, left)
+            rows = await _scan(wire, (tenant, queue), types, wanted, taken)
+            if not rows:  # none runnable (rows this transaction took still count as some)
+                turns.forget(queue, tenant, seen)
+                continue
+            by_lane[tenant, queue] = _past(rows, taken, wanted)
+            served += 1 if by_lane[tenant, queue] else 0
+    per_tenant: dict[str, list[Row]] = {}
+    for (tenant, _), rows in (await _within_limits(wire, budgets, by_lane)).items():
+        per_tenant.setdefault(tenant, []).extend(rows)
+    rounds = [sorted(rows, key=_best) for rows in per_tenant.values()]
+    found = [rows[i] for i in range(max_jobs) for rows in rounds if i < len(rows)][:max_jobs]
     for row in found:
-        del row["limited"]
-    return sorted(found, key=lambda r: (-r["priority"], r["id"]))[:max_jobs]
+        turns.served(row["queue"], row["tenant"])  # the last one of each queue stays
+    return found
+
+
+async def _scan(wire: Wire, lane: Lane, types: Sequence[str], wanted: int, taken: Collection[str]) -> list[Row]:
+    """The best runnable jobs of one lane, locked: enough for `wanted` past those in `taken`."""
+    tenant, queue = lane
+    params: dict[str, Any] = {"tenant": tenant, "queue": queue, "limit": wanted + len(taken)}
+    params.update({f"t{i}": name for i, name in enumerate(types)})
+    return await wire.fetch(wire.sql.claim(len(types)), params, wire.sql.claim_shape)
+
+
+def _past(rows: Sequence[Row], taken: Collection[str], wanted: int) -> list[Row]:
+    return [r for r in rows if r["job_no"] not in taken][:wanted]
+
+
+async def _within_limits(wire: Wire, budgets: Budgets, by_lane: dict[Lane, list[Row]]) -> dict[Lane, list[Row]]:
+    """Limits this process did not know of (set since, or through another process): lock them
+    now, and take no more than they allow."""
+    late = sorted(
+        lane for lane, rows in by_lane.items() if any(r["limited"] for r in rows) and not budgets.locked(*lane)
+    )
+    for tenant, queue in late:
+        await budgets.lock(wire, tenant, [queue])
+    out = {}
+    for (tenant, queue), rows in by_lane.items():
+        left = budgets.left(tenant, queue)
+        out[tenant, queue] = rows if left is None else rows[:left]
+        for row in out[tenant, queue]:
+            del row["limited"]
+    return out
+
+
+def _best(row: Row) -> tuple[int, int]:
+    return -row["priority"], row["id"]
 
 
 def claim_ops(who: Claimant, rows: Sequence[Row]) -> list[JobOp[Lease]]:
@@ -183,6 +252,7 @@ class _Claim(JobOp[Lease]):
         assert row is not None
         return Lease(
             job_no=row["job_no"],
+            tenant=row["tenant"],
             worker_token=row["worker_token"],
             job_type=row["job_type"],
             payload=bytes(row["payload"]),

@@ -29,6 +29,7 @@ from jobwire.db.sql import Lock, RowShape, sqlite_param
 from jobwire.db.tables import job, queue_limits
 from jobwire.db.wire import Statement, Wire
 from jobwire.db.writer import RetryTransaction
+from jobwire.domain.commands import may_act_for
 from jobwire.domain.flow import Bucket, Held, QueueLimits, next_token_s
 from jobwire.domain.states import LEASED
 
@@ -119,11 +120,14 @@ class Budgets:
                 budget.used += 1
 
     def held(self, tenant: str, queues: Iterable[str]) -> dict[str, Budget]:
-        """The queues of `queues` that can lease no more now, with their budgets."""
-        out = {}
-        for queue in queues:
-            budget = self._by.get((tenant, queue))
-            if budget is not None and budget.held is not None:
+        """The queues of `queues` that can lease no more now, with their budgets (a shared
+        fleet's, EVERY_TENANT: a held tenant's queue, the one whose next token comes first)."""
+        wanted = set(queues)
+        out: dict[str, Budget] = {}
+        for (owner, queue), budget in self._by.items():
+            if budget is None or budget.held is None or queue not in wanted or not may_act_for(tenant, owner):
+                continue
+            if queue not in out or _sooner(budget, out[queue]):
                 out[queue] = budget
         return out
 
@@ -172,6 +176,11 @@ async def _budget(wire: Wire, tenant: str, queue: str, now: datetime) -> Budget 
         )
         allowed = min(allowed, limits.max_running - int(counted[0]["n"]))
     return Budget(limits=limits, tokens=tokens, allowed=max(allowed, 0))
+
+
+def _sooner(budget: Budget, than: Budget) -> bool:
+    mine, theirs = budget.retry_after_s(), than.retry_after_s()
+    return mine is not None and (theirs is None or mine < theirs)
 
 
 def _limits(row: dict[str, Any]) -> QueueLimits:

@@ -23,7 +23,7 @@ from jobwire.db.sql import BLOBS
 from jobwire.db.tables import artifact, job, job_dependency, job_event, worker_claim
 from jobwire.db.tables import worker as worker_table
 from jobwire.domain.census import Census, JobCount
-from jobwire.domain.commands import JobFilter
+from jobwire.domain.commands import EVERY_TENANT, JobFilter, may_act_for
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import JobEvent, WorkerInfo
 from jobwire.domain.serving import unserved
@@ -85,16 +85,20 @@ def waiting_for(conn: Connection, row: Row) -> list[str]:
     return list(conn.execute(query).scalars())
 
 
-_CLAIMED_AT = sa.select(worker_claim.c.claimed_at).where(
-    worker_claim.c.tenant == sa.bindparam("tenant"),
+# A shared fleet's workers (tenant EVERY_TENANT) serve every tenant's queue of their names.
+_CLAIMED_AT = sa.select(sa.func.max(worker_claim.c.claimed_at)).where(
+    worker_claim.c.tenant.in_([sa.bindparam("tenant"), sa.literal(EVERY_TENANT)]),
     worker_claim.c.queue == sa.bindparam("queue"),
     worker_claim.c.job_type == sa.bindparam("job_type"),
 )
 
 
 def claimed_at(conn: Connection, tenant: str, queue: str, job_type: str) -> datetime | None:
-    """When a worker last claimed for `queue` and `job_type`: one primary-key lookup."""
+    """When a worker (the tenant's or a shared fleet's) last claimed for `queue` and `job_type`:
+    two primary-key lookups."""
     found = conn.execute(_CLAIMED_AT, {"tenant": tenant, "queue": queue, "job_type": job_type}).scalar()
+    if isinstance(found, str):  # SQLite's MAX() of a DATETIME column is its text
+        return datetime.fromisoformat(found)
     return found if isinstance(found, datetime) else None
 
 
@@ -417,9 +421,14 @@ def kept_result(conn: Connection, tenant: str, job_no: str) -> KeptRow | None:
 
 def lease_held(conn: Connection, tenant: str, job_no: str, token: str) -> bool:
     """True while `token` is the current lease of the job (an upload is fenced on it)."""
-    query = sa.select(job.c.worker_token, job.c.status).where(job.c.tenant == tenant, job.c.job_no == job_no)
+    query = sa.select(job.c.tenant, job.c.worker_token, job.c.status).where(job.c.job_no == job_no)
     found = conn.execute(query).mappings().first()
-    return found is not None and found["worker_token"] == token and Status(found["status"]) in LEASED
+    return (
+        found is not None
+        and may_act_for(tenant, found["tenant"])
+        and found["worker_token"] == token
+        and Status(found["status"]) in LEASED
+    )
 
 
 def stored_keys(conn: Connection, keys: Sequence[str]) -> set[str]:

@@ -40,6 +40,7 @@ from jobwire.db.job_numbers import JobNumbers
 from jobwire.db.migrate import check_current, upgrade
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
+from jobwire.db.turns import Turns
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.census import Census
@@ -127,6 +128,7 @@ class JobStore:
         # rows already in memory: no statement is added.
         self.observe: Observer = _unobserved
         self.limited = queue_limits.LimitedQueues()
+        self.turns = Turns()  # a shared fleet's claims take turns between tenants
 
     # -- every write --------------------------------------------------------------------
     async def apply(self, work: Sequence[Work]) -> list[Any]:
@@ -187,7 +189,9 @@ class JobStore:
         extra: list[Statement] = []
         budgets = queue_limits.Budgets(self.limited, now)
         for i, claim in claims:
-            found = leases.fitting_reply(await leases.candidates(wire, claim.who, claim.max_jobs, rows, budgets))
+            found = leases.fitting_reply(
+                await leases.candidates(wire, claim.who, claim.max_jobs, rows, budgets, self.turns)
+            )
             budgets.take(found)
             claim.held.clear()  # a transaction run again decides again
             claim.held.update(budgets.held(claim.who.tenant, claim.who.queues))

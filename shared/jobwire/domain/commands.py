@@ -59,13 +59,27 @@ class JobFilter:
     assignee: str = ""  # handed to this reviewer (jobwire.domain.review)
 
 
+# The tenant of a shared fleet's worker token (auth file `tenant = "*"`): its workers serve
+# their queues for every tenant, taking turns between the tenants with runnable jobs.
+EVERY_TENANT = "*"
+
+
+def may_act_for(caller: str, tenant: str) -> bool:
+    """Whether a caller of `caller`'s tenant may act on a job of `tenant` (a shared fleet: any)."""
+    return caller in (tenant, EVERY_TENANT)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Claimant:
-    tenant: str
+    tenant: str  # EVERY_TENANT: a shared fleet's worker
     worker_id: str
     queues: Sequence[str]
     plans: Mapping[str, tuple[StageDef, ...]]  # job type -> its stage plan
     lease_seconds: float
+
+    @property
+    def shared(self) -> bool:
+        return self.tenant == EVERY_TENANT
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,7 @@ class Lease:
     """A job handed to one worker: what to run, where to resume, and until when."""
 
     job_no: str
+    tenant: str  # whose job: a shared fleet's worker serves every tenant
     worker_token: str
     job_type: str
     payload: bytes

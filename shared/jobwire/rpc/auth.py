@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobwire.domain.commands import EVERY_TENANT
 from jobwire.domain.errors import PermissionDenied, Unauthenticated
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ def current() -> Principal:
 def load_tokens(path: Path) -> dict[str, Principal]:
     """sha256 hex -> principal, from the TOML auth file (DESIGN.md §7).
 
+    A worker token with `tenant = "*"` belongs to a shared fleet: its workers serve their
+    queues for every tenant, in turns (jobwire.db.turns).
+
     Every entry names its queues: a forgotten `queues` line must not grant every queue, so
     all of them takes `queues = ["*"]`, written on purpose. An entry has `role = "admin"`
     or, for an operator who needs one token for several services, `roles = ["client", "admin"]`.
@@ -80,9 +84,14 @@ def load_tokens(path: Path) -> dict[str, Principal]:
         queues = entry["queues"]
         if not isinstance(queues, list) or not queues or not all(isinstance(q, str) and q for q in queues):
             raise ValueError(f'{where}: queues must be a non-empty list of queue names, or ["*"]')
-        tokens[str(entry["sha256"]).lower()] = Principal(
-            tenant=str(entry["tenant"]), roles=_roles(entry, where), queues=frozenset(queues)
-        )
+        tenant, roles = str(entry["tenant"]), _roles(entry, where)
+        if not tenant:
+            raise ValueError(f"{where}: tenant must not be empty")
+        if tenant == EVERY_TENANT and roles != {"worker"}:
+            # A shared fleet's workers serve every tenant's queues of their names; nothing else may
+            # act for every tenant.
+            raise ValueError(f'{where}: tenant = "*" (a shared fleet) is for worker tokens only: role = "worker"')
+        tokens[str(entry["sha256"]).lower()] = Principal(tenant=tenant, roles=roles, queues=frozenset(queues))
     return tokens
 
 

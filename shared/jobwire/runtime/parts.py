@@ -64,6 +64,7 @@ def open_runtime(settings: Settings) -> Runtime:
         host=ServerHost(endpoint(settings), ping=store.db.ping),
     )
     store.observe = rt.host.metrics.jobs.moved  # every committed move, counted once (jobwire.db.store)
+    rt.wakeup.heard = store.turns.heard  # which tenants have work, for a shared fleet's turns
     rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
     relay = family.sibling_relay(lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False))
     if relay is not None:

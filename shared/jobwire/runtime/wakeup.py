@@ -18,6 +18,12 @@ waiters, so endings of other queues wake nobody.
 
 A relay passes the news to the sibling processes of a family (jobwire.runtime.family) at once;
 other replicas learn of it from the change feed (worker.server's runnable-work watcher).
+
+A shared fleet's claim (tenant EVERY_TENANT) waits on its queues for every tenant: news
+wakes a claim of the job's own tenant first, else a shared one; room in a tenant's limited
+queue wakes that tenant's held claims and the shared ones. Every piece of news is also
+`heard` by the store's turns (jobwire.db.turns), so shared claims know which tenants
+have work without asking the database.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
 from typing import TypeVar
+
+from jobwire.domain.commands import EVERY_TENANT
 
 Key = tuple[str, str, str]  # tenant, queue, job type
 Relay = Callable[[str, str, str], None]
@@ -49,23 +57,25 @@ class Wakeup:
         self._held: dict[tuple[str, str], dict[Waiter, None]] = {}
         self.relay: Relay | None = None  # tells sibling processes too
         self.on_first_waiter: Callable[[], None] | None = None  # news is wanted soon (the event tail)
+        self.heard: Relay | None = None  # every piece of news, woken or not (the store's turns)
 
     @property
     def waiting(self) -> bool:
         return bool(self._waiters)
 
     def holds(self, tenant: str) -> bool:
-        """Whether some claim of `tenant` waits here for room in a limited queue."""
-        return any(t == tenant for t, _ in self._held)
+        """Whether some claim that may take `tenant`'s jobs waits here for room in a limited queue."""
+        return any(t in (tenant, EVERY_TENANT) for t, _ in self._held)
 
     def notify_held(self, tenant: str, queue: str, *, every: bool = True) -> None:
         """`queue` may lease again (resumed, room freed): wake its held-back claims here, or one (`every=False`)."""
-        for waiter in self._held.get((tenant, queue), ()):
-            if waiter.woken_by is None:
-                waiter.woken_by = (tenant, queue, "")  # no job type: passing it on wakes nobody
-                waiter.event.set()
-                if not every:
-                    return
+        for owner in (tenant, EVERY_TENANT):
+            for waiter in self._held.get((owner, queue), ()):
+                if waiter.woken_by is None:
+                    waiter.woken_by = (owner, queue, "")  # no job type: passing it on wakes nobody
+                    waiter.event.set()
+                    if not every:
+                        return
 
     def waiting_for(self, tenant: str, queue: str, job_type: str) -> int:
         """How many claims wait here for a job of this kind."""
@@ -73,21 +83,29 @@ class Wakeup:
 
     def notify(self, tenant: str, queue: str, job_type: str, *, relay: bool = True) -> None:
         """A job of `job_type` can run in `queue`: wake one claim for it here (and, with `relay`, in each sibling)."""
-        self._wake((tenant, queue, job_type))
+        if self.heard is not None:
+            self.heard(tenant, queue, job_type)
+        self._wake_one(tenant, queue, job_type)
         if relay and self.relay is not None:
             self.relay(tenant, queue, job_type)
 
     def pass_on(self, waiter: Waiter) -> None:
         """`waiter` was woken but will not claim: wake another claim of the same work instead."""
         if waiter.woken_by is not None:
-            self._wake(waiter.woken_by)
+            self._wake_one(*waiter.woken_by)
 
-    def _wake(self, key: Key) -> None:
+    def _wake_one(self, tenant: str, queue: str, job_type: str) -> None:
+        """Wake the claim of `tenant` waiting longest for this work, else a shared fleet's."""
+        if not self._wake((tenant, queue, job_type)) and tenant != EVERY_TENANT:
+            self._wake((EVERY_TENANT, queue, job_type))
+
+    def _wake(self, key: Key) -> bool:
         for waiter in self._waiters.get(key, ()):
             if waiter.woken_by is None:
                 waiter.woken_by = key
                 waiter.event.set()
-                return
+                return True
+        return False
 
     async def wait(
         self, tenant: str, queues: Iterable[str], job_types: Iterable[str], timeout: float, held: Iterable[str] = ()

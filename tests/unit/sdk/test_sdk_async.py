@@ -23,7 +23,7 @@ class _Sink:
 
 def _state() -> AttemptState:
     info = JobInfo(
-        job_no="J", job_type="t", payload=b"", attempt=1, last_checkpoint=None, stages=DEFAULT_PLAN,
+        job_no="J", job_type="t", tenant="default", payload=b"", attempt=1, last_checkpoint=None, stages=DEFAULT_PLAN,
         tmp_dir=Path("."),
     )  # fmt: skip
     return AttemptState(info, _Sink())

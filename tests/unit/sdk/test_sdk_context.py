@@ -26,6 +26,7 @@ def make(payload: bytes = b"") -> tuple[JobContext, AttemptState, Recorder]:
     info = JobInfo(
         job_no="PT-20260101-001",
         job_type="t",
+        tenant="default",
         payload=payload,
         attempt=1,
         last_checkpoint=None,

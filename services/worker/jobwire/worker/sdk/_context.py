@@ -77,6 +77,7 @@ class ReportSink(Protocol):
 class JobInfo:
     job_no: str
     job_type: str
+    tenant: str  # whose job it is (a shared fleet's worker serves every tenant)
     payload: bytes
     attempt: int
     last_checkpoint: bytes | None
@@ -276,6 +277,11 @@ class JobContext:
     @property
     def job_type(self) -> str:
         return self._state.info.job_type
+
+    @property
+    def tenant(self) -> str:
+        """Whose job this is: the tenant that submitted it (a shared fleet serves several)."""
+        return self._state.info.tenant
 
     @property
     def payload(self) -> bytes:

@@ -141,6 +141,7 @@ class JobRunner:
         return JobInfo(
             job_no=lease.job_no,
             job_type=lease.job_type,
+            tenant=lease.tenant,
             payload=lease.payload,
             attempt=lease.attempt,
             last_checkpoint=lease.checkpoint if lease.has_checkpoint else None,

@@ -91,6 +91,7 @@ class JobEnvironment:
         handlers: Registry to take the handler and stage plan from (with `job_type`).
         job_type: The job type to run.
         stages: The stage plan when not taken from `handlers`; None is the default plan.
+        tenant: What `ctx.tenant` says: whose job it is.
         attempt: The attempt number the handler sees.
         last_checkpoint: The checkpoint an earlier attempt saved, to test resuming.
         results_dir: Where results are delivered; a fresh temporary folder if None.
@@ -109,6 +110,7 @@ class JobEnvironment:
         job_type: str = "test",
         stages: Sequence[StageDef | str] | None = None,
         job_no: str = "TEST-20260101-001",
+        tenant: str = "default",
         attempt: int = 1,
         last_checkpoint: bytes | None = None,
         results_dir: Path | None = None,
@@ -120,7 +122,7 @@ class JobEnvironment:
         self.payload = _encode(payload)
         self.deadline = deadline
         self.review = review
-        self.handlers, self.job_type, self.job_no = handlers, job_type, job_no
+        self.handlers, self.job_type, self.job_no, self.tenant = handlers, job_type, job_no, tenant
         self.attempt, self.last_checkpoint = attempt, last_checkpoint
         self._stages = stages
         # Without a results_dir, results go to a folder removed once env and outcome are gone.
@@ -226,6 +228,7 @@ class JobEnvironment:
         info = JobInfo(
             job_no=self.job_no,
             job_type=self.job_type,
+            tenant=self.tenant,
             payload=self.payload,
             attempt=self.attempt,
             last_checkpoint=self.last_checkpoint,

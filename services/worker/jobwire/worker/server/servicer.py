@@ -87,6 +87,7 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
 def _lease(lease: Lease) -> worker_pb2.Lease:
     return worker_pb2.Lease(
         job_no=lease.job_no,
+        tenant=lease.tenant,
         worker_token=lease.worker_token,
         job_type=lease.job_type,
         payload=lease.payload,

@@ -46,6 +46,7 @@ class AdminClient(BaseClient):
     _stub: admin_pb2_grpc.AdminServiceStub
 
     def _bind(self) -> None:
+        super()._bind()
         self._stub = admin_pb2_grpc.AdminServiceStub(self.channel)
 
     def inspect(
@@ -120,6 +121,7 @@ class AsyncAdminClient(AsyncBaseClient):
     _stub: admin_pb2_grpc.AdminServiceStub
 
     def _bind(self) -> None:
+        super()._bind()
         self._stub = admin_pb2_grpc.AdminServiceStub(self.channel)
 
     async def inspect(

@@ -12,17 +12,19 @@ from functools import partial
 from typing import Any, BinaryIO, Unpack
 
 import grpc
+import grpc.aio
 
 from jobwire.client import convert, job_calls
-from jobwire.client.base import AsyncBaseClient
+from jobwire.client.base import AsyncBaseClient, JobService
 from jobwire.client.convert import Payload
 from jobwire.client.errors import from_rpc_error
 from jobwire.client.job_calls import ListFilters, SubmitOptions, Submitted, WatchOptions
+from jobwire.client.retry import AsyncSleep
 from jobwire.client.watch import async_watch_job
 from jobwire.v1 import job_pb2
 
 
-class AsyncJobClient(job_calls.JobService, AsyncBaseClient):
+class AsyncJobClient(JobService[grpc.aio.Channel, AsyncSleep], AsyncBaseClient):
     """JobClient's operations, awaited: each method is documented on `JobClient`.
 
     Use it from one event loop; it raises the same `ClientError` subclasses with the same

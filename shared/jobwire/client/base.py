@@ -2,6 +2,10 @@
 
 `BaseClient` is blocking, `AsyncBaseClient` is asyncio; both send the calls built in
 `job_calls` and differ only in how a call is carried and how a pause is taken.
+
+Each class that adds a service's stub (`JobService`, `ScheduleMethods`, the admin clients)
+makes it in `_bind` after `super()._bind()`, so a client that mixes several services
+(JobClient: JobService and ScheduleService) gets every stub through its MRO.
 """
 
 from __future__ import annotations
@@ -11,15 +15,17 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar, Unpack
 
 import grpc
 import grpc.aio
 
 from jobwire.client import job_calls
 from jobwire.client.channel import ChannelConfig, aio_channel, sync_channel
-from jobwire.client.job_calls import Call, locale_or
+from jobwire.client.convert import Payload
+from jobwire.client.job_calls import Call, SubmitOptions, locale_or
 from jobwire.client.retry import AsyncSleep, RetrySettings, Sleep, async_call_with_retry, call_with_retry
+from jobwire.v1 import job_pb2, job_pb2_grpc
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -97,7 +103,7 @@ class _Client(Generic[C, S]):
         raise NotImplementedError
 
     def _bind(self) -> None:
-        """Create the service stubs on `self.channel` (subclasses)."""
+        """Create the service stubs on `self.channel`: each override calls `super()._bind()` first."""
 
     def _locale(self, locale: str | None) -> str:
         return locale_or(locale, self.locale)
@@ -111,6 +117,25 @@ class _Client(Generic[C, S]):
         """What sends `call` once over the channel, with this client's deadline."""
         method = getattr(self._stub, call.method)
         return lambda: method(call.request, timeout=self.timeout)
+
+
+class JobService(_Client[C, S]):
+    """What both job clients hold beyond their transport: the stub and `submit_request`.
+
+    A mixin, listed before the client's base class.
+    """
+
+    _stub: job_pb2_grpc.JobServiceStub
+
+    def _bind(self) -> None:
+        super()._bind()
+        self._stub = job_pb2_grpc.JobServiceStub(self._channel)
+
+    def submit_request(
+        self, job_type: str, payload: Payload = None, **options: Unpack[SubmitOptions]
+    ) -> job_pb2.SubmitRequest:
+        """The SubmitRequest `submit` sends (`submit_batch` sends many); the arguments are `submit`'s."""
+        return job_calls.submit_request(job_type, payload, self.locale, options)
 
 
 class BaseClient(_Client[grpc.Channel, Sleep]):

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, NamedTuple, TypedDict, TypeVar, Unpack
+from typing import Any, Generic, NamedTuple, TypedDict, TypeVar
 
 from google.protobuf.message import Message
 
 from jobwire.client import convert
 from jobwire.client.convert import Payload, Seconds
 from jobwire.client.watch import OnReconnect
-from jobwire.v1 import job_pb2, job_pb2_grpc
+from jobwire.v1 import job_pb2
 
 R = TypeVar("R")
 
@@ -130,26 +130,6 @@ def as_is(reply: Any) -> Any:
 
 def _submitted(reply: job_pb2.SubmitResponse) -> Submitted:
     return Submitted(reply.job, reply.created)
-
-
-class JobService:
-    """What both job clients hold beyond their transport: the stub and `submit_request`.
-
-    A mixin, listed before the client's base class.
-    """
-
-    _channel: Any
-    _stub: job_pb2_grpc.JobServiceStub
-    locale: str
-
-    def _bind(self) -> None:
-        self._stub = job_pb2_grpc.JobServiceStub(self._channel)
-
-    def submit_request(
-        self, job_type: str, payload: Payload = None, **options: Unpack[SubmitOptions]
-    ) -> job_pb2.SubmitRequest:
-        """The SubmitRequest `submit` sends (`submit_batch` sends many); the arguments are `submit`'s."""
-        return submit_request(job_type, payload, self.locale, options)
 
 
 def locale_or(locale: str | None, default: str) -> str:

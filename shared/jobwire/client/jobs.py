@@ -14,15 +14,17 @@ from typing import BinaryIO, Unpack
 import grpc
 
 from jobwire.client import convert, job_calls
+from jobwire.client.base import JobService
 from jobwire.client.convert import Payload
 from jobwire.client.errors import from_rpc_error
 from jobwire.client.job_calls import ListFilters, SubmitOptions, Submitted, WatchOptions
+from jobwire.client.retry import Sleep
 from jobwire.client.schedules import ScheduleMethods
 from jobwire.client.watch import UpdateStream, watch_job
 from jobwire.v1 import job_pb2
 
 
-class JobClient(job_calls.JobService, ScheduleMethods):
+class JobClient(JobService[grpc.Channel, Sleep], ScheduleMethods):
     """Submit, read, cancel, retry, list and watch jobs (JobService), and schedule them (ScheduleService).
 
     Blocking and thread-safe: create one per process and share it. Every method raises a
@@ -36,10 +38,6 @@ class JobClient(job_calls.JobService, ScheduleMethods):
         ...     for job in client.watch(job.job_no):
         ...         print(job.display.detail)
     """
-
-    def _bind(self) -> None:
-        job_calls.JobService._bind(self)
-        ScheduleMethods._bind(self)
 
     def submit(self, job_type: str, payload: Payload = None, **options: Unpack[SubmitOptions]) -> Submitted:
         """Submit a job; it is QUEUED when this returns.

@@ -298,9 +298,9 @@ commit_marker = Table(
 
 # Schedules (jobwire.db.schedules): a job submitted from a template on a cron or a period.
 # The template is the caller's SubmitRequest as serialized bytes, not decoded columns: each
-# firing decodes it through Submit's own path (jobwire.jobapi.job_servicer.decode_submit),
-# so it is checked by the same rules as any Submit, and a field SubmitRequest gains later
-# rides along without a migration.
+# firing decodes it through Submit's own path (jobwire.jobapi.decode.decode_submit), so it
+# is checked by the same rules as any Submit, and a field SubmitRequest gains later rides
+# along without a migration.
 schedule = Table(
     "schedule",
     metadata,

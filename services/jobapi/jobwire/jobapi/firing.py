@@ -22,7 +22,7 @@ from functools import partial
 
 from jobwire.domain.errors import JobwireError, StoreUnavailable
 from jobwire.domain.schedules import Due, Outcome, ScheduleRecord, decide, firing_key
-from jobwire.jobapi.job_servicer import decode_submit
+from jobwire.jobapi.decode import decode_submit
 from jobwire.jobapi.jobs import Jobs
 from jobwire.rpc.auth import Principal
 from jobwire.rpc.metrics import Metrics

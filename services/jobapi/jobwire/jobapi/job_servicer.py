@@ -2,51 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import grpc
 
 from jobwire.domain import limits
 from jobwire.domain.batches import NewBatch, new_batch_id
-from jobwire.domain.commands import JobFilter, NewJob
+from jobwire.domain.commands import JobFilter
 from jobwire.domain.errors import InvalidArgument
+from jobwire.jobapi.decode import decode_submit, within
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.results import ResultReader
 from jobwire.jobapi.watch import Watches
-from jobwire.observe import logs, tracing
+from jobwire.observe import logs
 from jobwire.rpc import auth, convert
 from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc
-
-
-def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s: float | None) -> NewJob:
-    return NewJob(
-        tenant=tenant,
-        job_type=limits.name("job_type", request.job_type),
-        queue=limits.queue("queue", request.queue),
-        payload=limits.blob("payload", request.payload, limits.MAX_PAYLOAD_BYTES),
-        idempotency_key=limits.key("idempotency_key", request.idempotency_key) or None,
-        priority=request.priority,
-        run_after=convert.from_timestamp(request.run_after, "run_after") if request.HasField("run_after") else None,
-        retry=convert.retry_policy(request.retry_policy, request.HasField("retry_policy")),
-        timeouts=convert.timeouts(request.timeouts, request.HasField("timeouts"), default_attempt_s),
-        owner=limits.key("owner", request.owner),
-        labels=limits.labels(request.labels),
-        locale=limits.locale(request.locale) or "en",
-        depends_on=limits.depends_on(request.depends_on),
-        trace_context=tracing.traceparent(),  # the Submit call's span, for the worker's (None: tracing off)
-    )
-
-
-@contextmanager
-def within(path: str) -> Iterator[None]:
-    """A refusal of a field of a nested message names it by its path: `<path>.<field>`."""
-    try:
-        yield
-    except InvalidArgument as refused:
-        raise type(refused)(f"{path}.{refused.field}", refused.description) from None
 
 
 def decode_batch(request: job_pb2.SubmitBatchRequest, tenant: str, default_attempt_s: float | None) -> NewBatch:

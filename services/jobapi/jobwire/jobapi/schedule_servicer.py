@@ -12,7 +12,7 @@ from google.protobuf import empty_pb2
 from jobwire.domain import limits
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.schedules import CatchUp, Overlap, ScheduleRecord, timing
-from jobwire.jobapi.job_servicer import decode_submit, within
+from jobwire.jobapi.decode import decode_submit, within
 from jobwire.jobapi.schedules import Schedules
 from jobwire.rpc import auth, convert
 from jobwire.runtime.settings import Settings

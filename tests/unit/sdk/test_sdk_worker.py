@@ -6,10 +6,12 @@ import asyncio
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -18,6 +20,8 @@ from served import eventually
 
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.sdk import DependencyFailed, Handlers, JobContext, Result, Worker, WorkerConfig
+from jobwire.worker.sdk._reporter import REPORT_INTERVAL_S
+from jobwire.worker.sdk._result import ResultStore
 
 registry = Handlers()
 release_stuck = threading.Event()
@@ -123,7 +127,25 @@ async def test_a_returned_result_is_delivered_then_completed(config: WorkerConfi
     assert artifact.size_bytes == 6
     assert complete.worker_token == "tok-PT-1"
     assert tmp_left(config) == []
-    assert fake.of("ReportStage")[-1].stage == "DELIVERING"
+    # Delivered within one report interval: nobody could have seen DELIVERING, so it is not sent.
+    assert "DELIVERING" not in {r.stage for r in fake.of("ReportStage")}
+
+
+async def test_a_delivery_that_lasts_shows_the_delivering_stage_before_complete(
+    config: WorkerConfig, fake: FakeWorkerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deliver = ResultStore.deliver
+
+    def slow(self: ResultStore, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(REPORT_INTERVAL_S * 3)  # a large file to a slow disk
+        return deliver(self, *args, **kwargs)
+
+    monkeypatch.setattr(ResultStore, "deliver", slow)
+    fake.pending.append(make_lease("PT-1", "write", b'{"n": 3}', stages=["PROCESSING", "DELIVERING"]))
+    async with running(config, fake):
+        await fake.wait_for("Complete")
+    order = [(c.method, getattr(c.request, "stage", "")) for c in fake.calls if c.method in ("ReportStage", "Complete")]
+    assert order[-2:] == [("ReportStage", "DELIVERING"), ("Complete", "")]
 
 
 async def test_failures_carry_category_and_keep_the_trace_internal(
@@ -377,7 +399,7 @@ async def test_handlers_keep_running_while_the_server_is_unreachable(
         await fake.wait_for("Complete", timeout=10)
     reports = fake.of("ReportStage")
     assert len(reports) > 4  # the failed ones, then the recovered ones
-    assert reports[-1].stage == "DELIVERING"  # the latest state got through once the server was back
+    assert reports[-1].processed_units == 60  # the latest state got through once the server was back
     assert fake.ended == {"PT-1": "Complete"}
 
 

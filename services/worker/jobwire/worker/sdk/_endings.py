@@ -106,9 +106,10 @@ DELIVERING = "DELIVERING"
 
 
 def begin_delivery(state: AttemptState) -> None:
-    """Enter the plan's DELIVERING stage (if it has one ahead) before copying the result.
+    """Enter the plan's DELIVERING stage (if it has one ahead): the runtime does once a
+    result's delivery has lasted one report interval, so users see what takes the time.
 
-    The default plan marks DELIVERING not cancellable, so a cancel cannot race delivery.
+    The default plan marks DELIVERING not cancellable: a cancel is refused while it shows.
     """
     codes = [s.code for s in state.info.stages]
     if DELIVERING in codes and codes.index(DELIVERING) > codes.index(state.stage):

@@ -36,7 +36,8 @@ async def complete_request(
         result=job_pb2.Artifact(content_type=kept.content_type, summary=kept.summary),
     )  # fmt: skip
     with open_source(kept, tmp_dir) as src:
-        head = await asyncio.to_thread(src.read, INLINE_MAX + 1)
+        # Bytes in memory (a JSON result, say) are read here; a file on a thread.
+        head = src.read(INLINE_MAX + 1) if kept.data is not None else await asyncio.to_thread(src.read, INLINE_MAX + 1)
         if len(head) <= INLINE_MAX:
             request.inline_result = head
             request.result.size_bytes = len(head)

@@ -33,7 +33,6 @@ from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snaps
 from jobwire.worker.sdk._endings import (
     Ending,
     EndKind,
-    begin_delivery,
     cancelled_from_outside,
     decide,
     run_async_handler,
@@ -261,7 +260,8 @@ class JobEnvironment:
             return Outcome(kind=ending.kind, checkpoint=state.checkpoint, review=ending.review)
         if ending.kind is not EndKind.COMPLETE:
             return Outcome(kind=ending.kind)
-        begin_delivery(state)
+        # No DELIVERING here: the runtime enters it only for a delivery that lasts over one
+        # report interval (what users could see), and the harness delivers at once.
         try:
             delivered = self.store.deliver(
                 ending.result, job_no=self.job_no, attempt=self.attempt, tmp_dir=state.info.tmp_dir

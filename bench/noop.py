@@ -8,8 +8,9 @@ Submits come from 8 concurrent callers, as backends would send them. Two workers
   Complete with a result, 8 jobs at a time: the three calls of a job's life that any
   language's worker makes (submit, claim, complete);
 * SDK: a `jobwire-worker` process (`--concurrency 8`, bench/noop_handlers.py): the runtime
-  as users run it, which also reports the DELIVERING stage and writes, hashes and
-  fsyncs the result file before Complete.
+  as users run it, with its defaults: the JSON result hashed and handed to the server
+  inline with Complete (the server keeps it), the attempt's temporary folder made and
+  removed, the DELIVERING stage reported only if the hand-over lasts.
 
 Every job is real: each change is durably committed with its event.
 """
@@ -97,7 +98,7 @@ def run_jobwire(port: int, database: str, jobs: int, workdir: Path) -> PeerResul
         worker = subprocess.Popen(
             [str(VENV_BIN / "jobwire-worker"), "--target", f"127.0.0.1:{port}", "--handlers",
              "noop_handlers:handlers", "--concurrency", str(CONCURRENCY), "--claim-wait", "5",
-             "--results-dir", str(workdir / "results"), "--log-level", "WARNING"],
+             "--log-level", "WARNING"],
             cwd=BENCH, env=env, stdout=out, stderr=out,
         )  # fmt: skip
     conn = connect(database)

@@ -188,6 +188,28 @@ def test_a_job_moves_on_the_page_without_a_reload_then_ends_cancelled(page: Any,
         assert client.get(job_no).status == job_pb2.Job.CANCELLED
 
 
+def test_a_job_submitted_after_the_page_loaded_shows_first_then_updates(page: Any, stack: Stack) -> None:
+    with stack.client() as client:
+        older = client.submit("frames", {"frames": 1}, queue="nobody-serves-this").job.job_no
+    sign_in(page, CLIENT)
+    assert text(page, "#jobs tbody tr:first-child a") == older
+    page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
+
+    with stack.client() as client:
+        new = client.submit("frames", {"frames": 1}, queue="nobody-serves-this").job.job_no
+    first = page.locator("#jobs tbody tr").first
+    expect(first).to_have_attribute("data-job", new, timeout=WAIT_MS)
+    assert text(page, f'[data-job="{new}"] [data-field=status_label]') == "Waiting"
+    assert page.locator(f'#jobs tbody a[href="/jobs/{new}"]').count() == 1
+    assert page.locator("#jobs tbody tr").nth(1).get_attribute("data-job") == older
+
+    with stack.client() as client:
+        client.cancel(new)  # the new row is watched like the others
+    expect(page.locator(f'[data-job="{new}"] [data-field=status_label]')).to_have_text("Cancelled", timeout=WAIT_MS)
+    assert page.locator(f'[data-job="{new}"]').count() == 1
+    assert page.evaluate("window.stillTheSamePage") is True
+
+
 def test_a_result_downloads_with_the_bytes_the_client_gets(page: Any, stack: Stack) -> None:
     with stack.client() as client:
         job_no = client.submit("frames", {"frames": 5, "frame_ms": 0}).job.job_no

@@ -11,12 +11,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from auth_files import Token, write_auth_file
 from gateway_support import hidden_rows, running_gateway, visible_actions
 from served import Served, eventually, start_server
 
+from jobwire.gateway import sse
 from jobwire.gateway.session import CSRF_COOKIE, TOKEN_COOKIE
 from jobwire.v1 import job_pb2, worker_pb2
 
@@ -324,3 +326,17 @@ async def test_the_live_stream_of_another_tenants_job_says_gone(served: Served, 
         reply = await client.get("/live", params={"job": theirs.job_no})  # the stream ends at once
     assert "event: gone" in reply.text and "NOT_FOUND" in reply.text
     assert theirs.job_no not in reply.text
+
+
+async def test_a_quiet_jobs_page_stream_sends_a_keepalive_now_and_then_not_in_a_spin(
+    gateway: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads and keepalives each wait for their own deadline (the loop may wake a hair early)."""
+    monkeypatch.setattr(sse, "POLL_S", 0.05)
+    monkeypatch.setattr(sse, "KEEPALIVE_S", 0.5)
+    lines: list[str] = []
+    async with _signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs") as stream:
+        with anyio.move_on_after(2.2):
+            async for line in stream.aiter_lines():
+                lines.append(line)
+    assert 3 <= lines.count(": keepalive") <= 5, lines

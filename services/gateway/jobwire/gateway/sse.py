@@ -153,10 +153,14 @@ async def _page_changes(calls: Calls, statuses: Sequence[int], jobs: NewJobs) ->
     next_poll = last_sent = loop.time()  # the first read at once: a job may have come since the page
     try:
         while True:
-            job = await reader.next(max(0.0, min(next_poll, last_sent + KEEPALIVE_S) - loop.time()))
+            # Act on the deadline waited for, never on a reading of the clock: the loop may
+            # wake a hair before a deadline, and the other branch would then run in a spin.
+            poll_due = next_poll <= last_sent + KEEPALIVE_S
+            wait = (next_poll if poll_due else last_sent + KEEPALIVE_S) - loop.time()
+            job = await reader.next(max(0.0, wait))
             if job is not None:
                 yield event("job", job_view(job, calls.locale).as_json())
-            elif loop.time() >= next_poll:
+            elif poll_due:
                 next_poll = loop.time() + POLL_S
                 listed = await calls.list_jobs(statuses, page_size=POLL_PAGE)
                 new = jobs.take(listed)

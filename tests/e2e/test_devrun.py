@@ -1,4 +1,4 @@
-"""`make run`'s launcher (python -m jobwire.devrun) as real processes: it owns its two children.
+"""`make run`'s launcher (python -m jobwire.devrun) as real processes: it owns its three children.
 
 Security review, finding 13: SIGTERM to the launcher left the example worker running, and
 the launcher did not notice when its server died.
@@ -7,18 +7,36 @@ the launcher did not notice when its server died.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from proc_support import alive, children
 
 pytestmark = pytest.mark.timeout(90)
-READY = "Ctrl-C (or SIGTERM) stops both processes"
+READY = "Ctrl-C (or SIGTERM) stops every process"
+
+
+@dataclass
+class Launched:
+    proc: subprocess.Popen[str]
+    printed: str  # what it printed until it was ready
+    children: list[int]  # the server, the example worker, the gateway
+
+    @property
+    def gateway_url(self) -> str:
+        found = re.search(r"The pages \(.*\): open (http://127\.0\.0\.1:\d+)\n", self.printed)
+        assert found, self.printed
+        return found.group(1)
 
 
 def _gone_within(pids: list[int], seconds: float) -> bool:
@@ -30,53 +48,77 @@ def _gone_within(pids: list[int], seconds: float) -> bool:
     return False
 
 
-@pytest.fixture
-def launcher(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+@contextmanager
+def _launch(tmp_path: Path, gateway_listen: str = "127.0.0.1:0") -> Iterator[Launched]:
     """The launcher on port 0 and a fresh SQLite file, once it printed how to use it."""
+    env = {**os.environ, "JOBWIRE_PROCESSES": "1"}
+    env.pop("JOBWIRE_AUTH_FILE", None)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jobwire.devrun",
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            f"sqlite:///{tmp_path}/j.db",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "JOBWIRE_PROCESSES": "1"},
-    )
+        [sys.executable, "-m", "jobwire.devrun", "--listen", "127.0.0.1:0",
+         "--database-url", f"sqlite:///{tmp_path}/j.db", "--gateway-listen", gateway_listen],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
     assert proc.stdout is not None
+    printed = []
     for line in proc.stdout:
+        printed.append(line)
         if READY in line:
             break
     else:
-        pytest.fail(f"the launcher ended early with code {proc.wait()}")
-    server, worker = children(proc.pid)
+        pytest.fail(f"the launcher ended early with code {proc.wait()}:\n{''.join(printed)}")
+    launched = Launched(proc, "".join(printed), children(proc.pid))
     try:
-        yield proc, [server, worker]
+        yield launched
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in (server, worker):
+        for pid in launched.children:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_sigterm_stops_the_server_and_the_example_worker(launcher: tuple[subprocess.Popen[str], list[int]]) -> None:
-    proc, children = launcher
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
-    assert _gone_within(children, 5), "a child outlived the launcher"
+@pytest.fixture
+def launcher(tmp_path: Path) -> Iterator[Launched]:
+    with _launch(tmp_path) as launched:
+        assert len(launched.children) == 3, launched.printed
+        yield launched
 
 
-def test_a_dead_server_stops_the_launcher_and_its_worker(launcher: tuple[subprocess.Popen[str], list[int]]) -> None:
-    proc, (server, worker) = launcher
+def test_sigterm_stops_the_server_the_example_worker_and_the_gateway(launcher: Launched) -> None:
+    launcher.proc.send_signal(signal.SIGTERM)
+    assert launcher.proc.wait(timeout=60) == 0
+    assert _gone_within(launcher.children, 5), "a child outlived the launcher"
+
+
+def test_a_dead_server_stops_the_launcher_its_worker_and_gateway(launcher: Launched) -> None:
+    server, worker, gateway = launcher.children
     os.kill(server, signal.SIGKILL)
-    assert proc.wait(timeout=60) == 1
-    assert proc.stdout is not None
-    assert "the server exited (code -9); stopping" in proc.stdout.read()
-    assert _gone_within([worker], 5), "the example worker outlived the launcher"
+    assert launcher.proc.wait(timeout=60) == 1
+    assert launcher.proc.stdout is not None
+    assert "the server exited (code -9); stopping" in launcher.proc.stdout.read()
+    assert _gone_within([worker, gateway], 5), "a child outlived the launcher"
+
+
+def test_the_printed_gateway_address_and_sign_in_work(launcher: Launched) -> None:
+    assert "sign in with any token, such as dev" in launcher.printed
+    _signs_in_with_dev(launcher.gateway_url)
+
+
+def test_a_taken_gateway_port_is_said_and_a_free_one_taken(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        with _launch(tmp_path, listen) as launched:
+            assert (
+                f"{listen} is taken by another program: the web gateway takes a free port instead" in launched.printed
+            )
+            assert launched.gateway_url != f"http://{listen}"
+            _signs_in_with_dev(launched.gateway_url)
+            assert len(launched.children) == 3  # the refused first try is gone
+
+
+def _signs_in_with_dev(url: str) -> None:
+    """As the launcher says: any token, here `dev`, then the jobs page."""
+    with httpx.Client(base_url=url, timeout=10) as client:
+        signed_in = client.post("/signin", data={"token": "dev"})
+        assert signed_in.status_code == 303 and signed_in.headers["location"] == "/jobs"
+        assert client.get("/jobs").status_code == 200

@@ -39,6 +39,7 @@ REQUIRED = os.environ.get("JOBWIRE_REQUIRE_MYSQL") == "1" or bool(os.environ.get
 CLIENT = Token("browser-client-token", tenant="acme")
 ADMIN = Token("browser-admin-token", tenant="acme", role="admin")
 WORKER = Token("browser-worker-token", tenant="acme", role="worker")
+NEWCOMER = Token("browser-newcomer-token", tenant="initech")  # a tenant with no job yet
 WAIT_MS = 60_000
 PERCENT = re.compile(r"^\d+%$")
 
@@ -56,8 +57,8 @@ class Stack:
     gateway: str
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def client(self) -> JobClient:
-        return JobClient.connect(self.server.target, token=CLIENT.secret, timeout=10)
+    def client(self, token: Token = CLIENT) -> JobClient:
+        return JobClient.connect(self.server.target, token=token.secret, timeout=10)
 
     def start_worker(self) -> None:
         """The example fleet worker (frames and friends), as compose runs it; once."""
@@ -77,7 +78,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("gateway-browser")
-    auth = write_auth_file(root / "auth.toml", [CLIENT, ADMIN, WORKER])
+    auth = write_auth_file(root / "auth.toml", [CLIENT, ADMIN, WORKER, NEWCOMER])
     env = {
         "JOBWIRE_DATABASE_URL": f"sqlite:///{root / 'jobwire.db'}",
         "JOBWIRE_LISTEN": "127.0.0.1:0",
@@ -186,6 +187,37 @@ def test_a_job_moves_on_the_page_without_a_reload_then_ends_cancelled(page: Any,
     assert page.locator("#cancel").is_hidden()
     with stack.client() as client:
         assert client.get(job_no).status == job_pb2.Job.CANCELLED
+
+
+def test_a_job_submitted_after_the_page_loaded_shows_first_then_updates(page: Any, stack: Stack) -> None:
+    with stack.client() as client:
+        older = client.submit("frames", {"frames": 1}, queue="nobody-serves-this").job.job_no
+    sign_in(page, CLIENT)
+    assert text(page, "#jobs tbody tr:first-child a") == older
+    page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
+
+    with stack.client() as client:
+        new = client.submit("frames", {"frames": 1}, queue="nobody-serves-this").job.job_no
+    first = page.locator("#jobs tbody tr").first
+    expect(first).to_have_attribute("data-job", new, timeout=WAIT_MS)
+    assert text(page, f'[data-job="{new}"] [data-field=status_label]') == "Waiting"
+    assert page.locator(f'#jobs tbody a[href="/jobs/{new}"]').count() == 1
+    assert page.locator("#jobs tbody tr").nth(1).get_attribute("data-job") == older
+
+    with stack.client() as client:
+        client.cancel(new)  # the new row is watched like the others
+    expect(page.locator(f'[data-job="{new}"] [data-field=status_label]')).to_have_text("Cancelled", timeout=WAIT_MS)
+    assert page.locator(f'[data-job="{new}"]').count() == 1
+    assert page.evaluate("window.stillTheSamePage") is True
+
+
+def test_an_empty_jobs_page_shows_its_first_job_without_a_reload(page: Any, stack: Stack) -> None:
+    sign_in(page, NEWCOMER)
+    assert page.locator("#empty").is_visible() and page.locator("#jobs").is_hidden()
+    with stack.client(NEWCOMER) as client:
+        first = client.submit("frames", {"frames": 1}, queue="nobody-serves-this").job.job_no
+    expect(page.locator(f'#jobs tbody tr[data-job="{first}"]')).to_be_visible(timeout=WAIT_MS)
+    assert page.locator("#empty").is_hidden()
 
 
 def test_a_result_downloads_with_the_bytes_the_client_gets(page: Any, stack: Stack) -> None:

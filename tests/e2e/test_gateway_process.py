@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -21,12 +22,16 @@ def test_the_entry_serves_pages_for_the_target_it_is_given_and_stops_on_sigterm(
     server = start_server_process(["jobwire", "serve"], env)
     gateway_env = {**os.environ, "JOBWIRE_GATEWAY_LISTEN": "127.0.0.1:0", "JOBWIRE_TARGET": server.target}
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "jobwire.gateway"], env=gateway_env, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "jobwire.gateway"],
+        env=gateway_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
-        assert gateway.stderr is not None
-        for line in gateway.stderr:  # uvicorn names the port it bound
-            if found := re.search(r"running on (http://127\.0\.0\.1:\d+)", line):
+        assert gateway.stdout is not None and gateway.stderr is not None
+        for line in gateway.stdout:  # it names the port it bound
+            if found := re.search(r"^jobwire gateway serving on (http://127\.0\.0\.1:\d+)$", line):
                 url = found.group(1)
                 break
         else:
@@ -55,3 +60,15 @@ def test_a_bad_listen_address_is_said_in_words() -> None:
     )
     assert done.returncode == 2
     assert "JOBWIRE_GATEWAY_LISTEN must be host:port" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_port_another_program_holds_is_refused_in_words_never_shared() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        env = {**os.environ, "JOBWIRE_GATEWAY_LISTEN": listen}
+        done = subprocess.run(
+            [sys.executable, "-m", "jobwire.gateway"], env=env, capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 3  # jobwire.gateway.__main__.PORT_TAKEN, which `make run` looks for
+    assert f"cannot listen on {listen}: another program is listening there" in done.stderr
+    assert "Traceback" not in done.stderr and "serving on" not in done.stdout

@@ -9,13 +9,16 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 from auth_files import Token, write_auth_file
 from gateway_support import hidden_rows, running_gateway, visible_actions
 from served import Served, eventually, start_server
 
+from jobwire.gateway import sse
 from jobwire.gateway.session import CSRF_COOKIE, TOKEN_COOKIE
 from jobwire.v1 import job_pb2, worker_pb2
 
@@ -237,17 +240,68 @@ async def test_the_live_stream_sends_an_event_when_the_job_changes(served: Serve
         assert changed["status"] == "RUNNING" and changed["status_label"] == "Processing"
 
 
-async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, object]]:
-    """The data of each `job` event of an SSE stream."""
+async def _named_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """Each event of an SSE stream: its name and its data."""
     name = ""
     async for line in lines:
         if line.startswith("event: "):
             name = line.removeprefix("event: ")
-        elif line.startswith("data: ") and name == "job":
-            yield json.loads(line.removeprefix("data: "))
+        elif line.startswith("data: "):
+            yield name, json.loads(line.removeprefix("data: "))
 
 
-async def test_a_browser_that_leaves_ends_its_stream_without_an_error(served: Served, gateway: str) -> None:
+async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    """The data of each `job` event of an SSE stream."""
+    async for name, data in _named_events(lines):
+        if name == "job":
+            yield data
+
+
+async def _next_listed(events: AsyncIterator[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    async for name, data in events:
+        if name == "listed":
+            return data
+    raise AssertionError("the stream ended before it listed a new job")
+
+
+async def test_the_jobs_page_stream_brings_a_job_submitted_after_the_page(served: Served, gateway: str) -> None:
+    """A job submitted after the page was read arrives as a row, newest first, then updates live."""
+    shown = await _submit(served, ACME)
+    page = {"job": shown.job_no}
+    async with _signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs", params=page) as stream:
+        events = _named_events(stream.aiter_lines())
+        assert (await anext(events))[1]["job_no"] == shown.job_no  # the watched job, as it is
+        theirs = await _submit(served, GLOBEX, "thumbs")
+        new = await _submit(served, ACME, "thumbs")
+        listed = await _next_listed(events)
+        assert [row["job_no"] for row in listed["rows"]] == [new.job_no]
+        assert listed["order"][:2] == [new.job_no, shown.job_no] and theirs.job_no not in json.dumps(listed)
+        row = listed["rows"][0]["html"]
+        assert row.startswith(f'<tr data-job="{new.job_no}" data-status="QUEUED">') and "Waiting" in row
+
+        await _claim(served, "thumbs")  # acme's worker token: the new job
+        async for name, data in events:
+            if name == "job" and data["job_no"] == new.job_no and data["status"] == "RUNNING":
+                break
+        else:
+            raise AssertionError("the stream ended before the new job's change")
+
+
+async def test_the_jobs_page_stream_lists_only_new_jobs_its_filter_lets_through(served: Served, gateway: str) -> None:
+    """On a page of CANCELLED jobs (none yet, so nothing watched) a new queued job stays away."""
+    page = {"status": "CANCELLED"}
+    async with _signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs", params=page) as stream:
+        events = _named_events(stream.aiter_lines())
+        queued = await _submit(served, ACME)
+        stopped = await _submit(served, ACME)
+        await served.jobs.Cancel(job_pb2.CancelRequest(job_no=stopped.job_no), metadata=ACME.metadata)
+        listed = await _next_listed(events)
+        assert listed["order"] == [stopped.job_no] and queued.job_no not in json.dumps(listed)
+        assert 'data-status="CANCELLED"' in listed["rows"][0]["html"]
+
+
+@pytest.mark.parametrize("path", ["/live", "/live/jobs"])
+async def test_a_browser_that_leaves_ends_its_stream_without_an_error(served: Served, gateway: str, path: str) -> None:
     """Leaving cancels the response mid-read of WatchJobs; the hang-up must end that read before
     it closes the stream (once it logged "aclose(): asynchronous generator is already running")."""
     job = await _submit(served, ACME)
@@ -258,7 +312,7 @@ async def test_a_browser_that_leaves_ends_its_stream_without_an_error(served: Se
     try:
         async with _signed_in(gateway, ACME) as client:
             for _ in range(3):
-                async with client.stream("GET", "/live", params={"job": job.job_no}) as stream:
+                async with client.stream("GET", path, params={"job": job.job_no}) as stream:
                     assert (await anext(_events(stream.aiter_lines())))["job_no"] == job.job_no
             assert (await client.get("/jobs")).status_code == 200  # the gateway got through the hang-ups
     finally:
@@ -272,3 +326,17 @@ async def test_the_live_stream_of_another_tenants_job_says_gone(served: Served, 
         reply = await client.get("/live", params={"job": theirs.job_no})  # the stream ends at once
     assert "event: gone" in reply.text and "NOT_FOUND" in reply.text
     assert theirs.job_no not in reply.text
+
+
+async def test_a_quiet_jobs_page_stream_sends_a_keepalive_now_and_then_not_in_a_spin(
+    gateway: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads and keepalives each wait for their own deadline (the loop may wake a hair early)."""
+    monkeypatch.setattr(sse, "POLL_S", 0.05)
+    monkeypatch.setattr(sse, "KEEPALIVE_S", 0.5)
+    lines: list[str] = []
+    async with _signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs") as stream:
+        with anyio.move_on_after(2.2):
+            async for line in stream.aiter_lines():
+                lines.append(line)
+    assert 3 <= lines.count(": keepalive") <= 5, lines

@@ -10,7 +10,9 @@ from jobwire.client.channel import DEFAULT_TARGET
 from jobwire.gateway.i18n import CATALOG, LOCALES, pick_locale
 from jobwire.gateway.routes import local_path
 from jobwire.gateway.settings import GatewaySettings
+from jobwire.gateway.sse import NewJobs
 from jobwire.gateway.views import download_headers
+from jobwire.v1 import job_pb2
 
 
 @pytest.mark.parametrize(
@@ -64,3 +66,14 @@ def test_download_headers_name_the_file_and_never_pass_a_bad_type_on() -> None:
 )
 def test_language_link_returns_only_to_this_site(target: str | None, expected: str) -> None:
     assert local_path(target) == expected
+
+
+def test_new_jobs_are_those_the_page_does_not_show_and_the_unended_are_watched() -> None:
+    def job(job_no: str, status: int = job_pb2.Job.QUEUED) -> job_pb2.Job:
+        return job_pb2.Job(job_no=job_no, status=status)  # type: ignore[arg-type]
+
+    jobs = NewJobs(watching=["PT-2"], seen=["PT-1"])
+    listed = [job("PT-4"), job("PT-3", job_pb2.Job.READY), job("PT-2"), job("PT-1", job_pb2.Job.READY)]
+    assert [j.job_no for j in jobs.take(listed)] == ["PT-4", "PT-3"]
+    assert jobs.watching == ["PT-4", "PT-2"]  # an ended job has nothing more to say
+    assert jobs.take(listed) == []  # listed once, never again

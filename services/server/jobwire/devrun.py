@@ -1,10 +1,13 @@
 """`make run` and `make demo`: the embedded server, one example worker, and how to use them.
 
-    python -m jobwire.devrun           serve until Ctrl-C, printing the jobctl lines to try
+    python -m jobwire.devrun           serve until Ctrl-C, with the web gateway, printing the
+                                       jobctl lines to try and where the pages are
     python -m jobwire.devrun --demo    submit the three examples, watch them, show a cancel, stop
 
-Both processes are real: `python -m jobwire serve` on the SQLite default and a
-`jobwire-worker` running examples:handlers, stopped with SIGTERM like any deployment.
+Every process is real: `python -m jobwire serve` on the SQLite default, a `jobwire-worker`
+running examples:handlers and (not for --demo) `python -m jobwire.gateway`, stopped with
+SIGTERM like any deployment. The gateway takes JOBWIRE_GATEWAY_LISTEN (127.0.0.1:8080);
+when another program holds that port the launcher says so and takes a free one instead.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import IO
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 60.0
 WATCH_INTERVAL_S = 0.5  # how soon the launcher notices that one of its processes died
+GATEWAY_LISTEN = "127.0.0.1:8080"  # jobwire.gateway's default
+GATEWAY_PORT_TAKEN = 3  # jobwire.gateway's exit code when another program holds its port
 
 
 def _tool(name: str) -> str:
@@ -35,59 +40,94 @@ def _tool(name: str) -> str:
 
 @dataclass
 class ServicePair:
-    """The server and the example worker, started by `service_pair`."""
+    """The server and the example worker, started by `service_pair`, and the gateway when asked."""
 
     target: str
     server: subprocess.Popen[str]
     worker: subprocess.Popen[bytes]
+    gateway: subprocess.Popen[str] | None = None
+    gateway_url: str | None = None
 
     def ended(self) -> str | None:
-        """Which process exited on its own, and how; None while both run."""
-        for name, proc in (("server", self.server), ("example worker", self.worker)):
-            code = proc.poll()
+        """Which process exited on its own, and how; None while all run."""
+        for name, proc in (("server", self.server), ("example worker", self.worker), ("web gateway", self.gateway)):
+            code = proc.poll() if proc is not None else None
             if code is not None:
                 return f"the {name} exited (code {code})"
         return None
 
 
 @contextmanager
-def service_pair(listen: str, database_url: str) -> Iterator[ServicePair]:
-    """Start the server, then an example worker against it; stop both on exit."""
+def service_pair(listen: str, database_url: str, gateway_listen: str | None = None) -> Iterator[ServicePair]:
+    """Start the server, then an example worker against it (and the gateway); stop them all on exit."""
     env = {**os.environ, "JOBWIRE_DATABASE_URL": database_url, "JOBWIRE_LISTEN": listen}
     server = subprocess.Popen([sys.executable, "-m", "jobwire", "serve"], env=env, stdout=subprocess.PIPE, text=True)
-    worker = None
+    worker = gateway = None
     try:
-        port = _wait_for_port(server)
-        # The rest of the server's output passes through; an unread pipe would fill and stall it.
-        threading.Thread(target=_pass_through, args=(server.stdout,), daemon=True).start()
+        port = _announced(server, "server", "jobwire serving on port ")
+        if port is None:
+            raise SystemExit("the server exited before it was ready; see the log above")
         target = f"{listen.rsplit(':', 1)[0]}:{port}"
         worker = subprocess.Popen([_tool("jobwire-worker"), "--target", target, "--handlers", "examples:handlers"])
-        yield ServicePair(target, server, worker)
+        pair = ServicePair(target, server, worker)
+        if gateway_listen is not None:
+            gateway, pair.gateway_url = _start_gateway(target, gateway_listen)
+            pair.gateway = gateway
+        yield pair
     finally:
-        # The worker first, so it can still Release its running jobs to the server.
-        for proc in (worker, server):
+        # The gateway first (its pages' streams end), then the worker, so it can still
+        # Release its running jobs to the server.
+        for proc in (gateway, worker, server):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
             if proc is not None:
                 proc.wait(timeout=60)
 
 
+def _start_gateway(target: str, listen: str) -> tuple[subprocess.Popen[str] | None, str | None]:
+    """The web gateway on `listen`, else on a free port of its host; (None, None), said, when it cannot start."""
+    gateway, url = _gateway(target, listen)
+    if url is None and gateway.wait() == GATEWAY_PORT_TAKEN:
+        host = listen.rsplit(":", 1)[0]
+        print(f"\n{listen} is taken by another program: the web gateway takes a free port instead", flush=True)
+        gateway, url = _gateway(target, f"{host}:0")
+    if url is None:
+        print(
+            f"\nthe web gateway did not start (code {gateway.wait()}, see its log above); "
+            "the server and the worker run without it",
+            flush=True,
+        )
+        return None, None
+    return gateway, url
+
+
+def _gateway(target: str, listen: str) -> tuple[subprocess.Popen[str], str | None]:
+    env = {**os.environ, "JOBWIRE_TARGET": target, "JOBWIRE_GATEWAY_LISTEN": listen}
+    gateway = subprocess.Popen([sys.executable, "-m", "jobwire.gateway"], env=env, stdout=subprocess.PIPE, text=True)
+    return gateway, _announced(gateway, "web gateway", "jobwire gateway serving on ")
+
+
+def _announced(proc: subprocess.Popen[str], name: str, prefix: str) -> str | None:
+    """What `proc` prints after `prefix` once it serves (a port, a URL); None if it exits first.
+
+    The rest of its output then passes through; an unread pipe would fill and stall it.
+    """
+    assert proc.stdout is not None
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            return None
+        if line.startswith(prefix):
+            threading.Thread(target=_pass_through, args=(proc.stdout,), daemon=True).start()
+            return line.removeprefix(prefix).strip()
+    raise SystemExit(f"the {name} did not start in time")
+
+
 def _pass_through(stream: IO[str]) -> None:
     for line in stream:
         sys.stdout.write(line)
         sys.stdout.flush()
-
-
-def _wait_for_port(server: subprocess.Popen[str]) -> int:
-    assert server.stdout is not None
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        line = server.stdout.readline()
-        if not line:
-            raise SystemExit("the server exited before it was ready; see the log above")
-        if line.startswith("jobwire serving on port"):
-            return int(line.rsplit(" ", 1)[1])
-    raise SystemExit("the server did not start in time")
 
 
 def _stop_on_sigterm() -> None:
@@ -109,7 +149,7 @@ def examples(results: Path) -> dict[str, dict[str, object]]:
     }
 
 
-def print_howto(target: str, results: Path) -> None:
+def print_howto(target: str, results: Path, gateway_url: str | None) -> None:
     jobctl = f"jobctl --target {target}"
     print("\njobwire is running: JobService, WorkerService and AdminService on", target)
     print("with one example worker (frames, csv_import, report). In another terminal:\n")
@@ -120,10 +160,19 @@ def print_howto(target: str, results: Path) -> None:
     print(f"  {jobctl} get JOB_NO            {jobctl} cancel JOB_NO")
     print(f"  {jobctl} result JOB_NO -o FILE  (a READY job's result, kept by the server)")
     print(f"  {jobctl} events JOB_NO         {jobctl} inspect         {jobctl} workers")
-    print("\nThe pages (jobs, one job live, evidence): in a third terminal")
-    print(f"  JOBWIRE_TARGET={target} .venv/bin/python -m jobwire.gateway")
-    print("  then open http://127.0.0.1:8080 and sign in with any token (this server has no auth file)")
-    print("\nCtrl-C (or SIGTERM) stops both processes; if either dies, this stops too.\n", flush=True)
+    if gateway_url is not None:
+        print(f"\nThe pages (my jobs, one job live, evidence): open {gateway_url}")
+        print(f"  and {signin_hint(os.environ.get('JOBWIRE_AUTH_FILE'))}")
+    print("\nCtrl-C (or SIGTERM) stops every process; if one dies, this stops too.\n", flush=True)
+
+
+def signin_hint(auth_file: str | None) -> str:
+    """How to sign in to the gateway in front of this server (the server reads JOBWIRE_AUTH_FILE too)."""
+    if auth_file:
+        return f"sign in with a client token from {auth_file} (an admin one for the evidence page)"
+    # Without an auth file the server takes any bearer token as the tenant "default" with
+    # every role; the sign-in form only needs one that is not empty.
+    return 'sign in with any token, such as dev (no auth file: every token is the tenant "default", evidence included)'
 
 
 def demo(target: str, results: Path) -> int:
@@ -170,15 +219,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo", action="store_true", help="run the examples and a cancel, then stop")
     parser.add_argument("--listen", default=os.environ.get("JOBWIRE_LISTEN", "127.0.0.1:50051"))
     parser.add_argument("--database-url", default=os.environ.get("JOBWIRE_DATABASE_URL", "sqlite:///var/jobwire.db"))
+    parser.add_argument(
+        "--gateway-listen",
+        default=os.environ.get("JOBWIRE_GATEWAY_LISTEN") or GATEWAY_LISTEN,
+        help="where the web gateway serves the pages (a free port instead if another program holds it)",
+    )
+    parser.add_argument("--no-gateway", action="store_true", help="do not start the web gateway")
     args = parser.parse_args(argv)
     results = Path("var/demo").resolve()
     results.mkdir(parents=True, exist_ok=True)
     _stop_on_sigterm()
     try:
-        with service_pair(args.listen, args.database_url) as pair:
+        gateway_listen = None if args.demo or args.no_gateway else args.gateway_listen
+        with service_pair(args.listen, args.database_url, gateway_listen) as pair:
             if args.demo:
                 return demo(pair.target, results)
-            print_howto(pair.target, results)
+            print_howto(pair.target, results, pair.gateway_url)
             while (ended := pair.ended()) is None:
                 time.sleep(WATCH_INTERVAL_S)
             print(f"\n{ended}; stopping", file=sys.stderr, flush=True)

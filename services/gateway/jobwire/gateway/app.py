@@ -44,6 +44,7 @@ def build_app(settings: GatewaySettings) -> Starlette:
             Route("/lang/{locale}", routes.choose_language),
             Route("/jobs", routes.jobs_page),
             Route("/live", routes.jobs_stream),
+            Route("/live/jobs", routes.jobs_page_stream),
             Route("/jobs/{job_no}", routes.job_page),
             Route("/jobs/{job_no}/result", routes.download),
             Route("/jobs/{job_no}/cancel", routes.cancel, methods=["POST"]),

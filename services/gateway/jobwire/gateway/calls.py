@@ -54,9 +54,9 @@ class Calls:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
-    async def list_jobs(self, statuses: Iterable[int] = ()) -> list[job_pb2.Job]:
+    async def list_jobs(self, statuses: Iterable[int] = (), page_size: int = PAGE_SIZE) -> list[job_pb2.Job]:
         """The first page of the caller's jobs, newest first as the server lists them."""
-        request = job_pb2.ListJobsRequest(statuses=list(statuses), page_size=PAGE_SIZE, locale=self.locale)  # type: ignore[arg-type]
+        request = job_pb2.ListJobsRequest(statuses=list(statuses), page_size=page_size, locale=self.locale)  # type: ignore[arg-type]
         reply = await self._unary(self._jobs.ListJobs(request, timeout=CALL_TIMEOUT_S))
         return list(reply.jobs)
 

@@ -49,3 +49,8 @@ def page(request: Request, name: str, *, status_code: int = 200, **context: Any)
     )
     response.headers.update({**PAGE_HEADERS, "Content-Language": locale})
     return response
+
+
+def fragment(name: str, **context: Any) -> str:
+    """A piece of a page (such as a jobs table row, `_job_row.html`) on its own, autoescaped like a page."""
+    return TEMPLATES.get_template(name).render(context)

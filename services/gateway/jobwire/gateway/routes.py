@@ -103,13 +103,23 @@ async def job_page(request: Request) -> Response:
 
 
 async def jobs_stream(request: Request) -> Response:
-    """Live updates of the listed jobs (`?job=…` repeated), or of one job (`?job=…&one=1`)."""
+    """Live updates of the jobs named (`?job=…` repeated), or of one job's page (`?job=…&one=1`)."""
     job_nos = request.query_params.getlist("job")[:1000]
     calls = calls_for(request)
     if not job_nos:
         await calls.close()
         return Response(status_code=204)  # nothing to watch: the browser stops asking
     events = sse.job_events(calls, calls.watch(job_nos), until_terminal=request.query_params.get("one") == "1")
+    return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+
+
+async def jobs_page_stream(request: Request) -> Response:
+    """The jobs page's updates: the listed jobs (`job=`, not ended; `seen=`, ended) and new ones."""
+    chosen = _status_filter(request)
+    params = request.query_params
+    jobs = sse.NewJobs(params.getlist("job")[: sse.MAX_WATCHED], params.getlist("seen")[: sse.MAX_WATCHED])
+    statuses = [job_pb2.Job.Status.Value(chosen)] if chosen else []
+    events = sse.page_events(calls_for(request), statuses, jobs)
     return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
 
 

@@ -1,10 +1,11 @@
 // Live updates: one EventSource per page, fed by the gateway's WatchJobs stream.
 // Every update carries the whole view of a job; this only copies it onto the page.
+// The jobs page's stream also sends the rows of new jobs (`listed`), placed in the server's order.
 (function () {
   "use strict";
   var script = document.currentScript;
   var url = script && script.dataset.stream;
-  if (!url || !window.EventSource || url.indexOf("job=") < 0) { return; }
+  if (!url || !window.EventSource) { return; }
   var note = document.querySelector(".live-only");
   if (note) { note.hidden = false; }
 
@@ -32,7 +33,43 @@
     });
   }
 
+  function rowOf(jobNo) {
+    return document.querySelector('#jobs tbody [data-job="' + CSS.escape(jobNo) + '"]');
+  }
+
+  // The first row of `order` from `i` on, stepping by `step`, that the page shows.
+  function shown(order, i, step) {
+    for (; i >= 0 && i < order.length; i += step) {
+      var row = rowOf(order[i]);
+      if (row) { return row; }
+    }
+    return null;
+  }
+
+  // New rows (rendered and escaped by the gateway) go before the next listed row the page
+  // shows, else after the previous one, else first: newest first, as a reload would list them.
+  function insert(listed) {
+    var body = document.querySelector("#jobs tbody");
+    if (!body) { return; }
+    var html = {};
+    listed.rows.forEach(function (row) { html[row.job_no] = row.html; });
+    for (var i = listed.order.length - 1; i >= 0; i--) {
+      var jobNo = listed.order[i];
+      if (!html[jobNo] || rowOf(jobNo)) { continue; }  // a reconnect lists again what is shown
+      var made = document.createElement("template");
+      made.innerHTML = html[jobNo].trim();
+      var row = made.content.firstElementChild;
+      var next = shown(listed.order, i + 1, 1);
+      var previous = next ? null : shown(listed.order, i - 1, -1);
+      if (next) { body.insertBefore(row, next); } else if (previous) { previous.after(row); } else { body.prepend(row); }
+    }
+    document.getElementById("jobs").hidden = false;
+    var empty = document.getElementById("empty");
+    if (empty) { empty.hidden = true; }
+  }
+
   var source = new EventSource(url);
+  source.addEventListener("listed", function (e) { insert(JSON.parse(e.data)); });
   var one = url.indexOf("one=1") >= 0;
   source.addEventListener("job", function (e) {
     var view = JSON.parse(e.data);

@@ -22,7 +22,7 @@ from jobwire.db.reads import clock
 from jobwire.db.retention import ExpiredArtifact, Retention
 from jobwire.db.store import JobStore, Submit
 from jobwire.db.tables import artifact as artifact_table
-from jobwire.db.tables import job, job_event
+from jobwire.db.tables import job, job_dependency, job_event
 from jobwire.domain.commands import NewJob
 from jobwire.domain.states import Status
 from jobwire.runtime.settings import Settings
@@ -171,3 +171,22 @@ def test_retention_settings_come_from_the_environment() -> None:
     assert days == (30, 30, 90)
     forever = Retention.days(ready=0, cancelled=1.5, failed=-1).by_status()
     assert forever == {Status.CANCELLED: timedelta(days=1.5)}  # zero or less: never purged
+
+
+async def test_purged_jobs_leave_no_dependency_edges(serve) -> None:  # type: ignore[no-untyped-def]
+    s = await serve(reaper_interval_seconds=0)
+    store: JobStore = s.runtime.store
+    first = await submit(s)
+    then = await submit(s, depends_on=[first.job_no])
+    for _ in range(2):  # `first`, then `then` once it may run
+        [lease] = await claim(s)
+        request = worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token, result=artifact())
+        assert (await s.workers.Complete(request)).status == job_pb2.Job.READY
+    nos = [first.job_no, then.job_no]
+    with store.db.engine.begin() as conn:
+        conn.execute(sa.update(job).where(job.c.job_no.in_(nos)).values(finished_at=clock(conn) - timedelta(days=31)))
+        assert conn.execute(sa.select(sa.func.count()).select_from(job_dependency)).scalar_one() == 1
+    purged = await asyncio.to_thread(store.purge_expired, Retention(), lambda expired: None)
+    assert purged.jobs == 2
+    with store.db.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(job_dependency)).scalar_one() == 0

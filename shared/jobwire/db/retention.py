@@ -1,4 +1,4 @@
-"""Retention: terminal jobs, their events and artifact rows go once past their time.
+"""Retention: terminal jobs, their events, artifact and dependency rows go once past their time.
 
 Per status, counted from `finished_at` by the database clock (defaults: READY and
 CANCELLED 30 days, FAILED 90). The work goes in small batches, each a short read and a
@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 
 from jobwire.db.engine import Database
 from jobwire.db.reads import clock
-from jobwire.db.tables import artifact, job, job_event
+from jobwire.db.tables import artifact, job, job_dependency, job_event
 from jobwire.domain.errors import InvalidTransition, JobNotFound
 from jobwire.domain.states import Status
 
@@ -135,10 +135,21 @@ def purge(conn: Connection, status: Status, job_ids: Sequence[int], keep: timede
     ids = list(conn.execute(query.with_for_update(skip_locked=skip_locked)).scalars())
     if not ids:
         return Purged(batches=1)
-    events = conn.execute(sa.delete(job_event).where(job_event.c.job_id.in_(ids))).rowcount
-    artifacts = conn.execute(sa.delete(artifact).where(artifact.c.job_id.in_(ids))).rowcount
+    events, artifacts = _delete_rows_of(conn, ids)
     jobs = conn.execute(sa.delete(job).where(job.c.id.in_(ids), job.c.status == status.value)).rowcount
     return Purged(jobs=jobs, events=events, artifacts=artifacts, batches=1)
+
+
+def _delete_rows_of(conn: Connection, ids: Sequence[int]) -> tuple[int, int]:
+    """Delete what belongs to these (locked, terminal) jobs besides their own rows: events,
+    artifact rows, and dependency edges either way (a terminal job waits for nothing, and a
+    job that depended on it was settled when it ended). The events and artifacts deleted."""
+    ids = list(ids)
+    events = conn.execute(sa.delete(job_event).where(job_event.c.job_id.in_(ids))).rowcount
+    artifacts = conn.execute(sa.delete(artifact).where(artifact.c.job_id.in_(ids))).rowcount
+    conn.execute(sa.delete(job_dependency).where(job_dependency.c.job_id.in_(ids)))
+    conn.execute(sa.delete(job_dependency).where(job_dependency.c.depends_on_id.in_(ids)))
+    return events, artifacts
 
 
 def purge_expired(
@@ -220,6 +231,5 @@ def _delete_rows(conn: Connection, job_id: int, job_no: str) -> None:
         raise JobNotFound()
     if not Status(status).terminal:
         raise InvalidTransition(f"job {job_no} has not finished; cancel it first, or wait for it")
-    conn.execute(sa.delete(job_event).where(job_event.c.job_id == job_id))
-    conn.execute(sa.delete(artifact).where(artifact.c.job_id == job_id))
+    _delete_rows_of(conn, [job_id])
     conn.execute(sa.delete(job).where(job.c.id == job_id))

@@ -198,3 +198,15 @@ async def test_a_shared_fleet_token_may_not_submit(fleet: Fleet) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await fleet.served.jobs.Submit(request, metadata=FLEET.metadata)
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_tenants_operator_sees_the_shared_fleet_that_serves_its_queue(fleet: Fleet) -> None:
+    await fleet.submit("a")
+    await fleet.submit("b")
+    assert len(await fleet.claim(max_jobs=2)) == 2  # the fleet holds a lease of each tenant
+    idle = worker_pb2.ClaimRequest(worker_id="b-own", job_types=[worker_pb2.JobTypeSpec(name="frames")])
+    await fleet.served.workers.Claim(idle, metadata=fleet.workers["b"].metadata)  # b's own worker, nothing left
+    for tenant, expected in (("a", {"fleet-1": (True, 1)}), ("b", {"fleet-1": (True, 1), "b-own": (False, 0)})):
+        request = admin_pb2.ListWorkersRequest()
+        listed = await fleet.served.admin.ListWorkers(request, metadata=fleet.admins[tenant].metadata)
+        assert {w.worker_id: (w.shared_fleet, w.leases_held) for w in listed.workers} == expected

@@ -370,8 +370,8 @@ def cmd_workers(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.admin() as admin:
         workers = list(admin.list_workers(queue=args.queue))
     if ctx.as_json:
-        # proto3 JSON leaves a false `live` out; a script reading it should not have to know that
-        ctx.emit([{**render.to_json(w), "live": w.live} for w in workers])
+        # proto3 JSON leaves a false bool out; a script reading it should not have to know that
+        ctx.emit([{**render.to_json(w), "live": w.live, "shared_fleet": w.shared_fleet} for w in workers])
     else:
         ctx.out.print(render.workers_table(workers))
     return EXIT_OK

@@ -313,7 +313,7 @@ def workers_table(workers: Iterable[admin_pb2.WorkerInfo]) -> Table:
     table = _table("WORKER", "STATE", "QUEUES", "JOB TYPES", "LAST SEEN", "LEASES")
     for w in workers:
         table.add_row(
-            w.worker_id,
+            f"{w.worker_id} (shared fleet)" if w.shared_fleet else w.worker_id,
             Text("live", style="green") if w.live else Text("gone", style="dim"),
             ", ".join(w.queues) or DASH,
             ", ".join(w.job_types) or DASH,

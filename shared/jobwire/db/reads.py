@@ -293,10 +293,11 @@ def _event(row: Row) -> JobEvent:
 def list_workers(
     conn: Connection, tenant: str, queue: str, page_size: int, page_token: str, gone_after: timedelta
 ) -> tuple[list[WorkerInfo], str]:
-    """A page of the tenant's workers by id (of those serving `queue`, if given), with leases held;
-    live: seen within `gone_after` by the database clock."""
+    """A page of the workers that serve the tenant, its own and shared fleets' (of those serving
+    `queue`, if given), by id, with the leases each holds of its jobs; live: seen within
+    `gone_after` by the database clock."""
     after = decode_worker_token(page_token)
-    clauses = [worker_table.c.tenant == tenant, worker_table.c.worker_id > after]
+    clauses = [worker_table.c.tenant.in_([tenant, EVERY_TENANT]), worker_table.c.worker_id > after]
     if queue:
         # queues is a JSON list of names; names hold no quote, so '"name"' matches one whole entry
         clauses.append(worker_table.c.queues.contains(f'"{queue}"', autoescape=True))
@@ -324,6 +325,7 @@ def list_workers(
             last_seen_at=r["last_seen_at"],
             leases_held=counts.get(r["worker_id"], 0),
             live=now - r["last_seen_at"] <= gone_after,
+            shared_fleet=r["tenant"] == EVERY_TENANT,
         )
         for r in rows
     ]

@@ -144,3 +144,4 @@ class WorkerInfo:
     last_seen_at: datetime
     leases_held: int
     live: bool  # seen within the time after which its leases would be lost
+    shared_fleet: bool = False  # serves every tenant (auth file tenant = "*"), this one among them

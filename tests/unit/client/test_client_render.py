@@ -175,6 +175,12 @@ def test_workers_are_marked_live_or_gone() -> None:
     assert [line.split()[:2] for line in lines[1:]] == [["w-live", "live"], ["w-gone", "gone"]]
 
 
+def test_a_shared_fleets_worker_says_so() -> None:
+    fleet = admin_pb2.WorkerInfo(worker_id="fleet-1", live=True, shared_fleet=True)
+    (line,) = text_of(render.workers_table([fleet])).splitlines()[1:]
+    assert line.split()[:4] == ["fleet-1", "(shared", "fleet)", "live"]
+
+
 def test_elapsed_runs_from_submit_to_now_then_to_the_end() -> None:
     submitted = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     job = running(5, created_at=timestamp(submitted))

@@ -60,6 +60,7 @@ async def evidence_page(request: Request) -> Response:
                 "job_types": ", ".join(w.job_types),
                 "last_seen": fmt_time(w.last_seen_at, short=True),
                 "leases": w.leases_held,
+                "shared_fleet": w.shared_fleet,
             }
             for w in workers
         ],

@@ -65,6 +65,7 @@ CATALOG: dict[str, dict[str, str]] = {
     "col_job_types": {"en": "Job types", "zh-CN": "任务类型"},
     "col_last_seen": {"en": "Last seen", "zh-CN": "最后出现"},
     "col_leases": {"en": "Leases held", "zh-CN": "持有租约"},
+    "shared_fleet": {"en": "shared fleet", "zh-CN": "共享处理程序组"},
     "trail": {"en": "Event trail", "zh-CN": "事件记录"},
     "trail_of": {"en": "Event trail of {job_no}", "zh-CN": "{job_no} 的事件记录"},
     "trail_show": {"en": "Show trail", "zh-CN": "查看记录"},

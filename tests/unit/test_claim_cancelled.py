@@ -16,6 +16,7 @@ from jobwire.domain.lease import Lease
 from jobwire.domain.stages import DEFAULT_PLAN
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.metrics import Metrics
+from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.wakeup import Wakeup
 from jobwire.worker.server.leasing import Leasing
 
@@ -59,7 +60,7 @@ def _applied(store: SlowStore) -> Callable[[], Awaitable[list[object]]]:
 
 def _leasing(store: SlowStore) -> tuple[Leasing, Batcher[Work, object]]:
     commits: Batcher[Work, object] = Batcher(store.apply, lanes=2, max_items=10)
-    return Leasing(store, commits, Wakeup(), metrics=Metrics()), commits  # type: ignore[arg-type]
+    return Leasing(store, commits, Wakeup(), blocking=Blocking(1), metrics=Metrics()), commits  # type: ignore[arg-type]
 
 
 async def test_a_cancelled_claim_releases_what_it_leased() -> None:

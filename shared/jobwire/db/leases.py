@@ -33,7 +33,7 @@ from jobwire.db.rows import (
     review_of,
     review_values,
 )
-from jobwire.db.turns import Turns, list_tenants
+from jobwire.db.turns import Turns
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
@@ -145,11 +145,7 @@ async def _shared_candidates(
     """A shared fleet's claim: round-robin across the tenants with runnable jobs, queue by
     queue, from the tenant after the one served last; the best jobs of each tenant first."""
     types = sorted(who.plans)
-    orders = {}
-    for queue in who.queues:
-        if turns.due(queue):
-            turns.listed(queue, types, await list_tenants(wire, queue, types))
-        orders[queue] = turns.order(queue, types)
+    orders = {queue: turns.order(queue, types) for queue in who.queues}
     # Known limits first, in (tenant, queue) order like every claim: no deadlock between them.
     known = sorted((t, q) for q, order in orders.items() for t, _ in order if budgets.limited.known(t, q))
     for tenant, queue in known:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,7 +41,7 @@ from jobwire.db.job_numbers import JobNumbers
 from jobwire.db.migrate import check_current, upgrade
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
-from jobwire.db.turns import Turns
+from jobwire.db.turns import Turns, runnable_tenants
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.census import Census
@@ -292,6 +293,14 @@ class JobStore:
         self, tenant: str, queue: str, page_size: int, page_token: str, gone_after: timedelta
     ) -> tuple[list[WorkerInfo], str]:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token, gone_after))
+
+    def list_turns(self, queues: Sequence[str], job_types: Sequence[str]) -> None:
+        """List again which tenants have runnable jobs in those of `queues` due for it (a shared
+        fleet's turns, jobwire.db.turns): a read of its own, before the claim."""
+        for queue in queues:
+            if self.turns.due(queue):
+                found = self.db.read(partial(runnable_tenants, queue=queue, job_types=job_types))
+                self.turns.listed(queue, job_types, found)
 
     def queue_limits(self, tenant: str, queue: str) -> QueueLimits:
         return self.db.read(lambda c: queue_limits.get(c, tenant, queue))

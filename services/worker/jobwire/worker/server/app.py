@@ -13,7 +13,9 @@ from jobwire.worker.server.servicer import WorkerServicer
 def add_worker_service(rt: Runtime) -> None:
     """WorkerService and its runnable-work watcher (call inside the running loop)."""
     RunnableWatcher(rt.tail, rt.wakeup, rt.store.now)
-    leasing = Leasing(rt.store, rt.commits, rt.wakeup, metrics=rt.host.metrics, tenants=rt.host.tenants)
+    leasing = Leasing(
+        rt.store, rt.commits, rt.wakeup, blocking=rt.blocking, metrics=rt.host.metrics, tenants=rt.host.tenants
+    )
     kept = Results(rt.store, rt.blocking, rt.results, leasing, max_inline=rt.settings.max_inline_result_bytes)
     servicer = WorkerServicer(leasing, rt.settings, kept)
     name = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name

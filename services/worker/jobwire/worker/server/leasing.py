@@ -26,6 +26,7 @@ from jobwire.domain.review import ReviewRequest
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.metrics import Metrics
+from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.shares import TenantShares
 from jobwire.runtime.wakeup import Waiter, Wakeup
 
@@ -56,11 +57,19 @@ class TooManyWaitingClaims(ResourceExhausted):
 
 class Leasing:
     def __init__(
-        self, store: JobStore, commits: Batcher[Work, Any], wakeup: Wakeup, *, metrics: Metrics, tenants: int = 1
+        self,
+        store: JobStore,
+        commits: Batcher[Work, Any],
+        wakeup: Wakeup,
+        *,
+        blocking: Blocking,
+        metrics: Metrics,
+        tenants: int = 1,
     ) -> None:
         self.store = store
         self.commits = commits
         self.wakeup = wakeup
+        self.blocking = blocking  # the store's reads, on the database threads
         self.metrics = metrics  # the server's: counts the claims waiting here (jobwire_claims_waiting)
         # Long polls are held per tenant share: one tenant's thousands of idle workers must
         # not leave another's without a place to wait (jobwire.runtime.shares).
@@ -74,6 +83,10 @@ class Leasing:
         deadline = time.monotonic() + wait_s
         woken: Waiter | None = None
         while True:
+            if who.shared and any(self.store.turns.due(queue) for queue in who.queues):
+                # Whose turn it is needs to know who has work: listed by a read of its own,
+                # never inside the claim's transaction (jobwire.db.turns).
+                await self.blocking(self.store.list_turns, who.queues, sorted(who.plans))
             work = Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id), kinds=self._kinds_due(who))
             try:
                 leases = await self._claim_once(who, work)

@@ -79,7 +79,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
                "--on-no-progress", "--run-after", "--watch", "--depends-on"},
     "get": set(),
     "cancel": set(),
-    "retry": set(),
+    "retry": {"--failed", "--type", "--owner", "--queue", "--category", "--limit", "--dry-run"},
     "resolve": {"--note"},
     "watch": {"--after-version"},
     "result": {"--output"},  # against a server in tests/e2e/test_results_processes.py
@@ -342,9 +342,17 @@ class Worker:
         request = worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token, result=result)
         return self.stub.Complete(request, metadata=self.metadata, timeout=30)
 
-    def fail(self, lease: worker_pb2.Lease, *, retryable: bool, message: str, detail: str = "") -> Job:
+    def fail(
+        self,
+        lease: worker_pb2.Lease,
+        *,
+        retryable: bool,
+        message: str,
+        detail: str = "",
+        category: int = job_pb2.JobError.INPUT_INVALID,
+    ) -> Job:
         request = worker_pb2.FailRequest(
-            job_no=lease.job_no, worker_token=lease.worker_token, category=job_pb2.JobError.INPUT_INVALID,
+            job_no=lease.job_no, worker_token=lease.worker_token, category=category,
             message=message, retryable=retryable, detail=detail,
         )  # fmt: skip
         return self.stub.Fail(request, metadata=self.metadata, timeout=30)
@@ -1013,6 +1021,42 @@ def test_retry_queues_a_retryable_failure_again_and_refuses_the_rest(stack: Stac
     stack.worker.fail(lease, retryable=False, message="The input file is empty.")
     assert_clean_error(stack.jobctl("retry", final), 4, "FAILED_PRECONDITION", "NOT_RETRYABLE")
     assert stack.get(final).status == Job.FAILED
+
+
+def test_retry_failed_queues_every_matching_retryable_failure_again(stack: Stack) -> None:
+    """After an outage: every FAILED job the outage failed, and only those, queued again."""
+    job_type, other_type = fresh_type("outage"), fresh_type("outage-other")
+    down = job_pb2.JobError.DEPENDENCY_FAILED
+
+    def failed(kind: str, *, retryable: bool = True, category: int = down, queue: str = "default") -> str:
+        job_no = stack.submit(kind, max_attempts=1, queue=queue)
+        lease = stack.worker.claim(kind, queues=(queue,))
+        stack.worker.fail(lease, retryable=retryable, message="The payment service did not answer.", category=category)
+        return job_no
+
+    hit = [failed(job_type), failed(job_type)]
+    spared = [
+        failed(job_type, retryable=False),  # the worker said a retry would fail again
+        failed(job_type, category=job_pb2.JobError.INPUT_INVALID),  # failed another way
+        failed(job_type, queue="narrow"),  # another queue
+        failed(other_type),  # another job type
+    ]
+    scope = ["--failed", "--type", job_type, "--queue", "default", "--category", "dependency_failed"]
+    dry = stack.jobctl("--json", "retry", *scope, "--dry-run")
+    assert dry.code == 0, dry
+    assert sorted(dry.json()["retried"]) == sorted(hit) and dry.json()["dry_run"] is True
+    assert {stack.get(job_no).status for job_no in hit} == {Job.FAILED}  # a dry run changes nothing
+
+    run = stack.jobctl("retry", *scope)
+    assert run.code == 0, run
+    assert run.out.rstrip().endswith("retried 2 FAILED, retryable job(s)")
+    assert all(job_no in run.out for job_no in hit)
+    assert {stack.get(job_no).status for job_no in hit} == {Job.QUEUED}
+    assert {stack.get(job_no).status for job_no in spared} == {Job.FAILED}
+    again = stack.jobctl("--json", "retry", *scope)  # nothing FAILED is left to match
+    assert again.json() == {"retried": [], "skipped": [], "dry_run": False}
+    usage = stack.jobctl("retry", hit[0], "--type", job_type)
+    assert usage.code == 2 and "--type go with --failed" in usage.err
 
 
 def test_cancel_is_refused_once_a_job_is_done_or_delivering(stack: Stack) -> None:

@@ -121,8 +121,22 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, job_common:
     _on_one(sub, common, "job_no", [
         ("get", c.cmd_get, "show a job"),
         ("cancel", c.cmd_cancel, "ask a job to stop"),
-        ("retry", c.cmd_retry, "queue a FAILED, retryable job again"),
     ])  # fmt: skip
+    p = sub.add_parser("retry", parents=[common], help="queue a FAILED, retryable job again, or all such jobs")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("job_no", nargs="?")
+    which.add_argument(
+        "--failed", action="store_true", help="every FAILED, retryable job of yours the options below match"
+    )
+    p.add_argument("--type", default="", help="with --failed: of this job type")
+    p.add_argument("--owner", default="", help="with --failed: of this owner")
+    p.add_argument("--queue", default="", help="with --failed: in this queue")
+    p.add_argument(
+        "--category", type=str.upper, choices=c.RETRYABLE_CATEGORIES, help="with --failed: that failed this way"
+    )
+    p.add_argument("--limit", type=c.count_arg, default=1000, help="with --failed: at most this many (default 1000)")
+    p.add_argument("--dry-run", action="store_true", help="with --failed: list them, retry none")
+    p.set_defaults(handler=c.cmd_retry)
     p = sub.add_parser("resolve", parents=[common], help="decide on a job WAITING for review")
     p.add_argument("job_no")
     p.add_argument(

@@ -20,7 +20,7 @@ from jobwire.client import render
 from jobwire.client.admin import AdminClient
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.convert import finding_kind, status_value
-from jobwire.client.errors import ClientError, from_rpc_error
+from jobwire.client.errors import ClientError, FailedPreconditionError, NotFoundError, from_rpc_error
 from jobwire.client.job_calls import Timeouts
 from jobwire.client.jobs import JobClient
 from jobwire.client.live import WatchView
@@ -28,6 +28,9 @@ from jobwire.client.retry import RetrySettings, Sleep
 from jobwire.domain.view import STATUS_LABELS
 from jobwire.v1 import job_pb2
 
+# Error categories a worker may report as retryable (REJECTED, a person's no, never is).
+_CATEGORIES = job_pb2.JobError.Category.keys()
+RETRYABLE_CATEGORIES = [name for name in _CATEGORIES if name not in ("CATEGORY_UNSPECIFIED", "REJECTED")]
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -248,8 +251,48 @@ def cmd_cancel(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_retry(ctx: Context, args: argparse.Namespace) -> int:
+    filters = [f"--{name}" for name in ("type", "owner", "queue", "category") if getattr(args, name)]
+    if args.job_no is not None and (filters or args.dry_run):
+        ctx.err.print(f"jobctl: {' '.join(filters + (['--dry-run'] if args.dry_run else []))} go with --failed")
+        return EXIT_USAGE
     with ctx.jobs() as client:
-        _show_job(ctx, client.retry(args.job_no))
+        if args.job_no is not None:
+            _show_job(ctx, client.retry(args.job_no))
+            return EXIT_OK
+        return _retry_failed(ctx, client, args)
+
+
+def _retry_failed(ctx: Context, client: JobClient, args: argparse.Namespace) -> int:
+    """Every FAILED, retryable job the filters match, queued again one by one (after an outage,
+    say). Listed first, then retried: a job that changed meanwhile (retried by someone else,
+    deleted) is counted and skipped, never an error."""
+    listed = client.list_jobs(
+        owner=args.owner, statuses=[job_pb2.Job.FAILED], job_type=args.type, page_size=500, limit=None
+    )
+    due = [
+        job
+        for job in listed
+        if job.error.retryable
+        and (not args.queue or job.queue == args.queue)
+        and (not args.category or job.error.category == job_pb2.JobError.Category.Value(args.category))
+    ][: args.limit]
+    retried, skipped = [], []
+    for job in due:
+        if args.dry_run:
+            retried.append(job)
+            continue
+        try:
+            retried.append(client.retry(job.job_no))
+        except (FailedPreconditionError, NotFoundError):
+            skipped.append(job.job_no)  # retried, deleted or changed since it was listed
+    if ctx.as_json:
+        ctx.emit({"retried": [j.job_no for j in retried], "skipped": skipped, "dry_run": args.dry_run})
+        return EXIT_OK
+    if retried:
+        ctx.out.print(render.jobs_table(retried, ctx.locale))
+    verb = "would retry" if args.dry_run else "retried"
+    changed = f"; {len(skipped)} changed since they were listed" if skipped else ""
+    ctx.out.print(f"{verb} {len(retried)} FAILED, retryable job(s){changed}")
     return EXIT_OK
 
 

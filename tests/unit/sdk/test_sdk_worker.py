@@ -19,7 +19,7 @@ from sdk_support import FakeWorkerService, make_lease, rpc_error, unavailable
 from served import eventually
 
 from jobwire.v1 import job_pb2, worker_pb2
-from jobwire.worker.sdk import DependencyFailed, Handlers, JobContext, Result, Worker, WorkerConfig
+from jobwire.worker.sdk import DependencyFailed, Handlers, JobContext, Result, Worker, WorkerConfig, _runner
 from jobwire.worker.sdk._reporter import REPORT_INTERVAL_S
 from jobwire.worker.sdk._result import ResultStore
 
@@ -114,7 +114,11 @@ def results(config: WorkerConfig) -> list[Path]:
     return [p for p in config.results_dir.rglob("*") if p.is_file()] if config.results_dir.exists() else []
 
 
-async def test_a_returned_result_is_delivered_then_completed(config: WorkerConfig, fake: FakeWorkerService) -> None:
+async def test_a_returned_result_is_delivered_then_completed(
+    config: WorkerConfig, fake: FakeWorkerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # However slow this machine's fsync, the delivery ends within the (long) interval here.
+    monkeypatch.setattr(_runner, "REPORT_INTERVAL_S", 60.0)
     fake.pending.append(make_lease("PT-1", "write", b'{"n": 3}', stages=["PROCESSING", "DELIVERING"]))
     async with running(config, fake) as (worker, task):
         (complete,) = await fake.wait_for("Complete")
@@ -390,8 +394,9 @@ async def test_temp_output_is_gone_before_the_ending_is_sent(
 
 
 async def test_handlers_keep_running_while_the_server_is_unreachable(
-    config: WorkerConfig, fake: FakeWorkerService
+    config: WorkerConfig, fake: FakeWorkerService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(_runner, "REPORT_INTERVAL_S", 60.0)  # the last report is the handler's, not DELIVERING
     fake.fail_next("ReportStage", *[unavailable()] * 4)
     fake.fail_next("Heartbeat", *[unavailable()] * 4)
     fake.pending.append(make_lease("PT-1", "write", b'{"n": 60, "sleep": 0.01}', heartbeat_s=0.05))

@@ -9,7 +9,7 @@ Which tenants have runnable jobs costs a claim no statement of its own:
 - news of a runnable job (a submit here, a sibling's relay, the event tail: whatever wakes
   a waiting claim, jobwire.runtime.wakeup) names its tenant (`heard`);
 - a claim whose scan of a tenant finds nothing forgets it, unless news of it came after
-  the claim began (each key counts its news, `generation`);
+  the claim read the turns (each key counts its news; `forget` compares the counts);
 - before a queue's first shared claim, and every REFRESH_S after, a read of its own lists
   the tenants again with a skip scan on the claim index (one short statement per tenant
   that has jobs at all, outside any claim's transaction), for what no news announced here:

@@ -20,6 +20,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -1264,14 +1265,45 @@ def test_exit_5_when_jobwire_is_unreachable_or_too_slow(stack: Stack) -> None:
     run = Run(("--target", "127.0.0.1:1", "get"), unreachable.returncode, unreachable.stdout, unreachable.stderr)
     assert_clean_error(run, 5, "UNAVAILABLE", "is jobwire running at 127.0.0.1:1?")
     job_no = stack.submit(fresh_type("slow"))
-    too_slow, submit_too_slow, tls_to_plain_text = concurrently(
-        lambda: stack.jobctl("get", job_no, "--timeout", "0.000001"),
-        lambda: stack.jobctl("--timeout", "0.000001", "submit", "slow"),  # before the command: the call's
-        lambda: stack.jobctl("--tls", "get", job_no, "--timeout", "10"),  # this server speaks plain text
-    )
+    # Too slow: a server that took the connection and never answers (as a hung one would). A
+    # real one given a microsecond sometimes answered within it: gRPC keeps deadlines to the
+    # millisecond, and a quick Submit on loopback takes less.
+    with silent_server() as silent:
+        too_slow, submit_too_slow, tls_to_plain_text = concurrently(
+            lambda: stack.jobctl("--target", silent, "get", job_no, "--timeout", "0.5"),  # the later --target wins
+            lambda: stack.jobctl("--target", silent, "--timeout", "0.5", "submit", "slow"),  # the call's, there
+            lambda: stack.jobctl("--tls", "get", job_no, "--timeout", "10"),  # this server speaks plain text
+        )
     assert_clean_error(too_slow, 5, "DEADLINE_EXCEEDED")
     assert_clean_error(submit_too_slow, 5, "DEADLINE_EXCEEDED")
     assert_clean_error(tls_to_plain_text, 5, "UNAVAILABLE", f"is jobwire running at {stack.target}?")
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[str]:
+    """HOST:PORT of a listener that accepts connections and never says a word."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        acceptor.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
 
 
 def test_an_unreadable_ca_file_is_a_usage_error(stack: Stack) -> None:

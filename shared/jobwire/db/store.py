@@ -294,6 +294,10 @@ class JobStore:
     ) -> tuple[list[WorkerInfo], str]:
         return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token, gone_after))
 
+    def turns_due(self, queues: Sequence[str]) -> bool:
+        """Whether a shared fleet's claim of `queues` must first list whose turn it is (`list_turns`)."""
+        return any(self.turns.due(queue) for queue in queues)
+
     def list_turns(self, queues: Sequence[str], job_types: Sequence[str]) -> None:
         """List again which tenants have runnable jobs in those of `queues` due for it (a shared
         fleet's turns, jobwire.db.turns): a read of its own, before the claim."""

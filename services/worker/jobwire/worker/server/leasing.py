@@ -83,7 +83,7 @@ class Leasing:
         deadline = time.monotonic() + wait_s
         woken: Waiter | None = None
         while True:
-            if who.shared and any(self.store.turns.due(queue) for queue in who.queues):
+            if who.shared and self.store.turns_due(who.queues):
                 # Whose turn it is needs to know who has work: listed by a read of its own,
                 # never inside the claim's transaction (jobwire.db.turns).
                 await self.blocking(self.store.list_turns, who.queues, sorted(who.plans))

@@ -81,6 +81,7 @@ async def test_an_owner_with_many_jobs_costs_queries_per_page_not_per_job(served
 
     later = Timestamp()
     later.FromDatetime(datetime.now(UTC) + timedelta(hours=1))
+    assert await claim(served, queues=["default", "q2"]) == []  # served: their places in line count
     count = OWNER_PAGE * 2 + 17
     for i in range(count):
         fields: dict[str, object] = {"owner": "many", "priority": i % 3}

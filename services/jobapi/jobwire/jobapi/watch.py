@@ -21,6 +21,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from jobwire.db.feed import OWNER_PAGE
@@ -221,7 +222,10 @@ class Watches:
             await box.until(self.feed.ready())
             unsubscribe = self.feed.subscribe_job(tenant, job_no, box)
             try:
-                start = await self._read(self.store.watch_start, tenant, job_no, after_version)
+                start = await self._read(
+                    partial(self.store.watch_start, no_worker_after=self.feed.no_worker_after),
+                    tenant, job_no, after_version,
+                )  # fmt: skip
                 if start is None:
                     raise JobNotFound()
                 current = Update.located(start.current)
@@ -232,7 +236,7 @@ class Watches:
                 sent = _Sent(locale)
                 if after_version > 0:
                     sent.last[job_no] = after_version
-                for update in [*map(Update.from_feed, start.missed), current]:
+                for update in [*await self.feed.updates(start.missed), current]:
                     if sent.fresh(update):
                         yield sent.mark(update)
                         if update.terminal:
@@ -261,14 +265,19 @@ class Watches:
                     # waits for one page, not for every job the owner has.
                     after = 0
                     while True:
-                        page = await self._read(self.store.owner_jobs, tenant, owner, after)
+                        page = await self._read(
+                            partial(self.store.owner_jobs, no_worker_after=self.feed.no_worker_after),
+                            tenant, owner, after,
+                        )  # fmt: skip
                         for located in page:
                             yield sent.mark(Update.located(located))
                         if len(page) < OWNER_PAGE:
                             break
                         after = page[-1].job_id
                 else:
-                    initial = await self._read(self.store.jobs_by_number, tenant, wanted)
+                    initial = await self._read(
+                        partial(self.store.jobs_by_number, no_worker_after=self.feed.no_worker_after), tenant, wanted
+                    )
                     if len(initial) != len(wanted):
                         raise JobNotFound()
                     for located in initial:
@@ -314,7 +323,7 @@ class Watches:
 
     async def _replay(self, job_id: int, after: int, upto: int | None) -> list[Update]:
         rows = await self._read(self.store.replay, job_id, after, upto)
-        return [Update.from_feed(r) for r in rows]
+        return await self.feed.updates(rows)
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         """A store read on the database thread pool."""

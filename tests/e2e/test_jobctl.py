@@ -1492,6 +1492,29 @@ def test_resolve_decides_on_a_waiting_job_that_list_finds_by_assignee(stack: Sta
     assert_usage_error(stack.jobctl("resolve", approved, "maybe"), "MAYBE")
 
 
+def test_list_status_words_select_queued_and_waiting_for_review_apart(stack: Stack) -> None:
+    """QUEUED reads "Queued" and WAITING "Waiting for review": a word selects one status."""
+    job_type = fresh_type("words")
+    waiting, queued = stack.submit(job_type), stack.submit(job_type)
+    lease = stack.worker.claim(job_type)  # the first in line goes to a reviewer; the other stays queued
+    assert lease.job_no == waiting
+    assert stack.worker.await_review(lease, "alice", ["Totals"]).status == Job.WAITING
+
+    def listed(*words: str) -> list[str]:
+        run = stack.jobctl("--json", "list", "--type", job_type, *(a for w in words for a in ("--status", w)))
+        assert run.code == 0, run
+        return [j["job_no"] for j in run.json()]
+
+    for word in ("Queued", "queued", "QUEUED", "排队中"):
+        assert listed(word) == [queued], word
+    for word in ("waiting for review", "Waiting for review", "waiting", "WAITING", "等待审核"):
+        assert listed(word) == [waiting], word
+    assert sorted(listed("Queued", "waiting for review")) == sorted([queued, waiting])
+    rows = {row["JOB"]: row["STATUS"] for row in table(stack.jobctl("list", "--type", job_type).out)}
+    assert rows == {queued: "Queued", waiting: "Waiting for review"}
+    assert_usage_error(stack.jobctl("list", "--status", "Waiting for"), "Waiting for")
+
+
 def test_submit_depends_on_waits_for_its_dependency(stack: Stack) -> None:
     first_type, then_type = fresh_type("dep-first"), fresh_type("dep-then")
     first = stack.submit(first_type)

@@ -21,8 +21,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 from jobwire.db.feed import OWNER_PAGE
 from jobwire.db.store import JobStore
@@ -32,6 +31,7 @@ from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.shares import TenantShares
 from jobwire.v1 import job_pb2
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 INBOX_LIMIT = 256
@@ -223,9 +223,8 @@ class Watches:
             unsubscribe = self.feed.subscribe_job(tenant, job_no, box)
             try:
                 start = await self._read(
-                    partial(self.store.watch_start, no_worker_after=self.feed.no_worker_after),
-                    tenant, job_no, after_version,
-                )  # fmt: skip
+                    self.store.watch_start, tenant, job_no, after_version, no_worker_after=self.feed.no_worker_after
+                )
                 if start is None:
                     raise JobNotFound()
                 current = Update.located(start.current)
@@ -266,9 +265,8 @@ class Watches:
                     after = 0
                     while True:
                         page = await self._read(
-                            partial(self.store.owner_jobs, no_worker_after=self.feed.no_worker_after),
-                            tenant, owner, after,
-                        )  # fmt: skip
+                            self.store.owner_jobs, tenant, owner, after, no_worker_after=self.feed.no_worker_after
+                        )
                         for located in page:
                             yield sent.mark(Update.located(located))
                         if len(page) < OWNER_PAGE:
@@ -276,7 +274,7 @@ class Watches:
                         after = page[-1].job_id
                 else:
                     initial = await self._read(
-                        partial(self.store.jobs_by_number, no_worker_after=self.feed.no_worker_after), tenant, wanted
+                        self.store.jobs_by_number, tenant, wanted, no_worker_after=self.feed.no_worker_after
                     )
                     if len(initial) != len(wanted):
                         raise JobNotFound()
@@ -325,10 +323,9 @@ class Watches:
         rows = await self._read(self.store.replay, job_id, after, upto)
         return await self.feed.updates(rows)
 
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """A store read on the database thread pool."""
-        read: Awaitable[T] = self.blocking(fn, *args)
-        return await read
+        return await self.blocking(fn, *args, **kwargs)
 
 
 def _one_scope(owner: str, job_nos: Sequence[str]) -> list[str]:

@@ -237,3 +237,22 @@ async def test_a_retry_of_a_kind_no_worker_serves_any_more_says_so_on_the_stream
         assert (later.status, later.display.detail, later.no_worker) == (job_pb2.Job.QUEUED, NO_WORKER, True)
         assert (await next_sse(lines, job_no))["detail"] == NO_WORKER
     call.cancel()
+
+
+async def test_a_later_message_of_a_job_waiting_for_dependencies_names_those_left(served: Served) -> None:
+    """A version records only how many dependencies are left; the stream names them, as Get does."""
+    first, second = [await submit_batch(served, ("frames", "default")) for _ in range(2)]
+    deps = [first.jobs[0].job_no, second.jobs[0].job_no]
+    request = job_pb2.SubmitRequest(job_type="frames", owner=OWNER, depends_on=deps)
+    waiting = (await served.jobs.Submit(request, metadata=CLIENT.metadata)).job.job_no
+    call = watch_status(served, waiting)
+    assert (await next_of(call, waiting)).display.detail == f"Queued · Waiting for {deps[0]}, {deps[1]}"
+    (lease,) = await claim(served, "frames")
+    done = worker_pb2.CompleteRequest(
+        job_no=lease.job_no, worker_token=lease.worker_token,
+        result=job_pb2.Artifact(uri="file:///results/out.bin", size_bytes=1, sha256="ab" * 32),
+    )  # fmt: skip
+    await served.workers.Complete(done, metadata=WORKER.metadata)
+    later = await next_of(call, waiting)
+    assert later.display.detail == (await get(served, waiting)).display.detail == f"Queued · Waiting for {deps[1]}"
+    call.cancel()

@@ -541,14 +541,14 @@ def test_submit_shows_the_job_number_and_sends_the_json_payload_as_typed(stack: 
     assert JOB_NO.fullmatch(job_no) and verb == "submitted", run
     shown = details(run.out)
     assert shown["job"] == job_no and shown["type"] == job_type and shown["queue"] == "default"
-    assert shown["status"] == "Waiting"
+    assert shown["status"] == "Queued"
     assert (shown["owner"], shown["labels"], shown["attempt"]) == ("alice", "env=ci, team=core", "0/5")
     assert shown["version"] == "1"
 
     got = stack.jobctl("--json", "get", job_no).json()
     assert (got["job_no"], got["status"], got["job_type"], got["priority"]) == (job_no, "QUEUED", job_type, 7)
     assert (got["labels"], got["owner"], got["max_attempts"]) == ({"team": "core", "env": "ci"}, "alice", 5)
-    assert got["display"]["status_label"] == "Waiting" and "queue_position" in got
+    assert got["display"]["status_label"] == "Queued" and "queue_position" in got
     assert "percent" not in got["progress"]
 
     lease = stack.worker.claim(job_type)
@@ -727,7 +727,7 @@ def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
         listed("--owner", "alice"),
         listed("--status", "CANCELLED"),
         listed("--status", "queued"),
-        listed("--status", "等待处理", "--status", "not COMPLETED"),  # the words shown: QUEUED, FAILED
+        listed("--status", "排队中", "--status", "not COMPLETED"),  # the words shown: QUEUED, FAILED
         listed("--status", "QUEUED", "--status", "CANCELLED"),
         listed("--owner", "bob", "--status", "CANCELLED"),
         listed("--limit", "2"),
@@ -745,7 +745,7 @@ def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
     text = stack.jobctl("list", "--type", job_type)
     rows = {row["JOB"]: row for row in table(text.out)}
     assert set(rows) == {*alice, bob}, text
-    assert rows[alice[0]]["STATUS"] == "Cancelled" and rows[bob]["STATUS"] == "Waiting"
+    assert rows[alice[0]]["STATUS"] == "Cancelled" and rows[bob]["STATUS"] == "Queued"
     assert {row["TYPE"] for row in rows.values()} == {job_type}
 
 
@@ -778,7 +778,7 @@ def test_watch_follows_a_job_to_ready_and_shows_its_result(stack: Stack) -> None
     job_type = fresh_type("watch-ready")
     job_no = stack.submit(job_type)
     watching = stack.watch("watch", job_no)
-    watching.wait_line(rf"^{job_no} Waiting")
+    watching.wait_line(rf"^{job_no} Queued")
     lease = stack.worker.claim(job_type)
     stack.worker.report(lease, "PREPARING", 5)
     line = watching.wait_line(rf"^{job_no} Processing · Preparing input .*\b5 units")
@@ -824,7 +824,7 @@ def test_submit_watch_exits_3_when_the_job_is_cancelled_while_queued(stack: Stac
     job_type = fresh_type("submit-watch")
     watching = stack.watch("submit", job_type, "--watch")
     job_no = watching.wait_line(r"^PT-\S+ submitted$").split()[0]
-    watching.wait_line(rf"^{job_no} Waiting")
+    watching.wait_line(rf"^{job_no} Queued")
     cancel = stack.jobctl("cancel", job_no)
     assert cancel.code == 0 and details(cancel.out)["status"] == "Cancelled", cancel
     assert watching.finish() == 3, watching.text + watching.err
@@ -876,7 +876,7 @@ def test_ctrl_c_stops_watching_with_130_and_the_job_keeps_running(stack: Stack) 
     job_type = fresh_type("watch-interrupt")
     job_no = stack.submit(job_type)
     watching = stack.watch("watch", job_no)
-    watching.wait_line(rf"^{job_no} Waiting")
+    watching.wait_line(rf"^{job_no} Queued")
     watching.proc.send_signal(signal.SIGINT)
     assert watching.finish() == 130, watching.text + watching.err
     assert watching.err.strip() == f"stopped watching; {job_no} keeps running"
@@ -1011,7 +1011,7 @@ def test_retry_queues_a_retryable_failure_again_and_refuses_the_rest(stack: Stac
     assert shown["retry"] == f"retryable: jobctl retry {retryable}"
     run = stack.jobctl("retry", retryable)
     assert run.code == 0, run
-    assert details(run.out)["status"] == "Waiting"
+    assert details(run.out)["status"] == "Queued"
     again = stack.worker.claim(job_type)
     assert (again.job_no, again.attempt) == (retryable, 2)
     running_again = stack.jobctl("retry", retryable)  # now RUNNING: nothing to retry
@@ -1140,7 +1140,7 @@ def test_inspect_lists_a_stalled_lease_and_requeue_hands_the_job_back(stack: Sta
 
     requeued = stack.jobctl("requeue", job_no, "--reason", "worker host died", token=ADMIN)
     assert requeued.code == 0, requeued
-    assert details(requeued.out)["status"] == "Waiting"
+    assert details(requeued.out)["status"] == "Queued"
     events = stack.jobctl("--json", "events", job_no, token=ADMIN).json()
     assert events[-1]["kind"] == "REQUEUED" and events[-1]["detail"] == "worker host died"
     with pytest.raises(grpc.RpcError) as late:  # the old lease can never write again
@@ -1168,7 +1168,7 @@ def test_requeue_prints_labels_in_the_asked_locale(stack: Stack, stalled: Stalle
     job_no = stalled.job_no
     run = stack.jobctl("--locale", "zh-CN", "requeue", job_no, "--reason", "x", token=ADMIN)
     assert run.code == 0, run
-    assert details(run.out)["status"] == "等待处理", run
+    assert details(run.out)["status"] == "排队中", run
 
 
 def test_workers_lists_the_tenants_workers(stack: Stack) -> None:
@@ -1492,11 +1492,34 @@ def test_resolve_decides_on_a_waiting_job_that_list_finds_by_assignee(stack: Sta
     assert_usage_error(stack.jobctl("resolve", approved, "maybe"), "MAYBE")
 
 
+def test_list_status_words_select_queued_and_waiting_for_review_apart(stack: Stack) -> None:
+    """QUEUED reads "Queued" and WAITING "Waiting for review": a word selects one status."""
+    job_type = fresh_type("words")
+    waiting, queued = stack.submit(job_type), stack.submit(job_type)
+    lease = stack.worker.claim(job_type)  # the first in line goes to a reviewer; the other stays queued
+    assert lease.job_no == waiting
+    assert stack.worker.await_review(lease, "alice", ["Totals"]).status == Job.WAITING
+
+    def listed(*words: str) -> list[str]:
+        run = stack.jobctl("--json", "list", "--type", job_type, *(a for w in words for a in ("--status", w)))
+        assert run.code == 0, run
+        return [j["job_no"] for j in run.json()]
+
+    for word in ("Queued", "queued", "QUEUED", "排队中"):
+        assert listed(word) == [queued], word
+    for word in ("waiting for review", "Waiting for review", "waiting", "WAITING", "等待审核"):
+        assert listed(word) == [waiting], word
+    assert sorted(listed("Queued", "waiting for review")) == sorted([queued, waiting])
+    rows = {row["JOB"]: row["STATUS"] for row in table(stack.jobctl("list", "--type", job_type).out)}
+    assert rows == {queued: "Queued", waiting: "Waiting for review"}
+    assert_usage_error(stack.jobctl("list", "--status", "Waiting for"), "Waiting for")
+
+
 def test_submit_depends_on_waits_for_its_dependency(stack: Stack) -> None:
     first_type, then_type = fresh_type("dep-first"), fresh_type("dep-then")
     first = stack.submit(first_type)
     then = stack.submit_with_jobctl(then_type, "--depends-on", first)
-    assert f"waiting for its dependencies ({first})" in details(stack.jobctl("get", then).out)["progress"]
+    assert details(stack.jobctl("get", then).out)["progress"] == f"Waiting for {first}"  # the server's own line
     assert stack.worker.claim_all(then_type) == []  # not before its dependency is READY
     stack.worker.complete(stack.worker.claim(first_type))
     assert stack.worker.claim(then_type).job_no == then
@@ -1546,7 +1569,7 @@ def test_queue_pause_holds_a_queues_jobs_and_resume_lets_them_run(stack: Stack) 
     assert paused.code == 0 and paused.out.strip() == f"{queue}: paused", paused
     job_no = stack.submit(job_type, queue=queue)
     assert stack.worker.claim_all(job_type, queues=(queue,)) == []
-    assert stack.get(job_no).display.detail == "Waiting: the queue is paused"
+    assert stack.get(job_no).display.detail == "Queued: the queue is paused"
     resumed = stack.jobctl("--json", "queue", "resume", queue, token=ADMIN)
     assert resumed.code == 0 and resumed.json() == {"queue": queue, "limits": {}}, resumed
     assert stack.worker.claim(job_type, queues=(queue,)).job_no == job_no

@@ -112,7 +112,7 @@ async def test_job_page_offers_the_actions_its_state_allows(served: Served, gate
     async with _signed_in(gateway, ACME) as client:
         page = (await client.get(f"/jobs/{queued.job_no}")).text
         assert visible_actions(page) == {"cancel"}
-        assert "Waiting" in page  # the server's Display label
+        assert "Queued" in page  # the server's Display label
         # Nothing to say yet about a result or a failure: those rows are not shown.
         assert hidden_rows(page) == {"result_summary", "error_message"}
 
@@ -144,7 +144,7 @@ async def test_a_retryable_failure_offers_retry_and_queues_the_job_again(served:
         assert hidden_rows(page) == {"result_summary"}
         done = await client.post(f"/jobs/{job.job_no}/retry", data={"csrf": client.cookies[CSRF_COOKIE]})
         assert done.status_code == 303
-        assert "Waiting" in (await client.get(done.headers["location"])).text
+        assert "Queued" in (await client.get(done.headers["location"])).text
 
 
 async def test_cancel_needs_the_sessions_csrf_token(served: Served, gateway: str) -> None:
@@ -167,14 +167,14 @@ async def test_labels_follow_accept_language_and_the_language_link(served: Serve
     job = await _submit(served, ACME)
     async with _signed_in(gateway, ACME, **{"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"}) as client:
         page = (await client.get(f"/jobs/{job.job_no}")).text
-        assert "等待处理" in page and "取消" in page and "Waiting" not in page
+        assert "排队中" in page and "取消" in page and "Queued" not in page
         listed = (await client.get("/jobs")).text
         assert "我的任务" in listed and "已取消" in listed  # the status filter's labels too
 
         switched = await client.get("/lang/en", params={"next": f"/jobs/{job.job_no}"})
         assert switched.headers["location"] == f"/jobs/{job.job_no}"
         page = (await client.get(f"/jobs/{job.job_no}")).text
-        assert "Waiting" in page and "等待处理" not in page
+        assert "Queued" in page and "排队中" not in page
         assert (await client.get("/lang/en", params={"next": "//evil.example/"})).headers["location"] == "/jobs"
 
 
@@ -277,7 +277,7 @@ async def test_the_jobs_page_stream_brings_a_job_submitted_after_the_page(served
         assert [row["job_no"] for row in listed["rows"]] == [new.job_no]
         assert listed["order"][:2] == [new.job_no, shown.job_no] and theirs.job_no not in json.dumps(listed)
         row = listed["rows"][0]["html"]
-        assert row.startswith(f'<tr data-job="{new.job_no}" data-status="QUEUED">') and "Waiting" in row
+        assert row.startswith(f'<tr data-job="{new.job_no}" data-status="QUEUED">') and "Queued" in row
 
         await _claim(served, "thumbs")  # acme's worker token: the new job
         async for name, data in events:

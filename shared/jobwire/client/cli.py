@@ -156,7 +156,7 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, job_common:
     p.add_argument("--owner", default="")
     status = p.add_argument(
         "--status", type=c.status_arg, action="append", default=[],
-        help="repeatable: a name (QUEUED, RUNNING, ...) or the word shown for it (Processing, Done, ...), any case",
+        help="repeatable: a name (QUEUED, RUNNING, ...) or the word shown for it (Queued, 排队中, ...), any case",
     )  # fmt: skip
     status.completer = lambda **_: c.STATUS_CHOICES  # type: ignore[attr-defined]  # argcomplete filters by prefix
     p.add_argument("--type", default="", help="job type")

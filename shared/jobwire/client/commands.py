@@ -54,13 +54,6 @@ STATUS_NAMES = (
     "WAITING",
 )
 
-# What a person sees for each status (jobwire.domain.view), in every locale, to its number.
-STATUS_BY_LABEL = {
-    label.casefold(): int(job_pb2.Job.Status.Value(status.value))
-    for status, labels in STATUS_LABELS.items()
-    for label in labels.values()
-}
-
 # What shell completion offers for --status: the names, then the words of the default locale.
 STATUS_CHOICES = (*STATUS_NAMES, *(labels["en"] for labels in STATUS_LABELS.values()))
 
@@ -106,20 +99,12 @@ def label_arg(text: str) -> tuple[str, str]:
 
 
 def status_arg(text: str) -> int:
-    """A status by name (QUEUED) or by the word a person sees for it (Processing, 正在处理), any case.
-
-    A name wins over a word: `waiting` is WAITING (for review), though `Waiting` is also
-    how QUEUED reads in en.
-    """
+    """A status by name (QUEUED) or by the word a person sees for it in any locale (Queued, 正在处理), any case."""
     try:
         return int(status_value(text))
     except ValueError:
-        pass
-    found = STATUS_BY_LABEL.get(text.strip().casefold())
-    if found is None:
         names = ", ".join(STATUS_NAMES)
-        raise argparse.ArgumentTypeError(f"unknown status {text!r} ({names}, or a label such as Processing)")
-    return found
+        raise argparse.ArgumentTypeError(f"unknown status {text!r} ({names}, or a label such as Queued)") from None
 
 
 def kind_arg(text: str) -> int:

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 from jobwire.client.errors import InvalidArgumentError
 from jobwire.domain.states import TERMINAL
+from jobwire.domain.view import status_named
 from jobwire.v1 import admin_pb2, job_pb2
 
 M = TypeVar("M", bound=Message)
@@ -113,10 +114,14 @@ def duration(value: Seconds) -> duration_pb2.Duration:
 
 
 def status_value(name: str | int) -> job_pb2.Job.Status.ValueType:
-    """A Job.Status from its name (case-insensitive) or number."""
+    """A Job.Status from its number, its name or the label a person reads for it in any locale
+    (QUEUED, Queued, 排队中), in any case; ValueError for a word that names no status."""
     if isinstance(name, int):
         return job_pb2.Job.Status.ValueType(name)
-    return job_pb2.Job.Status.Value(name.strip().upper())
+    status = status_named(name)
+    if status is None:
+        raise ValueError(f"unknown status {name!r}")
+    return job_pb2.Job.Status.Value(status.value)
 
 
 def statuses(names: Iterable[str | int]) -> list[job_pb2.Job.Status.ValueType]:

@@ -141,9 +141,13 @@ def test_status_and_kind_names() -> None:
         ("Ready", job_pb2.Job.READY),  # the name, any case
         (" not completed ", job_pb2.Job.FAILED),
         ("Waiting for review", job_pb2.Job.WAITING),
-        ("waiting", job_pb2.Job.WAITING),  # a name wins over QUEUED's en word "Waiting"
+        ("waiting  FOR review", job_pb2.Job.WAITING),
+        ("waiting", job_pb2.Job.WAITING),  # the name
+        ("Queued", job_pb2.Job.QUEUED),
+        ("queued", job_pb2.Job.QUEUED),
         ("正在处理", job_pb2.Job.RUNNING),
-        ("等待处理", job_pb2.Job.QUEUED),
+        ("排队中", job_pb2.Job.QUEUED),
+        ("等待审核", job_pb2.Job.WAITING),
     ],
 )
 def test_status_accepts_the_words_people_see(word: str, status: int) -> None:

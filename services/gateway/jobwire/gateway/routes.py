@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from jobwire.client import ClientError, PermissionDeniedError, UnauthenticatedError
+from jobwire.client.convert import status_name, status_value
 from jobwire.client.render import status_label
 from jobwire.gateway import session, sse
 from jobwire.gateway.calls import Calls
@@ -77,9 +78,12 @@ async def choose_language(request: Request) -> Response:
 
 
 def _status_filter(request: Request) -> str:
-    """The `?status=RUNNING` the filter form sends, when it names a status; else empty (every status)."""
-    name = request.query_params.get("status", "")
-    return name if name in _STATUS_NAMES else ""
+    """The status `?status=` names (the form sends RUNNING; a typed Processing or 正在处理 works too),
+    by its name; empty (every status) when it names none."""
+    try:
+        return status_name(status_value(request.query_params.get("status", "")))
+    except ValueError:
+        return ""
 
 
 async def jobs_page(request: Request) -> Response:

@@ -114,9 +114,13 @@ def test_literals_are_found_in_async_handlers_keyword_calls_and_methods() -> Non
 
 
 def rebinds(ctx: JobContext) -> Result:
-    ctx = ctx  # noqa: PLW0127 - whatever `ctx` is now, the check cannot know
+    ctx = wrapped(ctx)  # whatever `ctx` is now, the check cannot know
     ctx.stage("DOWNLOADING")
     return Result.from_bytes(b"x")
+
+
+def wrapped(ctx: JobContext) -> JobContext:
+    return ctx
 
 
 def nested(ctx: JobContext) -> Result:

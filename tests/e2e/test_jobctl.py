@@ -80,7 +80,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
                "--on-no-progress", "--run-after", "--watch", "--depends-on"},
     "get": set(),
     "cancel": set(),
-    "retry": {"--failed", "--type", "--owner", "--queue", "--category", "--limit", "--dry-run"},
+    "retry": {"--failed", "--type", "--owner", "--queue", "--category", "--limit", "--dry-run", "--force"},
     "resolve": {"--note"},
     "watch": {"--after-version"},
     "result": {"--output"},  # against a server in tests/e2e/test_results_processes.py
@@ -1020,8 +1020,22 @@ def test_retry_queues_a_retryable_failure_again_and_refuses_the_rest(stack: Stac
     final = stack.submit(job_type, max_attempts=1)
     lease = stack.worker.claim(job_type)
     stack.worker.fail(lease, retryable=False, message="The input file is empty.")
-    assert_clean_error(stack.jobctl("retry", final), 4, "FAILED_PRECONDITION", "NOT_RETRYABLE")
+    refused = stack.jobctl("retry", final)
+    assert_clean_error(
+        refused, 4, "FAILED_PRECONDITION", "NOT_RETRYABLE", "an admin may force a retry (jobctl retry --force)"
+    )
+    assert_clean_error(stack.jobctl("retry", final, "--force"), 4, "PERMISSION_DENIED", "the admin role")
     assert stack.get(final).status == Job.FAILED
+    usage = stack.jobctl("retry", "--failed", "--force")
+    assert usage.code == 2 and "--force goes with one JOB_NO" in usage.err, usage
+
+    forced = stack.jobctl("retry", final, "--force", token=ADMIN)  # the operator fixed the input
+    assert forced.code == 0, forced
+    assert details(forced.out)["status"] == "Waiting"
+    head = hashlib.sha256(ADMIN.secret.encode()).hexdigest()[:8]  # the auth file gives ADMIN no name
+    trail = stack.jobctl("events", final, token=ADMIN)
+    assert f"forced by admin {head}: error was" in " ".join(trail.out.split()), trail
+    assert (stack.worker.claim(job_type).job_no, stack.get(final).attempt) == (final, 2)
 
 
 def test_retry_failed_queues_every_matching_retryable_failure_again(stack: Stack) -> None:

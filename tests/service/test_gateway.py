@@ -27,11 +27,12 @@ ACME = Token("acme-client-token", tenant="acme")
 GLOBEX = Token("globex-client-token", tenant="globex")
 ADMIN = Token("acme-admin-token", tenant="acme", role="admin")
 WORKER = Token("acme-worker-token", tenant="acme", role="worker")
+OPERATOR = Token("acme-operator-token", tenant="acme", roles=("client", "admin"), name="olivia")
 
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX, ADMIN, WORKER])
+    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX, ADMIN, WORKER, OPERATOR])
     s = await start_server(f"sqlite:///{tmp_path / 'jobwire.db'}", auth_file=auth)
     try:
         yield s
@@ -145,6 +146,40 @@ async def test_a_retryable_failure_offers_retry_and_queues_the_job_again(served:
         done = await client.post(f"/jobs/{job.job_no}/retry", data={"csrf": client.cookies[CSRF_COOKIE]})
         assert done.status_code == 303
         assert "Queued" in (await client.get(done.headers["location"])).text
+
+
+async def _failed(served: Served, *, retryable: bool) -> job_pb2.Job:
+    await _submit(served, ACME, retry_policy=job_pb2.RetryPolicy(max_attempts=1))
+    lease = await _claim(served)
+    failed = worker_pb2.FailRequest(
+        job_no=lease.job_no, worker_token=lease.worker_token, category=job_pb2.JobError.INPUT_INVALID,
+        message="the file is not a CSV file", retryable=retryable,
+    )  # fmt: skip
+    return await served.workers.Fail(failed, metadata=WORKER.metadata)
+
+
+async def test_an_admin_may_retry_a_job_whose_error_is_not_retryable(served: Served, gateway: str) -> None:
+    final = await _failed(served, retryable=False)
+    async with _signed_in(gateway, ACME) as client:
+        page = (await client.get(f"/jobs/{final.job_no}")).text
+        assert visible_actions(page) == set() and 'id="force-retry"' not in page  # a client has no button
+        denied = await client.post(f"/jobs/{final.job_no}/force-retry", data={"csrf": client.cookies[CSRF_COOKIE]})
+        assert denied.status_code == 403  # nor may it post the form
+    async with _signed_in(gateway, OPERATOR) as client:
+        page = (await client.get(f"/jobs/{final.job_no}")).text
+        assert visible_actions(page) == set()  # the job's own actions: RETRY only when retryable
+        assert 'id="force-retry"' in page and "Retry anyway (admin)" in page
+        forged = await client.post(f"/jobs/{final.job_no}/force-retry", data={"csrf": "guessed"})
+        assert forged.status_code == 403
+        done = await client.post(f"/jobs/{final.job_no}/force-retry", data={"csrf": client.cookies[CSRF_COOKIE]})
+        assert done.status_code == 303 and done.headers["location"] == f"/jobs/{final.job_no}"
+        assert "Waiting" in (await client.get(done.headers["location"])).text
+        trail = (await client.get("/evidence", params={"job": final.job_no})).text
+        assert "forced by admin olivia: error was INPUT_INVALID" in trail
+
+        retryable = await _failed(served, retryable=True)
+        page = (await client.get(f"/jobs/{retryable.job_no}")).text
+        assert visible_actions(page) == {"retry"} and 'id="force-retry"' not in page  # the plain button is enough
 
 
 async def test_cancel_needs_the_sessions_csrf_token(served: Served, gateway: str) -> None:

@@ -87,9 +87,9 @@ class AsyncJobClient(JobService[grpc.aio.Channel, AsyncSleep], AsyncBaseClient):
         """Ask the job to stop (see JobClient.cancel)."""
         return await self._call(job_calls.cancel(job_no, self._locale(locale)))
 
-    async def retry(self, job_no: str, *, locale: str | None = None) -> job_pb2.Job:
-        """Queue a FAILED job again when its error was retryable."""
-        return await self._call(job_calls.retry(job_no, self._locale(locale)))
+    async def retry(self, job_no: str, *, force: bool = False, locale: str | None = None) -> job_pb2.Job:
+        """Queue a FAILED job again when its error was retryable, or always with `force` (see JobClient.retry)."""
+        return await self._call(job_calls.retry(job_no, self._locale(locale), force=force))
 
     async def resolve(self, job_no: str, decision: str, *, note: str = "", locale: str | None = None) -> job_pb2.Job:
         """Decide on a job WAITING for review: APPROVE or REJECT."""

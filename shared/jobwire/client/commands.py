@@ -240,9 +240,12 @@ def cmd_retry(ctx: Context, args: argparse.Namespace) -> int:
     if args.job_no is not None and (filters or args.dry_run):
         ctx.err.print(f"jobctl: {' '.join(filters + (['--dry-run'] if args.dry_run else []))} go with --failed")
         return EXIT_USAGE
+    if args.force and args.job_no is None:
+        ctx.err.print("jobctl: --force goes with one JOB_NO, not --failed: a forced retry is decided job by job")
+        return EXIT_USAGE
     with ctx.jobs() as client:
         if args.job_no is not None:
-            _show_job(ctx, client.retry(args.job_no))
+            _show_job(ctx, client.retry(args.job_no, force=args.force))
             return EXIT_OK
         return _retry_failed(ctx, client, args)
 

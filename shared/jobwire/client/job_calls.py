@@ -196,10 +196,10 @@ def cancel(job_no: str, locale: str) -> Call[job_pb2.Job]:
     return Call("Cancel", job_pb2.CancelRequest(job_no=job_no, locale=locale), True, as_is)
 
 
-def retry(job_no: str, locale: str) -> Call[job_pb2.Job]:
+def retry(job_no: str, locale: str, *, force: bool = False) -> Call[job_pb2.Job]:
     # The FAILED -> QUEUED guard applies at most once, so a repeat can never run the job
     # twice; at worst a repeat after a lost reply answers FAILED_PRECONDITION.
-    return Call("Retry", job_pb2.RetryRequest(job_no=job_no, locale=locale), True, as_is)
+    return Call("Retry", job_pb2.RetryRequest(job_no=job_no, locale=locale, force=force), True, as_is)
 
 
 def resolve(job_no: str, decision: str, note: str, locale: str) -> Call[job_pb2.Job]:

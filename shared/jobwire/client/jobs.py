@@ -124,9 +124,19 @@ class JobClient(JobService[grpc.Channel, Sleep], ScheduleMethods):
         """
         return self._call(job_calls.cancel(job_no, self._locale(locale)))
 
-    def retry(self, job_no: str, *, locale: str | None = None) -> job_pb2.Job:
-        """Queue a FAILED job again when its error was retryable (NOT_RETRYABLE otherwise)."""
-        return self._call(job_calls.retry(job_no, self._locale(locale)))
+    def retry(self, job_no: str, *, force: bool = False, locale: str | None = None) -> job_pb2.Job:
+        """Queue a FAILED job again when its error was retryable (NOT_RETRYABLE otherwise).
+
+        Args:
+            force: Retry it even when its error is not retryable; the admin role only (the
+                job's event trail names who forced it).
+
+        Raises:
+            FailedPreconditionError: NOT_RETRYABLE (not FAILED, or its error is not
+                retryable and `force` was not given).
+            PermissionDeniedError: `force` from a token without the admin role.
+        """
+        return self._call(job_calls.retry(job_no, self._locale(locale), force=force))
 
     def resolve(self, job_no: str, decision: str, *, note: str = "", locale: str | None = None) -> job_pb2.Job:
         """Decide on a job WAITING for review: APPROVE queues it again, REJECT fails it with `note`.

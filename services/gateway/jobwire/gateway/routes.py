@@ -103,7 +103,19 @@ async def jobs_page(request: Request) -> Response:
 async def job_page(request: Request) -> Response:
     async with calls_for(request) as calls:
         job = await calls.get(request.path_params["job_no"])
-    return page(request, "job.html", job=job_view(job, locale_of(request)))
+        force_retry = await _may_force_retry(calls, job)
+    return page(request, "job.html", job=job_view(job, locale_of(request)), force_retry=force_retry)
+
+
+async def _may_force_retry(calls: Calls, job: job_pb2.Job) -> bool:
+    """A FAILED job whose error is not retryable offers an admin a forced retry.
+
+    The job's Display offers RETRY only when the error is retryable; who is an admin only the
+    server knows, so it is asked (and the forced Retry is checked again when it comes).
+    """
+    if job.status != job_pb2.Job.FAILED or job_pb2.Display.RETRY in job.display.actions:
+        return False
+    return await calls.is_admin(job.job_no)
 
 
 async def jobs_stream(request: Request) -> Response:
@@ -133,6 +145,10 @@ async def cancel(request: Request) -> Response:
 
 async def retry(request: Request) -> Response:
     return await _act(request, Calls.retry)
+
+
+async def force_retry(request: Request) -> Response:
+    return await _act(request, lambda calls, job_no: calls.retry(job_no, force=True))
 
 
 async def _act(request: Request, action: Callable[[Calls, str], Awaitable[job_pb2.Job]]) -> Response:

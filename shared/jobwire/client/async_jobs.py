@@ -8,6 +8,7 @@ transport is awaited.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
 from functools import partial
 from typing import Any, BinaryIO, Unpack
 
@@ -60,11 +61,12 @@ class AsyncJobClient(JobService[grpc.aio.Channel, AsyncSleep], AsyncBaseClient):
         """Each job of the batch as it is, then every change, until every job has ended (see JobClient)."""
         end = BatchEnd((await self.get_batch(batch_id)).total)  # asked first: see BatchEnd
         request = job_calls.watch_batch_request(batch_id, self._locale(locale))
-        async for update in self._stream(self._stub.WatchJobs(request)):
-            job = views.Job(update.job)
-            yield job
-            if end.over_after(job):
-                return
+        async with aclosing(self._stream(self._stub.WatchJobs(request))) as updates:  # hangs up once ended
+            async for update in updates:
+                job = views.Job(update.job)
+                yield job
+                if end.over_after(job):
+                    return
 
     async def get(self, job_no: str, *, locale: str | None = None) -> views.Job:
         """The job as it is now."""
@@ -130,7 +132,7 @@ class AsyncJobClient(JobService[grpc.aio.Channel, AsyncSleep], AsyncBaseClient):
         return self._stream(self._stub.GetResult(job_calls.result_request(job_no)))
 
     @staticmethod
-    async def _stream(call: Any) -> AsyncIterator[Any]:
+    async def _stream(call: Any) -> AsyncGenerator[Any, None]:
         """The messages of a server stream, its failure as a ClientError; hangs up on exit."""
         try:
             async for message in call:

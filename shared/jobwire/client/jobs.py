@@ -7,6 +7,7 @@ this module only carries them over a blocking channel.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Sequence
+from contextlib import closing
 from functools import partial
 from itertools import chain
 from typing import Any, BinaryIO, Unpack
@@ -90,11 +91,12 @@ class JobClient(JobService[grpc.Channel, Sleep], ScheduleMethods):
         """
         end = BatchEnd(self.get_batch(batch_id).total)  # asked first: see BatchEnd
         stream: UpdateStream = self._stub.WatchJobs(job_calls.watch_batch_request(batch_id, self._locale(locale)))
-        for update in self._stream(stream):
-            job = views.Job(update.job)
-            yield job
-            if end.over_after(job):
-                return
+        with closing(self._stream(stream)) as updates:  # hangs up as soon as the batch has ended
+            for update in updates:
+                job = views.Job(update.job)
+                yield job
+                if end.over_after(job):
+                    return
 
     def get(self, job_no: str, *, locale: str | None = None) -> views.Job:
         """The job as it is now."""
@@ -191,7 +193,7 @@ class JobClient(JobService[grpc.Channel, Sleep], ScheduleMethods):
         return self._stream(self._stub.GetResult(job_calls.result_request(job_no)))
 
     @staticmethod
-    def _stream(call: Any) -> Iterator[Any]:
+    def _stream(call: Any) -> Generator[Any, None, None]:
         """The messages of a server stream, its failure as a ClientError; hangs up on exit."""
         try:
             yield from call

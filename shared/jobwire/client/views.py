@@ -12,13 +12,14 @@ message itself, for protobuf tools (`MessageToDict`, `SerializeToString`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 from typing import Any, ClassVar, Generic, Self, TypeVar, overload
 
 from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 
+from jobwire.client.convert import from_timestamp
 from jobwire.client.enums import CatchUp, DisplayAction, ErrorCategory, FindingKind, JobStatus, Overlap, WireEnum
 from jobwire.v1 import admin_pb2, job_pb2, schedule_pb2
 
@@ -90,7 +91,7 @@ def plain(_: type[T]) -> Field[T]:
 
 def moment() -> Field[datetime | None]:
     """A Timestamp as an aware UTC datetime; None when unset."""
-    return Field(lambda raw, name: getattr(raw, name).ToDatetime(tzinfo=UTC) if raw.HasField(name) else None, datetime)
+    return Field(lambda raw, name: from_timestamp(getattr(raw, name)), datetime)
 
 
 def number_or_none() -> Field[int | None]:
@@ -102,7 +103,7 @@ def enum(kind: type[E]) -> Field[E]:
     return Field(lambda raw, name: kind(getattr(raw, name)), kind)
 
 
-def enums(kind: type[E]) -> Field[tuple[E, ...]]:
+def each_enum(kind: type[E]) -> Field[tuple[E, ...]]:
     """A repeated enum, as a tuple."""
     return Field(lambda raw, name: tuple(kind(value) for value in getattr(raw, name)), kind)
 
@@ -121,7 +122,7 @@ def message_or_none(kind: type[M]) -> Field[M | None]:
     return Field(lambda raw, name: getattr(raw, name) if raw.HasField(name) else None, kind)
 
 
-def views(kind: type[V]) -> Field[tuple[V, ...]]:
+def each_view(kind: type[V]) -> Field[tuple[V, ...]]:
     return Field(lambda raw, name: tuple(kind(one) for one in getattr(raw, name)), kind)
 
 
@@ -146,7 +147,7 @@ class Display(View[job_pb2.Display]):
     status_label = plain(str)
     stage_label = plain(str)
     detail = plain(str)
-    actions = enums(DisplayAction)
+    actions = each_enum(DisplayAction)
     locale = plain(str)
 
 
@@ -194,7 +195,7 @@ class JobPage(View[job_pb2.ListJobsResponse]):
     __slots__ = ()
     wire_type = job_pb2.ListJobsResponse
     shown = ("jobs", "next_page_token")
-    jobs = views(Job)
+    jobs = each_view(Job)
     next_page_token = plain(str)
 
 
@@ -219,7 +220,7 @@ class SubmittedBatch(View[job_pb2.SubmitBatchResponse]):
     wire_type = job_pb2.SubmitBatchResponse
     shown = ("batch_id", "jobs")
     batch_id = plain(str)
-    jobs = views(Job)
+    jobs = each_view(Job)
 
 
 class Schedule(View[schedule_pb2.Schedule]):

@@ -44,6 +44,7 @@ from jobwire.client import (
     Backoff,
     ChannelConfig,
     FailedPreconditionError,
+    Finding,
     InvalidArgumentError,
     JobClient,
     NotFoundError,
@@ -52,6 +53,7 @@ from jobwire.client import (
     UnauthenticatedError,
     UnavailableError,
 )
+from jobwire.client import Job as JobView
 from jobwire.client.cli import run as run_jobctl
 from jobwire.client.status import error_info, error_reason
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2, worker_pb2_grpc
@@ -410,14 +412,14 @@ class Stack:
         assert isinstance(job_no, str)
         return job_no
 
-    def get(self, job_no: str) -> Job:
+    def get(self, job_no: str) -> JobView:
         return self.jobs.get(job_no)
 
-    def wait_status(self, job_no: str, status: int) -> Job:
+    def wait_status(self, job_no: str, status: int) -> JobView:
         return wait_for(f"{job_no} to be {Job.Status.Name(status)}", lambda: _if(self.get(job_no), status))
 
 
-def _if(job: Job, status: int) -> Job | None:
+def _if(job: JobView, status: int) -> JobView | None:
     return job if job.status == status else None
 
 
@@ -900,8 +902,9 @@ def test_submit_timeout_is_the_attempt_deadline_a_worker_is_given(stack: Stack) 
         lease = leases[job_no]
         if not lease.HasField("attempt_deadline"):
             return None
-        started = stack.get(job_no).started_at.ToDatetime()
-        return lease.attempt_deadline.ToDatetime() - started
+        started = stack.get(job_no).started_at
+        assert started is not None
+        return lease.attempt_deadline.ToDatetime(tzinfo=UTC) - started
 
     default_limit, no_limit, ninety_limit = (limit(job_no) for job_no in submitted)
     assert no_limit is None
@@ -1031,7 +1034,7 @@ def test_retry_queues_a_retryable_failure_again_and_refuses_the_rest(stack: Stac
 
     forced = stack.jobctl("retry", final, "--force", token=ADMIN)  # the operator fixed the input
     assert forced.code == 0, forced
-    assert details(forced.out)["status"] == "Waiting"
+    assert details(forced.out)["status"] == "Queued"
     head = hashlib.sha256(ADMIN.secret.encode()).hexdigest()[:8]  # the auth file gives ADMIN no name
     trail = stack.jobctl("events", final, token=ADMIN)
     assert f"forced by admin {head}: error was" in " ".join(trail.out.split()), trail
@@ -1356,7 +1359,7 @@ def test_admin_client_inspect_finds_jobs_without_progress(stack: Stack, limited:
 def test_admin_client_inspect_filters(stack: Stack, stalled: Stalled) -> None:
     job_no = stalled.job_no
     everything = stack.admin.inspect()
-    assert all(isinstance(f, admin_pb2.Finding) for f in everything)
+    assert all(isinstance(f, Finding) and isinstance(f.raw, admin_pb2.Finding) for f in everything)
     found = _finding(everything, job_no)
     assert found is not None and found.kind == admin_pb2.Finding.STALLED and found.status == Job.RUNNING
     assert found.worker_id == stack.worker.worker_id and found.queue == "default" and found.attempt == 1
@@ -1420,7 +1423,7 @@ def test_admin_client_list_workers_pages_and_filters(stack: Stack) -> None:
 def test_admin_client_requeue(stack: Stack, stalled: Stalled) -> None:
     job_type, job_no = stalled.job_type, stalled.job_no
     job = stack.admin.requeue(job_no, reason="the host was replaced")
-    assert isinstance(job, Job) and job.job_no == job_no and job.status == Job.QUEUED
+    assert isinstance(job, JobView) and job.job_no == job_no and job.status == Job.QUEUED
     assert list(stack.admin.list_events(job_no))[-1].detail == "the host was replaced"
     with pytest.raises(FailedPreconditionError) as queued:
         stack.admin.requeue(job_no, reason="again")

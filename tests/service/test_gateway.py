@@ -173,7 +173,7 @@ async def test_an_admin_may_retry_a_job_whose_error_is_not_retryable(served: Ser
         assert forged.status_code == 403
         done = await client.post(f"/jobs/{final.job_no}/force-retry", data={"csrf": client.cookies[CSRF_COOKIE]})
         assert done.status_code == 303 and done.headers["location"] == f"/jobs/{final.job_no}"
-        assert "Waiting" in (await client.get(done.headers["location"])).text
+        assert "Queued" in (await client.get(done.headers["location"])).text
         trail = (await client.get("/evidence", params={"job": final.job_no})).text
         assert "forced by admin olivia: error was INPUT_INVALID" in trail
 

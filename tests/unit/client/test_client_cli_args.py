@@ -11,7 +11,7 @@ import grpc
 import pytest
 from rich.console import Console
 
-from jobwire.client import commands
+from jobwire.client import Job, commands
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.cli import build_parser, report_error, run
 from jobwire.client.errors import NotFoundError, UnavailableError
@@ -173,7 +173,7 @@ def test_requeue_needs_a_reason() -> None:
     [(job_pb2.Job.READY, 0), (job_pb2.Job.FAILED, 1), (job_pb2.Job.CANCELLED, 3)],
 )
 def test_watch_exit_codes(status: job_pb2.Job.Status.ValueType, code: int) -> None:
-    assert commands.exit_code(job_pb2.Job(status=status)) == code
+    assert commands.exit_code(Job(job_pb2.Job(status=status))) == code
 
 
 def test_error_line_and_exit_code() -> None:

@@ -1,6 +1,6 @@
 """``jobwire-worker``: run a fleet worker for the handlers in MODULE:OBJ.
 
-    jobwire-worker --target HOST:PORT --handlers examples:handlers [--queue Q ...]
+    jobwire-worker --target HOST:PORT --handlers jobwire.examples:handlers [--queue Q ...]
                    [--concurrency N] [--worker-id ID] [--token-file PATH] [--lease-seconds S]
 
 Environment fallbacks: JOBWIRE_TARGET, JOBWIRE_TOKEN (or JOBWIRE_TOKEN_FILE),
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from jobwire.domain.errors import JobwireError
 from jobwire.observe import logs, tracing
+from jobwire.observe.version import add_version_flag
 from jobwire.worker.sdk._config import WorkerConfig, default_worker_id
 from jobwire.worker.sdk._handlers import Handlers
 from jobwire.worker.sdk._worker import Worker
@@ -39,8 +40,11 @@ DEFAULT_TARGET = "127.0.0.1:50051"  # the servers' JOBWIRE_LISTEN default
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     p = argparse.ArgumentParser(prog="jobwire-worker", description="Run jobwire handlers for a WorkerService.")
+    add_version_flag(p, "jobwire-worker")
     p.add_argument("--target", default=env("JOBWIRE_TARGET", DEFAULT_TARGET), help="HOST:PORT (env JOBWIRE_TARGET)")
-    p.add_argument("--handlers", required=True, metavar="MODULE:OBJ", help="a Handlers object, e.g. examples:handlers")
+    p.add_argument(
+        "--handlers", required=True, metavar="MODULE:OBJ", help="a Handlers object, e.g. jobwire.examples:handlers"
+    )
     p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE", help="queue to claim from; repeatable")
     p.add_argument("--concurrency", type=int, default=4, help="jobs run at once (default 4)")
     p.add_argument("--worker-id", default=None, help="default: host-pid-random")

@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # `make bench BENCHES=throughput` runs one.
 BENCHES ?= throughput fleet idle claims submit watch
 
-.PHONY: install proto run serve demo test lint typecheck migrate bench soak clean
+.PHONY: install proto dist run serve demo test lint typecheck migrate bench soak clean
 
 install: $(STAMP) $(GENERATED)
 
@@ -36,6 +36,12 @@ proto: $(GENERATED)
 $(GENERATED): $(PROTOS) shared/build_protos.py $(STAMP)
 	$(PY) shared/build_protos.py
 	@touch $@
+
+# The sdist and wheel of each distribution in dist/ (docs/install.md); the Dockerfile's build
+# stage and tests/e2e/test_wheels.py run the same script.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) tools/build_dists.py dist
 
 run: install
 	@mkdir -p var
@@ -69,4 +75,4 @@ soak: install
 	$(PY) tests/soak/soak.py $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) var shared/jobwire/v1/*_pb2* $(GENERATED)
+	rm -rf $(VENV) var dist shared/jobwire/v1/*_pb2* $(GENERATED)

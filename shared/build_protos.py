@@ -11,6 +11,7 @@ which holds google/rpc/status.proto (a per-item error of a batch call).
 from __future__ import annotations
 
 import shutil
+import sysconfig
 from importlib.resources import files
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def compile_protos(out: Path) -> list[Path]:
         raise FileNotFoundError(f"no .proto files in {PROTOS / 'jobwire/v1'}")
     plugins = []
     for name in PLUGINS:
-        found = shutil.which(name)
+        # On PATH in a build environment; beside this interpreter in a virtualenv not activated.
+        found = shutil.which(name) or shutil.which(name, path=sysconfig.get_path("scripts"))
         if found is None:
             raise FileNotFoundError(f"{name} is not on PATH: install mypy-protobuf")
         plugins.append(f"--plugin={name}={found}")

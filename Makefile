@@ -13,30 +13,35 @@ PYTEST_ARGS ?=
 # `make bench BENCHES=throughput` runs one.
 BENCHES ?= throughput fleet idle claims submit watch
 
-.PHONY: install proto run serve demo test lint typecheck migrate bench soak clean
+.PHONY: install proto dist run serve demo test lint typecheck migrate bench soak clean
 
 install: $(STAMP) $(GENERATED)
 
-# compat editable mode puts each distribution folder on sys.path, so the four parts of the
-# `jobwire` namespace package (shared, services/jobapi, services/worker, services/server)
-# merge as PEP 420 says (services/gateway too).
-$(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/jobapi/pyproject.toml \
-          services/worker/pyproject.toml services/server/pyproject.toml services/gateway/pyproject.toml
+# Each distribution installs editable as a .pth naming its folder (package-dir "" = "." in its
+# pyproject.toml), so the five parts of the namespace package `jobwire` (shared,
+# services/jobapi, services/worker, services/server, services/gateway) merge as PEP 420 says,
+# and mypy (mypy_path) and import-linter read the very same folders.
+$(STAMP): VERSION constraints.txt requirements-dev.txt shared/pyproject.toml shared/setup.py \
+          services/jobapi/pyproject.toml services/worker/pyproject.toml services/server/pyproject.toml \
+          services/gateway/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt \
-	    --config-settings editable_mode=compat \
 	    -e 'shared[db]' -e 'services/worker[server]' -e services/jobapi -e services/server -e services/gateway
 	@touch $@
 
 proto: $(GENERATED)
 
-# google/rpc/status.proto (a per-item error of a batch call) ships with googleapis-common-protos.
-$(GENERATED): $(PROTOS) $(STAMP)
-	$(PY) -m grpc_tools.protoc -Iprotos -I$$($(PY) -c 'import google.rpc.status_pb2 as m, pathlib; print(pathlib.Path(m.__file__).parents[2])') \
-	    --python_out=shared --grpc_python_out=shared \
-	    --mypy_out=quiet:shared --mypy_grpc_out=quiet:shared $(PROTOS)
+# jobwire.v1 in place, as shared's build does for an editable install: again after a .proto changes.
+$(GENERATED): $(PROTOS) shared/build_protos.py $(STAMP)
+	$(PY) shared/build_protos.py
 	@touch $@
+
+# The sdist and wheel of each distribution in dist/ (docs/install.md); the Dockerfile's build
+# stage and tests/e2e/test_wheels.py run the same script.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) tools/build_dists.py dist
 
 run: install
 	@mkdir -p var
@@ -70,4 +75,4 @@ soak: install
 	$(PY) tests/soak/soak.py $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) var shared/jobwire/v1/*_pb2* $(GENERATED)
+	rm -rf $(VENV) var dist shared/jobwire/v1/*_pb2* $(GENERATED)

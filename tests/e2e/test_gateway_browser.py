@@ -69,7 +69,7 @@ class Stack:
             env.pop(name, None)
         host = self.root / "worker-host"
         host.mkdir()
-        args = [str(BIN / "jobwire-worker"), "--target", self.server.target, "--handlers", "examples:handlers",
+        args = [str(BIN / "jobwire-worker"), "--target", self.server.target, "--handlers", "jobwire.examples:handlers",
                 "--claim-wait", "1", "--grace-seconds", "5"]  # fmt: skip
         log = (self.root / "worker.log").open("wb")
         self.workers.append(subprocess.Popen(args, env=env, cwd=host, stdout=log, stderr=subprocess.STDOUT))

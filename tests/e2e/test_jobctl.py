@@ -61,6 +61,7 @@ from jobwire.v1 import admin_pb2, job_pb2, worker_pb2, worker_pb2_grpc
 pytestmark = pytest.mark.timeout(120)
 
 JOBCTL = Path(sys.executable).parent / "jobctl"
+VERSION = (Path(__file__).resolve().parents[2] / "VERSION").read_text().strip()
 Job = job_pb2.Job
 T = TypeVar("T")
 
@@ -507,7 +508,9 @@ def test_help_lists_every_command_and_every_exit_code(stack: Stack) -> None:
     assert listed == {command.split()[0] for command in OPTIONS}, top
     promised = {int(n) for n in re.findall(r"^ {4}(\d+) +\S", top.out.split("Exit codes:", 1)[1], re.MULTILINE)}
     assert promised == EXIT_CODES, top
-    assert set(re.findall(r"--[a-z-]+", top.out.split("Exit codes:", 1)[0])) == {"--help", *GLOBAL_OPTIONS}
+    assert set(re.findall(r"--[a-z-]+", top.out.split("Exit codes:", 1)[0])) == {"--help", "--version", *GLOBAL_OPTIONS}
+    version = stack.jobctl("--version")
+    assert version.code == 0 and version.out == f"jobwire {VERSION}\n", version
     assert 'eval "$(register-python-argcomplete jobctl)"' in top.out
     # the console script and `python -m jobwire.client.cli` are the same program
     module = subprocess.run(

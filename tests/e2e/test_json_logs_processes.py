@@ -35,7 +35,7 @@ def test_server_and_worker_write_json_lines_naming_the_job(tmp_path: Path) -> No
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         worker = subprocess.Popen(
-            [str(BIN / "jobwire-worker"), "--target", server.target, "--handlers", "examples:handlers",
+            [str(BIN / "jobwire-worker"), "--target", server.target, "--handlers", "jobwire.examples:handlers",
              "--tmp-dir", str(tmp_path / "tmp"), "--claim-wait", "1"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **JSON, "JOBWIRE_TOKEN": TOKEN},
         )  # fmt: skip

@@ -3,7 +3,7 @@
 As compose runs it: `python -m jobwire migrate` first, on an empty database; then jobapi
 (`python -m jobwire.jobapi`) and the worker service (`python -m jobwire.worker.server`), each
 on a port of its own, with one auth file holding a client, a worker and an admin token;
-then `jobwire-worker` fleet workers running `examples:handlers` against the worker service
+then `jobwire-worker` fleet workers running `jobwire.examples:handlers` against the worker service
 only, each in an empty folder of its own and keeping no results (the servers share one
 JOBWIRE_RESULT_STORE, as compose's volume); and `jobctl` against jobapi.
 
@@ -111,7 +111,7 @@ class Deployment:
             env.pop(name, None)
         host = self.root / worker_id  # an empty working folder, as on a machine of its own
         host.mkdir()
-        args = [str(BIN / "jobwire-worker"), "--target", target, "--handlers", "examples:handlers",
+        args = [str(BIN / "jobwire-worker"), "--target", target, "--handlers", "jobwire.examples:handlers",
                 "--worker-id", worker_id, "--tmp-dir", str(self.tmp), "--lease-seconds", str(LEASE_S),
                 "--claim-wait", "1", "--grace-seconds", "15"]  # fmt: skip
         log = (self.root / f"{worker_id}.log").open("wb")

@@ -1,7 +1,7 @@
 """The worker runtime end to end, in real processes.
 
 The embedded server (`python -m jobwire serve`) on a fresh SQLite file, and `jobwire-worker`
-processes running `examples:handlers`, killed and stopped the way deployments do it. Each
+processes running `jobwire.examples:handlers`, killed and stopped the way deployments do it. Each
 worker runs in a folder of its own and keeps no results: by default the server keeps them
 (jobwire://results/<job_no>) and a client reads them back with GetResult.
 """
@@ -53,7 +53,7 @@ class Stack:
         log = (self.root / f"worker-{n}.log").open("wb")
         host = self.root / f"host-{n}"  # its own empty working folder, as on another machine
         host.mkdir()
-        args = [str(BIN / "jobwire-worker"), "--target", self.target, "--handlers", "examples:handlers",
+        args = [str(BIN / "jobwire-worker"), "--target", self.target, "--handlers", "jobwire.examples:handlers",
                 "--tmp-dir", str(self.tmp), "--lease-seconds", str(LEASE_S),
                 "--claim-wait", "1", "--grace-seconds", "15"]  # fmt: skip
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=host)

@@ -59,7 +59,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         print(f"----- server\n{process.tail()}")  # shown when a test fails
 
 
-def worker_args(target: str, *more: str, handlers: str = "examples:handlers") -> list[str]:
+def worker_args(target: str, *more: str, handlers: str = "jobwire.examples:handlers") -> list[str]:
     return [str(WORKER_BIN), "--target", target, "--handlers", handlers, "--claim-wait", "1", *more]
 
 

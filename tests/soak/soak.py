@@ -170,7 +170,7 @@ class Workers:
         log = (self.workdir / f"{worker_id}.log").open("ab")
         return subprocess.Popen(
             [str(Path(sys.executable).parent / "jobwire-worker"), "--target", self.target, "--handlers",
-             "examples:handlers", "--concurrency", "3", "--lease-seconds", str(LEASE_S), "--claim-wait", "2",
+             "jobwire.examples:handlers", "--concurrency", "3", "--lease-seconds", str(LEASE_S), "--claim-wait", "2",
              "--worker-id", worker_id, "--results-dir", str(self.workdir / "results"),
              "--tmp-dir", str(self.workdir / "tmp"), "--grace-seconds", "5"],
             stdout=log, stderr=subprocess.STDOUT,

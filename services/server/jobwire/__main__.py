@@ -8,12 +8,14 @@ from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
 from jobwire.jobapi.app import add_jobapi
 from jobwire.observe import logs
+from jobwire.observe.version import add_version_flag
 from jobwire.runtime.serving import serve_processes, server_flags, settings_from
 from jobwire.worker.server.app import add_worker_service
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m jobwire", description="jobwire servers")
+    add_version_flag(parser, "jobwire-server")
     sub = parser.add_subparsers(dest="command", required=True)
     server_flags(sub.add_parser("serve", help="JobService, WorkerService and AdminService on one port"))
     migrate = sub.add_parser("migrate", help="create or upgrade the schema of JOBWIRE_DATABASE_URL")

@@ -5,7 +5,7 @@
     python -m jobwire.devrun --demo    submit the three examples, watch them, show a cancel, stop
 
 Every process is real: `python -m jobwire serve` on the SQLite default, a `jobwire-worker`
-running examples:handlers and (not for --demo) `python -m jobwire.gateway`, stopped with
+running jobwire.examples:handlers and (not for --demo) `python -m jobwire.gateway`, stopped with
 SIGTERM like any deployment. The gateway takes JOBWIRE_GATEWAY_LISTEN (127.0.0.1:8080);
 when another program holds that port the launcher says so and takes a free one instead.
 """
@@ -68,7 +68,9 @@ def service_pair(listen: str, database_url: str, gateway_listen: str | None = No
         if port is None:
             raise SystemExit("the server exited before it was ready; see the log above")
         target = f"{listen.rsplit(':', 1)[0]}:{port}"
-        worker = subprocess.Popen([_tool("jobwire-worker"), "--target", target, "--handlers", "examples:handlers"])
+        worker = subprocess.Popen(
+            [_tool("jobwire-worker"), "--target", target, "--handlers", "jobwire.examples:handlers"]
+        )
         pair = ServicePair(target, server, worker)
         if gateway_listen is not None:
             gateway, pair.gateway_url = _start_gateway(target, gateway_listen)

@@ -35,6 +35,7 @@ from jobwire.client import queue_commands as q
 from jobwire.client import schedule_commands as s
 from jobwire.client.channel import DEFAULT_TARGET, ChannelConfig, config_from_env
 from jobwire.client.errors import ClientError
+from jobwire.observe.version import add_version_flag
 
 PIPED_WIDTH = 200
 _SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -279,6 +280,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         epilog="Exit codes:" + (__doc__ or "").split("Exit codes:", 1)[-1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version_flag(parser, "jobwire-shared")
     _global_options(parser, env, top=True)
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, env, top=False)

@@ -16,8 +16,8 @@ def test_flags_build_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     args = parse_args(
-        ["--target", "h:1", "--handlers", "examples:handlers", "--queue", "a", "--queue", "b", "--concurrency", "3",
-         "--worker-id", "w9", "--token-file", str(token), "--lease-seconds", "12"]
+        ["--target", "h:1", "--handlers", "jobwire.examples:handlers", "--queue", "a", "--queue", "b",
+         "--concurrency", "3", "--worker-id", "w9", "--token-file", str(token), "--lease-seconds", "12"]
     )  # fmt: skip
     config = build_config(args)
     assert (config.target, config.queues, config.concurrency, config.worker_id) == ("h:1", ("a", "b"), 3, "w9")
@@ -27,33 +27,36 @@ def test_flags_build_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_environment_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JOBWIRE_TARGET", "envhost:7")
     monkeypatch.setenv("JOBWIRE_TOKEN", "from-env")
-    config = build_config(parse_args(["--handlers", "examples:handlers"]))
+    config = build_config(parse_args(["--handlers", "jobwire.examples:handlers"]))
     assert (config.target, config.token, config.queues) == ("envhost:7", "from-env", ("default",))
     assert config.lease_duration is None
 
 
 def test_results_url_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JOBWIRE_RESULTS_URL", raising=False)
-    assert build_config(parse_args(["--handlers", "examples:handlers"])).results_url is None  # file:// URIs
+    assert build_config(parse_args(["--handlers", "jobwire.examples:handlers"])).results_url is None  # file:// URIs
     monkeypatch.setenv("JOBWIRE_RESULTS_URL", "s3://bucket/prefix/")
-    assert build_config(parse_args(["--handlers", "examples:handlers"])).results_url == "s3://bucket/prefix/"
-    args = parse_args(["--handlers", "examples:handlers", "--results-url", "https://files.example/jobwire/"])
+    assert build_config(parse_args(["--handlers", "jobwire.examples:handlers"])).results_url == "s3://bucket/prefix/"
+    args = parse_args(["--handlers", "jobwire.examples:handlers", "--results-url", "https://files.example/jobwire/"])
     assert build_config(args).results_url == "https://files.example/jobwire/"
 
 
 def test_a_relative_results_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--handlers", "examples:handlers", "--results-url", "files.example/x"]) == 2
+    assert main(["--handlers", "jobwire.examples:handlers", "--results-url", "files.example/x"]) == 2
     assert "results_url" in capsys.readouterr().err
 
 
 def test_handlers_load_from_module_and_object() -> None:
-    handlers = load_handlers("examples:handlers")
+    handlers = load_handlers("jobwire.examples:handlers")
     assert isinstance(handlers, Handlers)
     assert {s.job_type for s in handlers} == {"frames", "csv_import", "report"}
-    assert "frames" in load_handlers("examples.frames:handlers")
+    assert "frames" in load_handlers("jobwire.examples.frames:handlers")
 
 
-@pytest.mark.parametrize("spec", ["examples", "examples:nope", "no_such_module_xyz:handlers", "examples.frames:WIDTH"])
+@pytest.mark.parametrize(
+    "spec",
+    ["jobwire.examples", "jobwire.examples:nope", "no_such_module_xyz:handlers", "jobwire.examples.frames:WIDTH"],
+)
 def test_bad_handler_specs_exit_2(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--target", "h:1", "--handlers", spec]) == 2
     assert "jobwire-worker:" in capsys.readouterr().err

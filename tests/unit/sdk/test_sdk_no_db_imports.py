@@ -12,7 +12,7 @@ def test_the_worker_runtime_imports_no_database_code() -> None:
     # A fresh interpreter: this test process has long since imported everything.
     code = (
         "import sys\n"
-        "import jobwire.worker.sdk, jobwire.worker.sdk.cli, jobwire.worker.sdk.testing, examples\n"
+        "import jobwire.worker.sdk, jobwire.worker.sdk.cli, jobwire.worker.sdk.testing, jobwire.examples\n"
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r} or m.startswith({FORBIDDEN!r}))\n"
         "print(','.join(bad))\n"
     )

@@ -165,6 +165,6 @@ def test_what_the_source_does_not_say_for_sure_is_never_refused(fn: object) -> N
 
 
 def test_the_example_handlers_pass() -> None:
-    from examples import handlers
+    from jobwire.examples import handlers
 
     check_stages(handlers)

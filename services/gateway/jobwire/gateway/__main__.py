@@ -8,14 +8,17 @@ the pages are. A port another program holds is refused in words with exit code 3
 
 from __future__ import annotations
 
+import argparse
 import errno
 import socket
 import sys
+from collections.abc import Sequence
 
 import uvicorn
 
 from jobwire.gateway.app import build_app
 from jobwire.gateway.settings import GatewaySettings
+from jobwire.observe.version import add_version_flag
 
 PORT_TAKEN = 3
 BACKLOG = 2048  # uvicorn's own
@@ -45,7 +48,13 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobwire.gateway",
+        description="Serve the jobwire web pages on JOBWIRE_GATEWAY_LISTEN for the job service at JOBWIRE_TARGET.",
+    )
+    add_version_flag(parser, "jobwire-gateway")
+    parser.parse_args(argv)
     try:
         settings = GatewaySettings.from_env()
     except ValueError as error:

@@ -1,6 +1,6 @@
 """``jobwire-worker``: run a fleet worker for the handlers in MODULE:OBJ.
 
-    jobwire-worker --target HOST:PORT --handlers examples:handlers [--queue Q ...]
+    jobwire-worker --target HOST:PORT --handlers jobwire.examples:handlers [--queue Q ...]
                    [--concurrency N] [--worker-id ID] [--token-file PATH] [--lease-seconds S]
 
 Every setting with an environment variable falls back to it (``--help`` lists them):
@@ -38,6 +38,7 @@ from pathlib import Path
 
 from jobwire.domain.errors import JobwireError
 from jobwire.observe import logs, tracing
+from jobwire.observe.version import add_version_flag
 from jobwire.worker.sdk._config import WorkerConfig, default_worker_id
 from jobwire.worker.sdk._handlers import Handlers
 from jobwire.worker.sdk._rpc import WorkerRefused
@@ -71,12 +72,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         epilog=ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version_flag(p, "jobwire-worker")
     p.add_argument(
         "--target",
         default=env("JOBWIRE_TARGET", DEFAULT_TARGET),
         help=f"HOST:PORT (env JOBWIRE_TARGET; default {DEFAULT_TARGET})",
     )
-    p.add_argument("--handlers", required=True, metavar="MODULE:OBJ", help="a Handlers object, e.g. examples:handlers")
+    p.add_argument(
+        "--handlers", required=True, metavar="MODULE:OBJ", help="a Handlers object, e.g. jobwire.examples:handlers"
+    )
     p.add_argument(
         "--queue",
         action="append",

@@ -1,6 +1,6 @@
 """Example handlers doing real work on real files, one module per job type.
 
-    jobwire-worker --target 127.0.0.1:50051 --handlers examples:handlers
+    jobwire-worker --target 127.0.0.1:50051 --handlers jobwire.examples:handlers
 
 * ``frames``: renders N image frames (default 900), then packs them; a known total, so a percent.
 * ``csv_import``: imports a CSV into a SQLite database in batches of 1,000 rows with a
@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from examples import csv_import, frames, report
+from jobwire.examples import csv_import, frames, report
 from jobwire.worker.sdk import Handlers
 
 handlers = Handlers().include(frames.handlers).include(csv_import.handlers).include(report.handlers)

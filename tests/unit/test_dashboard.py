@@ -1,7 +1,7 @@
-"""deploy/grafana/jobwire.json and README's Metrics section name only series the code registers.
+"""deploy/grafana/jobwire.json and docs/operations.md's Metrics section name only series the code registers.
 
 The names are read from a fresh `Metrics` registry (what GET /metrics exposes), so a
-series renamed in the code fails here until the dashboard and the README follow.
+series renamed in the code fails here until the dashboard and the docs follow.
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def test_the_dashboard_shows_the_job_series() -> None:
     assert shown == set(families()), f"not on the dashboard: {sorted(set(families()) - shown)}"
 
 
-def test_the_readme_documents_every_series_with_its_type() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Metrics", 1)[1].split("\n## ", 1)[0]
+def test_the_operations_doc_documents_every_series_with_its_type() -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    section = doc.split("## Metrics", 1)[1].split("\n## ", 1)[0]
     rows = dict(re.findall(r"^\| `(jobwire_\w+)` \| (\w+) \|", section, flags=re.MULTILINE))
     expected = {name + SUFFIXES[kind][0] if kind == "counter" else name: kind for name, kind in families().items()}
     assert rows == expected

@@ -28,8 +28,7 @@ def test_every_relative_link_points_at_a_file_or_heading_that_exists(page: Path)
             continue  # https:, mailto: and the like are not ours to check
         path, _, anchor = target.partition("#")
         linked = (page.parent / path).resolve() if path else page
-        missing_anchor = bool(anchor) and linked.suffix == ".md" and anchor not in _anchors(linked)
-        if not linked.exists() or missing_anchor:
+        if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked)):
             broken.append(target)
     assert not broken, f"{page.name} links to nothing: {broken}"
 

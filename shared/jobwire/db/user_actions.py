@@ -7,6 +7,7 @@ from datetime import datetime
 
 from jobwire.db.changes import Change, JobOp, Row
 from jobwire.db.rows import UNSTAGED, ending_values, holding_of, holding_values, record_from_row
+from jobwire.domain.commands import Scope
 from jobwire.domain.endings import on_resolve
 from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotRetryable, NotWaiting
 from jobwire.domain.evidence import EventKind
@@ -17,6 +18,18 @@ from jobwire.domain.states import Action, Status
 
 
 class _UserAction(JobOp[JobRecord]):
+    """A person's decision, scoped as their reads are: a job of a queue their token may not
+    use is not found, exactly as another tenant's."""
+
+    scope: Scope
+
+    @property
+    def tenant(self) -> str:  # type: ignore[override]
+        return self.scope.tenant
+
+    def sees(self, row: Row) -> bool:
+        return self.scope.sees(row["tenant"], row["queue"])
+
     def outcome(self, row: Row | None, change: Change | None) -> JobRecord:
         assert row is not None
         return record_from_row(row)
@@ -32,7 +45,7 @@ def _found(row: Row | None) -> Row:
 class Cancel(_UserAction):
     """QUEUED ends at once; RUNNING asks the worker to stop at its next safe point."""
 
-    tenant: str
+    scope: Scope
     job_no: str
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
@@ -56,7 +69,7 @@ class Cancel(_UserAction):
 class Retry(_UserAction):
     """FAILED with a retryable error -> QUEUED with a fresh budget of attempts."""
 
-    tenant: str
+    scope: Scope
     job_no: str
 
     def decide(self, row: Row | None, now: datetime) -> Change:
@@ -79,7 +92,7 @@ class Retry(_UserAction):
 class Resolve(_UserAction):
     """A person's decision on a WAITING job: APPROVE queues it at once, the attempt not charged; REJECT fails it."""
 
-    tenant: str
+    scope: Scope
     job_no: str
     review: Review
 
@@ -109,7 +122,7 @@ class Requeue(_UserAction):
     Cancel such a job, or wait for its lease to expire.
     """
 
-    tenant: str
+    scope: Scope
     job_no: str
     reason: str = ""
     fresh = True  # "is the lease alive" is the database clock's to say, on the row as it is now

@@ -458,9 +458,15 @@ def _job_count(r: Any, now: datetime) -> JobCount:
 
 
 def purge_workers(conn: Connection, older_than: timedelta) -> int:
-    """Forget workers not seen for `older_than` (ListWorkers would list every restart forever)."""
-    cutoff = sa.literal(clock(conn) - older_than, type_=worker_table.c.last_seen_at.type)
-    return int(conn.execute(sa.delete(worker_table).where(worker_table.c.last_seen_at < cutoff)).rowcount)
+    """Forget workers not seen for `older_than` (ListWorkers would list every restart forever),
+    and the queues and job types nobody claimed for as long (ix_worker_claim_at): a kind of job
+    once served and never again must not stay a row forever. How many rows went."""
+    cutoff = clock(conn) - older_than
+    seen = sa.literal(cutoff, type_=worker_table.c.last_seen_at.type)
+    claimed = sa.literal(cutoff, type_=worker_claim.c.claimed_at.type)
+    workers = conn.execute(sa.delete(worker_table).where(worker_table.c.last_seen_at < seen)).rowcount
+    kinds = conn.execute(sa.delete(worker_claim).where(worker_claim.c.claimed_at < claimed)).rowcount
+    return int(workers) + int(kinds)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -357,6 +357,7 @@ class JobStore:
         return self.db.write(commit_markers.purge) if self.db.is_mysql else 0
 
     def purge_workers(self, older_than: timedelta) -> int:
+        """Forget workers not seen, and queues and job types not claimed for, for `older_than`."""
         return self.db.write(lambda c: reads.purge_workers(c, older_than))
 
     # -- schedules (jobwire.db.schedules; their firings submit through apply) --------------------

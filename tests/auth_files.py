@@ -18,6 +18,7 @@ class Token:
     role: str = "client"  # client, worker or admin
     queues: tuple[str, ...] = ("*",)
     roles: tuple[str, ...] = ()  # when given, written as `roles = [...]` instead of `role`
+    name: str = ""  # when given, the entry's `name` (else the server names it by its digest)
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
@@ -32,6 +33,9 @@ def write_auth_file(path: Path, tokens: Iterable[Token]) -> Path:
         queues = ", ".join(f'"{q}"' for q in token.queues)
         listed = ", ".join(f'"{r}"' for r in token.roles)
         roles = f"roles = [{listed}]" if token.roles else f'role = "{token.role}"'
-        entries.append(f'[[token]]\nsha256 = "{digest}"\ntenant = "{token.tenant}"\n{roles}\nqueues = [{queues}]\n')
+        named = f'name = "{token.name}"\n' if token.name else ""
+        entries.append(
+            f'[[token]]\nsha256 = "{digest}"\ntenant = "{token.tenant}"\n{roles}\nqueues = [{queues}]\n{named}'
+        )
     path.write_text("\n".join(entries), encoding="utf-8")
     return path

@@ -163,7 +163,7 @@ def test_a_job_moves_on_the_page_without_a_reload_then_ends_cancelled(page: Any,
     sign_in(page, CLIENT)
     assert page.url.endswith("/jobs") and job_no in page.content()
     page.goto(f"/jobs/{job_no}")
-    assert text(page, "#status") == "Waiting" and text(page, "#stage-text") == "Not started"
+    assert text(page, "#status") == "Queued" and text(page, "#stage-text") == "Not started"
     page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
 
     stack.start_worker()
@@ -200,7 +200,7 @@ def test_a_job_submitted_after_the_page_loaded_shows_first_then_updates(page: An
         new = client.submit("frames", {"frames": 1}, queue="nobody-serves-this").job.job_no
     first = page.locator("#jobs tbody tr").first
     expect(first).to_have_attribute("data-job", new, timeout=WAIT_MS)
-    assert text(page, f'[data-job="{new}"] [data-field=status_label]') == "Waiting"
+    assert text(page, f'[data-job="{new}"] [data-field=status_label]') == "Queued"
     assert page.locator(f'#jobs tbody a[href="/jobs/{new}"]').count() == 1
     assert page.locator("#jobs tbody tr").nth(1).get_attribute("data-job") == older
 
@@ -245,7 +245,7 @@ def test_the_language_link_switches_the_labels_to_zh_cn(page: Any, stack: Stack)
     page.wait_for_load_state()
     assert page.locator("html").get_attribute("lang") == "zh-CN"
     assert text(page, "h1") == "我的任务" and "状态" in text(page, "#jobs thead")
-    assert text(page, f'[data-job="{job_no}"] [data-field=status_label]') == "等待处理"
+    assert text(page, f'[data-job="{job_no}"] [data-field=status_label]') == "排队中"
     page.goto(f"/jobs/{job_no}")
     assert text(page, "#cancel") == "取消" and text(page, "#stage-text") == "尚未开始"
 

@@ -44,6 +44,7 @@ from jobwire.client import (
     Backoff,
     ChannelConfig,
     FailedPreconditionError,
+    Finding,
     InvalidArgumentError,
     JobClient,
     NotFoundError,
@@ -52,6 +53,7 @@ from jobwire.client import (
     UnauthenticatedError,
     UnavailableError,
 )
+from jobwire.client import Job as JobView
 from jobwire.client.cli import run as run_jobctl
 from jobwire.client.status import error_info, error_reason
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2, worker_pb2_grpc
@@ -80,7 +82,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
                "--on-no-progress", "--run-after", "--watch", "--depends-on"},
     "get": set(),
     "cancel": set(),
-    "retry": {"--failed", "--type", "--owner", "--queue", "--category", "--limit", "--dry-run"},
+    "retry": {"--failed", "--type", "--owner", "--queue", "--category", "--limit", "--dry-run", "--force"},
     "resolve": {"--note"},
     "watch": {"--after-version"},
     "result": {"--output"},  # against a server in tests/e2e/test_results_processes.py
@@ -410,14 +412,14 @@ class Stack:
         assert isinstance(job_no, str)
         return job_no
 
-    def get(self, job_no: str) -> Job:
+    def get(self, job_no: str) -> JobView:
         return self.jobs.get(job_no)
 
-    def wait_status(self, job_no: str, status: int) -> Job:
+    def wait_status(self, job_no: str, status: int) -> JobView:
         return wait_for(f"{job_no} to be {Job.Status.Name(status)}", lambda: _if(self.get(job_no), status))
 
 
-def _if(job: Job, status: int) -> Job | None:
+def _if(job: JobView, status: int) -> JobView | None:
     return job if job.status == status else None
 
 
@@ -541,14 +543,14 @@ def test_submit_shows_the_job_number_and_sends_the_json_payload_as_typed(stack: 
     assert JOB_NO.fullmatch(job_no) and verb == "submitted", run
     shown = details(run.out)
     assert shown["job"] == job_no and shown["type"] == job_type and shown["queue"] == "default"
-    assert shown["status"] == "Waiting"
+    assert shown["status"] == "Queued"
     assert (shown["owner"], shown["labels"], shown["attempt"]) == ("alice", "env=ci, team=core", "0/5")
     assert shown["version"] == "1"
 
     got = stack.jobctl("--json", "get", job_no).json()
     assert (got["job_no"], got["status"], got["job_type"], got["priority"]) == (job_no, "QUEUED", job_type, 7)
     assert (got["labels"], got["owner"], got["max_attempts"]) == ({"team": "core", "env": "ci"}, "alice", 5)
-    assert got["display"]["status_label"] == "Waiting" and "queue_position" in got
+    assert got["display"]["status_label"] == "Queued" and "queue_position" in got
     assert "percent" not in got["progress"]
 
     lease = stack.worker.claim(job_type)
@@ -727,7 +729,7 @@ def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
         listed("--owner", "alice"),
         listed("--status", "CANCELLED"),
         listed("--status", "queued"),
-        listed("--status", "等待处理", "--status", "not COMPLETED"),  # the words shown: QUEUED, FAILED
+        listed("--status", "排队中", "--status", "not COMPLETED"),  # the words shown: QUEUED, FAILED
         listed("--status", "QUEUED", "--status", "CANCELLED"),
         listed("--owner", "bob", "--status", "CANCELLED"),
         listed("--limit", "2"),
@@ -745,7 +747,7 @@ def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
     text = stack.jobctl("list", "--type", job_type)
     rows = {row["JOB"]: row for row in table(text.out)}
     assert set(rows) == {*alice, bob}, text
-    assert rows[alice[0]]["STATUS"] == "Cancelled" and rows[bob]["STATUS"] == "Waiting"
+    assert rows[alice[0]]["STATUS"] == "Cancelled" and rows[bob]["STATUS"] == "Queued"
     assert {row["TYPE"] for row in rows.values()} == {job_type}
 
 
@@ -778,7 +780,7 @@ def test_watch_follows_a_job_to_ready_and_shows_its_result(stack: Stack) -> None
     job_type = fresh_type("watch-ready")
     job_no = stack.submit(job_type)
     watching = stack.watch("watch", job_no)
-    watching.wait_line(rf"^{job_no} Waiting")
+    watching.wait_line(rf"^{job_no} Queued")
     lease = stack.worker.claim(job_type)
     stack.worker.report(lease, "PREPARING", 5)
     line = watching.wait_line(rf"^{job_no} Processing · Preparing input .*\b5 units")
@@ -824,7 +826,7 @@ def test_submit_watch_exits_3_when_the_job_is_cancelled_while_queued(stack: Stac
     job_type = fresh_type("submit-watch")
     watching = stack.watch("submit", job_type, "--watch")
     job_no = watching.wait_line(r"^PT-\S+ submitted$").split()[0]
-    watching.wait_line(rf"^{job_no} Waiting")
+    watching.wait_line(rf"^{job_no} Queued")
     cancel = stack.jobctl("cancel", job_no)
     assert cancel.code == 0 and details(cancel.out)["status"] == "Cancelled", cancel
     assert watching.finish() == 3, watching.text + watching.err
@@ -876,7 +878,7 @@ def test_ctrl_c_stops_watching_with_130_and_the_job_keeps_running(stack: Stack) 
     job_type = fresh_type("watch-interrupt")
     job_no = stack.submit(job_type)
     watching = stack.watch("watch", job_no)
-    watching.wait_line(rf"^{job_no} Waiting")
+    watching.wait_line(rf"^{job_no} Queued")
     watching.proc.send_signal(signal.SIGINT)
     assert watching.finish() == 130, watching.text + watching.err
     assert watching.err.strip() == f"stopped watching; {job_no} keeps running"
@@ -900,8 +902,9 @@ def test_submit_timeout_is_the_attempt_deadline_a_worker_is_given(stack: Stack) 
         lease = leases[job_no]
         if not lease.HasField("attempt_deadline"):
             return None
-        started = stack.get(job_no).started_at.ToDatetime()
-        return lease.attempt_deadline.ToDatetime() - started
+        started = stack.get(job_no).started_at
+        assert started is not None
+        return lease.attempt_deadline.ToDatetime(tzinfo=UTC) - started
 
     default_limit, no_limit, ninety_limit = (limit(job_no) for job_no in submitted)
     assert no_limit is None
@@ -1011,7 +1014,7 @@ def test_retry_queues_a_retryable_failure_again_and_refuses_the_rest(stack: Stac
     assert shown["retry"] == f"retryable: jobctl retry {retryable}"
     run = stack.jobctl("retry", retryable)
     assert run.code == 0, run
-    assert details(run.out)["status"] == "Waiting"
+    assert details(run.out)["status"] == "Queued"
     again = stack.worker.claim(job_type)
     assert (again.job_no, again.attempt) == (retryable, 2)
     running_again = stack.jobctl("retry", retryable)  # now RUNNING: nothing to retry
@@ -1020,8 +1023,22 @@ def test_retry_queues_a_retryable_failure_again_and_refuses_the_rest(stack: Stac
     final = stack.submit(job_type, max_attempts=1)
     lease = stack.worker.claim(job_type)
     stack.worker.fail(lease, retryable=False, message="The input file is empty.")
-    assert_clean_error(stack.jobctl("retry", final), 4, "FAILED_PRECONDITION", "NOT_RETRYABLE")
+    refused = stack.jobctl("retry", final)
+    assert_clean_error(
+        refused, 4, "FAILED_PRECONDITION", "NOT_RETRYABLE", "an admin may force a retry (jobctl retry --force)"
+    )
+    assert_clean_error(stack.jobctl("retry", final, "--force"), 4, "PERMISSION_DENIED", "the admin role")
     assert stack.get(final).status == Job.FAILED
+    usage = stack.jobctl("retry", "--failed", "--force")
+    assert usage.code == 2 and "--force goes with one JOB_NO" in usage.err, usage
+
+    forced = stack.jobctl("retry", final, "--force", token=ADMIN)  # the operator fixed the input
+    assert forced.code == 0, forced
+    assert details(forced.out)["status"] == "Queued"
+    head = hashlib.sha256(ADMIN.secret.encode()).hexdigest()[:8]  # the auth file gives ADMIN no name
+    trail = stack.jobctl("events", final, token=ADMIN)
+    assert f"forced by admin {head}: error was" in " ".join(trail.out.split()), trail
+    assert (stack.worker.claim(job_type).job_no, stack.get(final).attempt) == (final, 2)
 
 
 def test_retry_failed_queues_every_matching_retryable_failure_again(stack: Stack) -> None:
@@ -1140,7 +1157,7 @@ def test_inspect_lists_a_stalled_lease_and_requeue_hands_the_job_back(stack: Sta
 
     requeued = stack.jobctl("requeue", job_no, "--reason", "worker host died", token=ADMIN)
     assert requeued.code == 0, requeued
-    assert details(requeued.out)["status"] == "Waiting"
+    assert details(requeued.out)["status"] == "Queued"
     events = stack.jobctl("--json", "events", job_no, token=ADMIN).json()
     assert events[-1]["kind"] == "REQUEUED" and events[-1]["detail"] == "worker host died"
     with pytest.raises(grpc.RpcError) as late:  # the old lease can never write again
@@ -1168,7 +1185,7 @@ def test_requeue_prints_labels_in_the_asked_locale(stack: Stack, stalled: Stalle
     job_no = stalled.job_no
     run = stack.jobctl("--locale", "zh-CN", "requeue", job_no, "--reason", "x", token=ADMIN)
     assert run.code == 0, run
-    assert details(run.out)["status"] == "等待处理", run
+    assert details(run.out)["status"] == "排队中", run
 
 
 def test_workers_lists_the_tenants_workers(stack: Stack) -> None:
@@ -1342,7 +1359,7 @@ def test_admin_client_inspect_finds_jobs_without_progress(stack: Stack, limited:
 def test_admin_client_inspect_filters(stack: Stack, stalled: Stalled) -> None:
     job_no = stalled.job_no
     everything = stack.admin.inspect()
-    assert all(isinstance(f, admin_pb2.Finding) for f in everything)
+    assert all(isinstance(f, Finding) and isinstance(f.raw, admin_pb2.Finding) for f in everything)
     found = _finding(everything, job_no)
     assert found is not None and found.kind == admin_pb2.Finding.STALLED and found.status == Job.RUNNING
     assert found.worker_id == stack.worker.worker_id and found.queue == "default" and found.attempt == 1
@@ -1406,7 +1423,7 @@ def test_admin_client_list_workers_pages_and_filters(stack: Stack) -> None:
 def test_admin_client_requeue(stack: Stack, stalled: Stalled) -> None:
     job_type, job_no = stalled.job_type, stalled.job_no
     job = stack.admin.requeue(job_no, reason="the host was replaced")
-    assert isinstance(job, Job) and job.job_no == job_no and job.status == Job.QUEUED
+    assert isinstance(job, JobView) and job.job_no == job_no and job.status == Job.QUEUED
     assert list(stack.admin.list_events(job_no))[-1].detail == "the host was replaced"
     with pytest.raises(FailedPreconditionError) as queued:
         stack.admin.requeue(job_no, reason="again")
@@ -1492,11 +1509,34 @@ def test_resolve_decides_on_a_waiting_job_that_list_finds_by_assignee(stack: Sta
     assert_usage_error(stack.jobctl("resolve", approved, "maybe"), "MAYBE")
 
 
+def test_list_status_words_select_queued_and_waiting_for_review_apart(stack: Stack) -> None:
+    """QUEUED reads "Queued" and WAITING "Waiting for review": a word selects one status."""
+    job_type = fresh_type("words")
+    waiting, queued = stack.submit(job_type), stack.submit(job_type)
+    lease = stack.worker.claim(job_type)  # the first in line goes to a reviewer; the other stays queued
+    assert lease.job_no == waiting
+    assert stack.worker.await_review(lease, "alice", ["Totals"]).status == Job.WAITING
+
+    def listed(*words: str) -> list[str]:
+        run = stack.jobctl("--json", "list", "--type", job_type, *(a for w in words for a in ("--status", w)))
+        assert run.code == 0, run
+        return [j["job_no"] for j in run.json()]
+
+    for word in ("Queued", "queued", "QUEUED", "排队中"):
+        assert listed(word) == [queued], word
+    for word in ("waiting for review", "Waiting for review", "waiting", "WAITING", "等待审核"):
+        assert listed(word) == [waiting], word
+    assert sorted(listed("Queued", "waiting for review")) == sorted([queued, waiting])
+    rows = {row["JOB"]: row["STATUS"] for row in table(stack.jobctl("list", "--type", job_type).out)}
+    assert rows == {queued: "Queued", waiting: "Waiting for review"}
+    assert_usage_error(stack.jobctl("list", "--status", "Waiting for"), "Waiting for")
+
+
 def test_submit_depends_on_waits_for_its_dependency(stack: Stack) -> None:
     first_type, then_type = fresh_type("dep-first"), fresh_type("dep-then")
     first = stack.submit(first_type)
     then = stack.submit_with_jobctl(then_type, "--depends-on", first)
-    assert f"waiting for its dependencies ({first})" in details(stack.jobctl("get", then).out)["progress"]
+    assert details(stack.jobctl("get", then).out)["progress"] == f"Waiting for {first}"  # the server's own line
     assert stack.worker.claim_all(then_type) == []  # not before its dependency is READY
     stack.worker.complete(stack.worker.claim(first_type))
     assert stack.worker.claim(then_type).job_no == then
@@ -1546,7 +1586,7 @@ def test_queue_pause_holds_a_queues_jobs_and_resume_lets_them_run(stack: Stack) 
     assert paused.code == 0 and paused.out.strip() == f"{queue}: paused", paused
     job_no = stack.submit(job_type, queue=queue)
     assert stack.worker.claim_all(job_type, queues=(queue,)) == []
-    assert stack.get(job_no).display.detail == "Waiting: the queue is paused"
+    assert stack.get(job_no).display.detail == "Queued: the queue is paused"
     resumed = stack.jobctl("--json", "queue", "resume", queue, token=ADMIN)
     assert resumed.code == 0 and resumed.json() == {"queue": queue, "limits": {}}, resumed
     assert stack.worker.claim(job_type, queues=(queue,)).job_no == job_no

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 
 from fault_support import claim_request, result
 from google.protobuf.duration_pb2 import Duration
@@ -43,9 +44,10 @@ async def watches_over(
 ) -> tuple[Watches, LossyReader, EventTail, asyncio.Task[None]]:
     reader = LossyReader(FeedReader(served.runtime.store.db), lose)
     tail = EventTail(reader, poll_seconds=0.02)
-    feed = ChangeFeed(tail)
-    task = asyncio.create_task(tail.run())
     rt = served.runtime
+    no_worker_after = timedelta(seconds=rt.settings.no_worker_after_seconds)
+    feed = ChangeFeed(tail, rt.store, rt.blocking, no_worker_after=no_worker_after)
+    task = asyncio.create_task(tail.run())
     return Watches(feed, rt.store, rt.blocking, StreamRegistry(100, inbox_limit=inbox_limit)), reader, tail, task
 
 

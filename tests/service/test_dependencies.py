@@ -47,8 +47,8 @@ async def test_a_chain_runs_in_order(served: Served) -> None:
     c = await submit(served, depends_on=[b.job_no, b.job_no])  # repeats count once
     assert list(c.depends_on) == [b.job_no]
     assert b.status == Q and not b.HasField("queue_position")
-    assert (await get(served, b.job_no)).display.detail == f"Waiting · Waiting for {a.job_no}"
-    assert (await get(served, c.job_no, "zh-CN")).display.detail == f"等待处理 · 等待 {b.job_no} 完成"
+    assert (await get(served, b.job_no)).display.detail == f"Queued · Waiting for {a.job_no}"
+    assert (await get(served, c.job_no, "zh-CN")).display.detail == f"排队中 · 等待 {b.job_no} 完成"
     for expected in (a, b, c):
         # Only the head of the chain is claimable, however many are queued.
         leases = await claim(served, max_jobs=10)
@@ -60,6 +60,7 @@ async def test_a_chain_runs_in_order(served: Served) -> None:
 
 
 async def test_queue_positions_count_only_runnable_jobs(served: Served) -> None:
+    assert await claim(served) == []  # a worker serves frames
     a = await submit(served)
     await submit(served, depends_on=[a.job_no])
     last = await submit(served)
@@ -205,6 +206,4 @@ async def test_the_client_submits_with_depends_on(served: Served) -> None:
             return first, client.submit("frames", depends_on=[first.job_no]).job
 
     first, second = await asyncio.to_thread(chain)
-    assert (
-        list(second.depends_on) == [first.job_no] and second.display.detail == f"Waiting · Waiting for {first.job_no}"
-    )
+    assert list(second.depends_on) == [first.job_no] and second.display.detail == f"Queued · Waiting for {first.job_no}"

@@ -27,11 +27,12 @@ ACME = Token("acme-client-token", tenant="acme")
 GLOBEX = Token("globex-client-token", tenant="globex")
 ADMIN = Token("acme-admin-token", tenant="acme", role="admin")
 WORKER = Token("acme-worker-token", tenant="acme", role="worker")
+OPERATOR = Token("acme-operator-token", tenant="acme", roles=("client", "admin"), name="olivia")
 
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX, ADMIN, WORKER])
+    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX, ADMIN, WORKER, OPERATOR])
     s = await start_server(f"sqlite:///{tmp_path / 'jobwire.db'}", auth_file=auth)
     try:
         yield s
@@ -124,7 +125,7 @@ async def test_job_page_offers_the_actions_its_state_allows(served: Served, gate
     async with _signed_in(gateway, ACME) as client:
         page = (await client.get(f"/jobs/{queued.job_no}")).text
         assert visible_actions(page) == {"cancel"}
-        assert "Waiting" in page  # the server's Display label
+        assert "Queued" in page  # the server's Display label
         # Nothing to say yet about a result or a failure: those rows are not shown.
         assert hidden_rows(page) == {"result_summary", "error_message"}
 
@@ -156,7 +157,41 @@ async def test_a_retryable_failure_offers_retry_and_queues_the_job_again(served:
         assert hidden_rows(page) == {"result_summary"}
         done = await client.post(f"/jobs/{job.job_no}/retry", data={"csrf": client.cookies[CSRF_COOKIE]})
         assert done.status_code == 303
-        assert "Waiting" in (await client.get(done.headers["location"])).text
+        assert "Queued" in (await client.get(done.headers["location"])).text
+
+
+async def _failed(served: Served, *, retryable: bool) -> job_pb2.Job:
+    await _submit(served, ACME, retry_policy=job_pb2.RetryPolicy(max_attempts=1))
+    lease = await _claim(served)
+    failed = worker_pb2.FailRequest(
+        job_no=lease.job_no, worker_token=lease.worker_token, category=job_pb2.JobError.INPUT_INVALID,
+        message="the file is not a CSV file", retryable=retryable,
+    )  # fmt: skip
+    return await served.workers.Fail(failed, metadata=WORKER.metadata)
+
+
+async def test_an_admin_may_retry_a_job_whose_error_is_not_retryable(served: Served, gateway: str) -> None:
+    final = await _failed(served, retryable=False)
+    async with _signed_in(gateway, ACME) as client:
+        page = (await client.get(f"/jobs/{final.job_no}")).text
+        assert visible_actions(page) == set() and 'id="force-retry"' not in page  # a client has no button
+        denied = await client.post(f"/jobs/{final.job_no}/force-retry", data={"csrf": client.cookies[CSRF_COOKIE]})
+        assert denied.status_code == 403  # nor may it post the form
+    async with _signed_in(gateway, OPERATOR) as client:
+        page = (await client.get(f"/jobs/{final.job_no}")).text
+        assert visible_actions(page) == set()  # the job's own actions: RETRY only when retryable
+        assert 'id="force-retry"' in page and "Retry anyway (admin)" in page
+        forged = await client.post(f"/jobs/{final.job_no}/force-retry", data={"csrf": "guessed"})
+        assert forged.status_code == 403
+        done = await client.post(f"/jobs/{final.job_no}/force-retry", data={"csrf": client.cookies[CSRF_COOKIE]})
+        assert done.status_code == 303 and done.headers["location"] == f"/jobs/{final.job_no}"
+        assert "Queued" in (await client.get(done.headers["location"])).text
+        trail = (await client.get("/evidence", params={"job": final.job_no})).text
+        assert "forced by admin olivia: error was INPUT_INVALID" in trail
+
+        retryable = await _failed(served, retryable=True)
+        page = (await client.get(f"/jobs/{retryable.job_no}")).text
+        assert visible_actions(page) == {"retry"} and 'id="force-retry"' not in page  # the plain button is enough
 
 
 async def test_cancel_needs_the_sessions_csrf_token(served: Served, gateway: str) -> None:
@@ -179,14 +214,14 @@ async def test_labels_follow_accept_language_and_the_language_link(served: Serve
     job = await _submit(served, ACME)
     async with _signed_in(gateway, ACME, **{"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"}) as client:
         page = (await client.get(f"/jobs/{job.job_no}")).text
-        assert "等待处理" in page and "取消" in page and "Waiting" not in page
+        assert "排队中" in page and "取消" in page and "Queued" not in page
         listed = (await client.get("/jobs")).text
         assert "我的任务" in listed and "已取消" in listed  # the status filter's labels too
 
         switched = await client.get("/lang/en", params={"next": f"/jobs/{job.job_no}"})
         assert switched.headers["location"] == f"/jobs/{job.job_no}"
         page = (await client.get(f"/jobs/{job.job_no}")).text
-        assert "Waiting" in page and "等待处理" not in page
+        assert "Queued" in page and "排队中" not in page
         assert (await client.get("/lang/en", params={"next": "//evil.example/"})).headers["location"] == "/jobs"
 
 
@@ -289,7 +324,7 @@ async def test_the_jobs_page_stream_brings_a_job_submitted_after_the_page(served
         assert [row["job_no"] for row in listed["rows"]] == [new.job_no]
         assert listed["order"][:2] == [new.job_no, shown.job_no] and theirs.job_no not in json.dumps(listed)
         row = listed["rows"][0]["html"]
-        assert row.startswith(f'<tr data-job="{new.job_no}" data-status="QUEUED">') and "Waiting" in row
+        assert row.startswith(f'<tr data-job="{new.job_no}" data-status="QUEUED">') and "Queued" in row
 
         await _claim(served, "thumbs")  # acme's worker token: the new job
         async for name, data in events:

@@ -67,7 +67,8 @@ async def test_json_lines_name_the_job_say_why_it_failed_and_hold_no_secret(
     serve: Any, tmp_path: Path, json_log: io.StringIO
 ) -> None:
     s: Served = await serve()
-    job = await submit(s, "doomed", payload=PAYLOAD)
+    # One attempt: the handler's bug is retryable, and one failure is the line to look at.
+    job = await submit(s, "doomed", payload=PAYLOAD, retry_policy=job_pb2.RetryPolicy(max_attempts=1))
     await get(s, job.job_no)
     stub = RecordingStub(worker_pb2_grpc.WorkerServiceStub(s.channel))
     config = WorkerConfig(

@@ -63,6 +63,7 @@ async def test_cancelled_job_cannot_become_ready_from_a_late_worker(served) -> N
 
 
 async def test_queue_position_counts_runnable_jobs_ahead(served) -> None:  # type: ignore[no-untyped-def]
+    assert await claim(served) == []  # a worker serves frames: its jobs can be claimed, so they count
     first = await submit(served)
     second = await submit(served)
     urgent = await submit(served, priority=5)

@@ -14,7 +14,7 @@ from jobwire.rpc.convert import timestamp
 from jobwire.v1 import admin_pb2, job_pb2
 
 NO_WORKER = admin_pb2.Finding.NO_WORKER
-UNSERVED = "Waiting · No worker is serving this kind of job yet"
+UNSERVED = "Queued · No worker is serving this kind of job yet"
 
 
 async def unserved(s: Served) -> dict[str, admin_pb2.Finding]:
@@ -35,12 +35,12 @@ async def test_a_kind_nobody_serves_is_a_finding_until_a_worker_claims_for_it(se
     )  # fmt: skip
     assert f.detail == "no worker serves queue default, job type orphan; a worker last asked for it: never"
     assert (await get(s, second.job_no)).display.detail == UNSERVED
-    assert (await get(s, second.job_no, "zh-CN")).display.detail == "等待处理 · 暂时没有可处理此类任务的处理程序"
+    assert (await get(s, second.job_no, "zh-CN")).display.detail == "排队中 · 暂时没有可处理此类任务的处理程序"
 
     (lease,) = await claim(s, "orphan", worker_id="w-orphan")  # takes the first; the second waits in line
     assert lease.job_no == first.job_no
     assert await unserved(s) == {}
-    assert (await get(s, second.job_no)).display.detail == "Waiting · next in line"
+    assert (await get(s, second.job_no)).display.detail == "Queued · next in line"
     assert (await get(s, lease.job_no)).status == job_pb2.Job.RUNNING  # a leased job is never NO_WORKER
 
 

@@ -248,14 +248,14 @@ async def test_a_held_back_job_says_why_instead_of_its_place_in_line(served) -> 
     (lease,) = await claim(served, queues=[QUEUE])
     assert lease.job_no == first.job_no
     at_limit = await get(served, second.job_no)
-    assert at_limit.display.detail == "Waiting: the queue is at its limit"
-    assert (await get(served, second.job_no, "zh-CN")).display.detail == "等待处理：队列已达到处理上限"
+    assert at_limit.display.detail == "Queued: the queue is at its limit"
+    assert (await get(served, second.job_no, "zh-CN")).display.detail == "排队中：队列已达到处理上限"
     await served.admin.PauseQueue(admin_pb2.PauseQueueRequest(queue=QUEUE))
     listed = await served.jobs.ListJobs(job_pb2.ListJobsRequest(statuses=[job_pb2.Job.QUEUED]))
     details = {j.job_no: j.display.detail for j in listed.jobs}
-    assert details[second.job_no] == "Waiting: the queue is paused"
+    assert details[second.job_no] == "Queued: the queue is paused"
     assert "queue" not in details[free.job_no]  # another queue's jobs keep their place in line
-    assert (await get(served, second.job_no, "zh-CN")).display.detail == "等待处理：队列已暂停"
+    assert (await get(served, second.job_no, "zh-CN")).display.detail == "排队中：队列已暂停"
     assert first.job_no not in details  # running, not held
 
 

@@ -177,7 +177,7 @@ async def test_each_tenants_queue_limits_hold_for_the_shared_fleet(fleet: Fleet)
     b_job = await fleet.submit("b")
     assert [lease.job_no for lease in await fleet.claim(max_jobs=5)] == [b_job.job_no]
     assert await fleet.claim(max_jobs=5) == []  # a's queue is paused; b's has nothing more
-    assert (await fleet.get("a", a_jobs[0].job_no)).display.detail == "Waiting: the queue is paused"
+    assert (await fleet.get("a", a_jobs[0].job_no)).display.detail == "Queued: the queue is paused"
     await fleet.served.admin.ResumeQueue(admin_pb2.ResumeQueueRequest(queue=QUEUE), metadata=fleet.admins["a"].metadata)
     claimed = await eventually(lambda: fleet.claim(max_jobs=5), what="a's jobs after the resume")
     assert sorted(lease.job_no for lease in claimed) == sorted(job.job_no for job in a_jobs)

@@ -165,7 +165,7 @@ async def test_unknown_job_and_bad_requests(served) -> None:  # type: ignore[no-
 async def test_locale_labels_the_updates(served) -> None:  # type: ignore[no-untyped-def]
     job = await submit(served)
     first = await next_job(call := watch(served, job.job_no, locale="zh-CN"))
-    assert first is not None and first.display.status_label == "等待处理"
+    assert first is not None and first.display.status_label == "排队中"
     call.cancel()
 
 

@@ -81,6 +81,7 @@ async def test_an_owner_with_many_jobs_costs_queries_per_page_not_per_job(served
 
     later = Timestamp()
     later.FromDatetime(datetime.now(UTC) + timedelta(hours=1))
+    assert await claim(served, queues=["default", "q2"]) == []  # served: their places in line count
     count = OWNER_PAGE * 2 + 17
     for i in range(count):
         fields: dict[str, object] = {"owner": "many", "priority": i % 3}
@@ -102,9 +103,11 @@ async def test_an_owner_with_many_jobs_costs_queries_per_page_not_per_job(served
         sa.event.remove(engine, "before_cursor_execute", record)
     call.cancel()
     assert len({j.job_no for j in seen if j}) == count
-    # the job reads of this stream (the change feed's polls of job_event run beside it)
+    # the job reads of this stream (the change feed's polls of job_event run beside it): per page
+    # the jobs, the job types served and the limits of their queues, and one count per queue;
+    # a job not runnable yet is counted alone
     reads = [q for q in sent if q.lstrip().upper().startswith("SELECT") and "job_event" not in q]
-    assert len(reads) <= 3 * (count // OWNER_PAGE + 1) + 2 * count // 50 + 4, len(reads)
+    assert len(reads) <= 5 * (count // OWNER_PAGE + 1) + 2 * count // 50 + 4, len(reads)
     for job in seen[::7]:
         assert job is not None
         now = await served.jobs.Get(job_pb2.GetRequest(job_no=job.job_no))

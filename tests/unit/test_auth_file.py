@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from jobwire.domain.errors import PermissionDenied
 from jobwire.rpc.auth import load_tokens
 from jobwire.runtime.serving import server_flags, settings_from
 
@@ -90,3 +91,21 @@ def test_a_shared_fleet_token_serves_every_tenant_as_a_worker_only(tmp_path: Pat
 def test_a_tenant_must_have_a_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="tenant must not be empty"):
         load_tokens(_tenant_entry(tmp_path, "", 'role = "client"'))
+
+
+def test_a_token_is_named_by_its_entry_or_its_digest(tmp_path: Path) -> None:
+    assert load_tokens(_entry(tmp_path, 'role = "admin"\nname = "alice"'))[DIGEST].name == "alice"
+    assert load_tokens(_entry(tmp_path, 'role = "admin"'))[DIGEST].name == DIGEST[:8]
+
+
+@pytest.mark.parametrize("name", ['""', '"   "', "1", '"a\\u001bb"', f'"{"x" * 65}"'])
+def test_a_name_is_short_plain_text(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ValueError, match="name must be 1 to 64 characters of plain text"):
+        load_tokens(_entry(tmp_path, f'role = "admin"\nname = {name}'))
+
+
+def test_a_role_check_names_the_role_it_needs(tmp_path: Path) -> None:
+    client = load_tokens(_entry(tmp_path, 'role = "client"'))[DIGEST]
+    with pytest.raises(PermissionDenied, match="only a token with the admin role may force a retry"):
+        client.check_role("admin", "force a retry")
+    load_tokens(_entry(tmp_path, 'roles = ["client", "admin"]'))[DIGEST].check_role("admin", "force a retry")

@@ -103,3 +103,42 @@ async def test_a_wake_polls_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
         before = tail.polls
         tail.wake()  # a listener arrives
         await eventually(_polls_reach(tail, before + 1), what="a poll after wake()")
+
+
+async def test_a_subscriber_that_has_more_to_do_holds_the_next_batch_not_the_others() -> None:
+    """The change feed reads where QUEUED jobs stand before it offers a batch: the next batch
+    waits for that, so no subscriber sees batches out of order; a failure there stops nothing."""
+    reader = CountingReader()
+    reader.busy = True
+    tail = EventTail(reader, poll_seconds=0.02)  # type: ignore[arg-type]
+    order: list[tuple[str, int]] = []
+    release = asyncio.Event()
+
+    def slow(rows: object, seq: int) -> Awaitable[None]:
+        async def finish() -> None:
+            if seq == 1:
+                await release.wait()
+            if seq == 2:
+                raise RuntimeError("a subscriber's own failure")
+            order.append(("slow", seq))
+
+        return finish()
+
+    tail.subscribe(slow, listening=lambda: True)
+    tail.subscribe(lambda rows, seq: order.append(("quick", seq)), listening=lambda: True)
+    task = asyncio.create_task(tail.run())
+    try:
+        await eventually(lambda: _async(("quick", 1) in order), what="the quick subscriber's first batch")
+        assert tail.polls == 1 and ("slow", 1) not in order  # the second poll waits for the first batch's end
+        release.set()
+        await eventually(lambda: _async(("slow", 3) in order), what="batches after a failed one")
+        assert [seq for who, seq in order if who == "quick"][:3] == [1, 2, 3]
+        assert order.index(("slow", 1)) < order.index(("quick", 2))
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _async(value: bool) -> bool:
+    return value

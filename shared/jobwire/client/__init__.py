@@ -1,6 +1,8 @@
 """Backend-facing client: JobClient, AdminClient (each also async), the jobctl CLI, and channel helpers.
 
-The names below are the public API; everything else in this package may change.
+The names below are the public API; everything else in this package may change. The clients
+return views (`Job`, `Batch`, `Schedule`, ...) whose enums print their names (`JobStatus`,
+...) and whose times are aware UTC datetimes; each view's `raw` is the protobuf message.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from jobwire.client.admin import AdminClient, AsyncAdminClient
 from jobwire.client.async_jobs import AsyncJobClient
 from jobwire.client.channel import ChannelConfig, aio_channel, sync_channel
 from jobwire.client.convert import is_terminal
+from jobwire.client.enums import CatchUp, DisplayAction, ErrorCategory, FindingKind, JobStatus, Overlap
 from jobwire.client.errors import (
     AbortedError,
     AlreadyExistsError,
@@ -17,6 +20,7 @@ from jobwire.client.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    OutOfRangeError,
     PermissionDeniedError,
     ResourceExhaustedError,
     UnauthenticatedError,
@@ -27,6 +31,18 @@ from jobwire.client.job_calls import ListFilters, SubmitOptions, Submitted, Time
 from jobwire.client.jobs import JobClient
 from jobwire.client.retry import Backoff, Pauses, RetrySettings
 from jobwire.client.status import error_reason, status_info
+from jobwire.client.views import (
+    Batch,
+    Display,
+    Finding,
+    Job,
+    JobError,
+    JobEvent,
+    JobPage,
+    Schedule,
+    SubmittedBatch,
+    WorkerInfo,
+)
 
 __all__ = [
     "AbortedError",
@@ -35,23 +51,40 @@ __all__ = [
     "AsyncAdminClient",
     "AsyncJobClient",
     "Backoff",
+    "Batch",
+    "CatchUp",
     "ChannelConfig",
     "ClientError",
     "DeadlineExceededError",
+    "Display",
+    "DisplayAction",
+    "ErrorCategory",
     "FailedPreconditionError",
+    "Finding",
+    "FindingKind",
     "InvalidArgumentError",
+    "Job",
     "JobClient",
+    "JobError",
+    "JobEvent",
+    "JobPage",
+    "JobStatus",
     "ListFilters",
     "NotFoundError",
+    "OutOfRangeError",
+    "Overlap",
     "Pauses",
     "PermissionDeniedError",
     "ResourceExhaustedError",
     "RetrySettings",
+    "Schedule",
     "SubmitOptions",
     "Submitted",
+    "SubmittedBatch",
     "Timeouts",
     "UnauthenticatedError",
     "UnavailableError",
+    "WorkerInfo",
     "aio_channel",
     "error_reason",
     "is_terminal",

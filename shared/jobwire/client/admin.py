@@ -6,26 +6,26 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from itertools import chain
 
-from jobwire.client import convert
+from jobwire.client import convert, views
 from jobwire.client.base import AsyncBaseClient, BaseClient
 from jobwire.client.convert import Seconds
-from jobwire.client.job_calls import Call, as_is
-from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2
+from jobwire.client.job_calls import Call
+from jobwire.v1 import admin_pb2, admin_pb2_grpc
 
 
-def _inspect(stalled_after: Seconds | None, queue: str, kinds: Iterable[str | int]) -> Call[list[admin_pb2.Finding]]:
+def _inspect(stalled_after: Seconds | None, queue: str, kinds: Iterable[str | int]) -> Call[list[views.Finding]]:
     request = admin_pb2.InspectRequest(queue=queue, kinds=[convert.finding_kind(k) for k in kinds])
     if stalled_after is not None:
         request.stalled_after.CopyFrom(convert.duration(stalled_after))
-    return Call("Inspect", request, True, lambda reply: list(reply.findings))
+    return Call("Inspect", request, True, lambda reply: [views.Finding(f) for f in reply.findings])
 
 
-def _requeue(job_no: str, reason: str, locale: str) -> Call[job_pb2.Job]:
+def _requeue(job_no: str, reason: str, locale: str) -> Call[views.Job]:
     request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=locale)
     # Not retried: the answer may have been lost after the requeue happened, and by the
     # time a repeat arrives a new worker may hold the job. An operator decides again
     # with fresh facts (inspect, events) rather than the client deciding for them.
-    return Call("Requeue", request, False, as_is)
+    return Call("Requeue", request, False, views.Job)
 
 
 def _events_request(job_no: str, page_size: int) -> admin_pb2.ListEventsRequest:
@@ -55,7 +55,7 @@ class AdminClient(BaseClient):
         stalled_after: Seconds | None = None,
         queue: str = "",
         kinds: Iterable[str | int] = (),
-    ) -> list[admin_pb2.Finding]:
+    ) -> list[views.Finding]:
         """Findings: STALLED leases, and invariant breaks that must never appear.
 
         Args:
@@ -65,22 +65,22 @@ class AdminClient(BaseClient):
         """
         return self._call(_inspect(stalled_after, queue, kinds))
 
-    def list_events(self, job_no: str, *, page_size: int = 0, limit: int | None = None) -> Iterator[admin_pb2.JobEvent]:
+    def list_events(self, job_no: str, *, page_size: int = 0, limit: int | None = None) -> Iterator[views.JobEvent]:
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
         pages = self._pages(self._stub.ListEvents, _events_request(job_no, page_size))
-        return convert.at_most(chain.from_iterable(page.events for page in pages), limit)
+        return convert.at_most(map(views.JobEvent, chain.from_iterable(page.events for page in pages)), limit)
 
-    def requeue(self, job_no: str, *, reason: str) -> job_pb2.Job:
+    def requeue(self, job_no: str, *, reason: str) -> views.Job:
         """An operator's decision for a stalled job: revoke its lease and queue it again.
 
         Never retried by the client. Args: reason: why, for the evidence trail.
         """
         return self._call(_requeue(job_no, reason, self.locale))
 
-    def list_workers(self, *, queue: str = "", limit: int | None = None) -> Iterator[admin_pb2.WorkerInfo]:
+    def list_workers(self, *, queue: str = "", limit: int | None = None) -> Iterator[views.WorkerInfo]:
         """Known workers by id, across pages: last seen, leases held, queues and job types."""
         pages = self._pages(self._stub.ListWorkers, _workers_request(queue))
-        return convert.at_most(chain.from_iterable(page.workers for page in pages), limit)
+        return convert.at_most(map(views.WorkerInfo, chain.from_iterable(page.workers for page in pages)), limit)
 
     def queue_limits(self, queue: str) -> admin_pb2.QueueLimitsResponse:
         """A queue's limits and whether it is paused (a queue never limited has none)."""
@@ -126,22 +126,22 @@ class AsyncAdminClient(AsyncBaseClient):
 
     async def inspect(
         self, *, stalled_after: Seconds | None = None, queue: str = "", kinds: Iterable[str | int] = ()
-    ) -> list[admin_pb2.Finding]:
+    ) -> list[views.Finding]:
         """Findings: STALLED leases, and invariant breaks that must never appear."""
         return await self._call(_inspect(stalled_after, queue, kinds))
 
     def list_events(
         self, job_no: str, *, page_size: int = 0, limit: int | None = None
-    ) -> AsyncIterator[admin_pb2.JobEvent]:
+    ) -> AsyncIterator[views.JobEvent]:
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
         pages = self._pages(self._stub.ListEvents, _events_request(job_no, page_size))
-        return convert.async_at_most(self._each(pages, lambda page: page.events), limit)
+        return convert.async_at_most(self._each(pages, lambda page: map(views.JobEvent, page.events)), limit)
 
-    async def requeue(self, job_no: str, *, reason: str) -> job_pb2.Job:
+    async def requeue(self, job_no: str, *, reason: str) -> views.Job:
         """Revoke a stalled job's lease and queue it again; never retried by the client."""
         return await self._call(_requeue(job_no, reason, self.locale))
 
-    def list_workers(self, *, queue: str = "", limit: int | None = None) -> AsyncIterator[admin_pb2.WorkerInfo]:
+    def list_workers(self, *, queue: str = "", limit: int | None = None) -> AsyncIterator[views.WorkerInfo]:
         """Known workers by id, across pages, at most `limit` of them."""
         pages = self._pages(self._stub.ListWorkers, _workers_request(queue))
-        return convert.async_at_most(self._each(pages, lambda page: page.workers), limit)
+        return convert.async_at_most(self._each(pages, lambda page: map(views.WorkerInfo, page.workers)), limit)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from jobwire.client import render
+from jobwire.client import render, views
 from jobwire.client.commands import EXIT_OK, Context, UsageError
 from jobwire.client.jobs import JobClient
-from jobwire.v1 import job_pb2
 
 # What a line of a batch file may say: `submit`'s arguments that a file can hold.
 LINE_KEYS = frozenset({
@@ -48,7 +46,7 @@ def cmd_batch_submit(ctx: Context, args: argparse.Namespace) -> int:
             [client.submit_request(**line) for line in lines], idempotency_key=args.idempotency_key
         )
         if ctx.as_json:
-            ctx.emit(render.to_json(made))
+            ctx.emit(render.to_json(made.raw))
         else:
             ctx.out.print(f"{made.batch_id} submitted: {len(made.jobs)} jobs", markup=False, highlight=False)
         if args.watch:
@@ -74,32 +72,22 @@ def cmd_batch_watch(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _follow(ctx: Context, client: JobClient, batch_id: str) -> int:
-    """A line per change until every job of the batch has ended; then the batch."""
-    total = client.get_batch(batch_id).total
-    _watch(ctx, client.watch_batch(batch_id), total)
+    """A line per change until every job of the batch has ended (watch_batch ends then); then the batch."""
+    try:
+        for job in client.watch_batch(batch_id):
+            if ctx.as_json:
+                ctx.emit(render.to_json(job.raw))
+            else:
+                ctx.out.print(f"{job.job_no} {job.display.detail}", markup=False, highlight=False)
+    except KeyboardInterrupt:
+        ctx.err.print("stopped watching; the batch keeps running", highlight=False)
     _show(ctx, client.get_batch(batch_id))
     return EXIT_OK
 
 
-def _watch(ctx: Context, updates: Iterable[job_pb2.Job], total: int) -> None:
-    ended: set[str] = set()
-    try:
-        for job in updates:
-            if ctx.as_json:
-                ctx.emit(render.to_json(job))
-            else:
-                ctx.out.print(f"{job.job_no} {job.display.detail}", markup=False, highlight=False)
-            if job.status in (job_pb2.Job.READY, job_pb2.Job.FAILED, job_pb2.Job.CANCELLED):
-                ended.add(job.job_no)
-            if len(ended) == total:
-                return
-    except KeyboardInterrupt:
-        ctx.err.print("stopped watching; the batch keeps running", highlight=False)
-
-
-def _show(ctx: Context, batch: job_pb2.Batch) -> None:
+def _show(ctx: Context, batch: views.Batch) -> None:
     if ctx.as_json:
-        ctx.emit(render.to_json(batch))
+        ctx.emit(render.to_json(batch.raw))
         return
     c = batch.counts
     counts = (

@@ -136,6 +136,10 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, job_common:
     )
     p.add_argument("--limit", type=c.count_arg, default=1000, help="with --failed: at most this many (default 1000)")
     p.add_argument("--dry-run", action="store_true", help="with --failed: list them, retry none")
+    p.add_argument(
+        "--force", action="store_true",
+        help="with JOB_NO: retry it even though its error is not retryable (admin role; the trail names you)",
+    )  # fmt: skip
     p.set_defaults(handler=c.cmd_retry)
     p = sub.add_parser("resolve", parents=[common], help="decide on a job WAITING for review")
     p.add_argument("job_no")
@@ -156,7 +160,7 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, job_common:
     p.add_argument("--owner", default="")
     status = p.add_argument(
         "--status", type=c.status_arg, action="append", default=[],
-        help="repeatable: a name (QUEUED, RUNNING, ...) or the word shown for it (Processing, Done, ...), any case",
+        help="repeatable: a name (QUEUED, RUNNING, ...) or the word shown for it (Queued, 排队中, ...), any case",
     )  # fmt: skip
     status.completer = lambda **_: c.STATUS_CHOICES  # type: ignore[attr-defined]  # argcomplete filters by prefix
     p.add_argument("--type", default="", help="job type")

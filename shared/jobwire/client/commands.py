@@ -16,10 +16,11 @@ from typing import Any
 import grpc
 from rich.console import Console
 
-from jobwire.client import render
+from jobwire.client import render, views
 from jobwire.client.admin import AdminClient
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.convert import finding_kind, status_value
+from jobwire.client.enums import JobStatus
 from jobwire.client.errors import ClientError, FailedPreconditionError, NotFoundError, from_rpc_error
 from jobwire.client.job_calls import Timeouts
 from jobwire.client.jobs import JobClient
@@ -53,13 +54,6 @@ STATUS_NAMES = (
     "CANCELLED",
     "WAITING",
 )
-
-# What a person sees for each status (jobwire.domain.view), in every locale, to its number.
-STATUS_BY_LABEL = {
-    label.casefold(): int(job_pb2.Job.Status.Value(status.value))
-    for status, labels in STATUS_LABELS.items()
-    for label in labels.values()
-}
 
 # What shell completion offers for --status: the names, then the words of the default locale.
 STATUS_CHOICES = (*STATUS_NAMES, *(labels["en"] for labels in STATUS_LABELS.values()))
@@ -106,20 +100,12 @@ def label_arg(text: str) -> tuple[str, str]:
 
 
 def status_arg(text: str) -> int:
-    """A status by name (QUEUED) or by the word a person sees for it (Processing, 正在处理), any case.
-
-    A name wins over a word: `waiting` is WAITING (for review), though `Waiting` is also
-    how QUEUED reads in en.
-    """
+    """A status by name (QUEUED) or by the word a person sees for it in any locale (Queued, 正在处理), any case."""
     try:
         return int(status_value(text))
     except ValueError:
-        pass
-    found = STATUS_BY_LABEL.get(text.strip().casefold())
-    if found is None:
         names = ", ".join(STATUS_NAMES)
-        raise argparse.ArgumentTypeError(f"unknown status {text!r} ({names}, or a label such as Processing)")
-    return found
+        raise argparse.ArgumentTypeError(f"unknown status {text!r} ({names}, or a label such as Queued)") from None
 
 
 def kind_arg(text: str) -> int:
@@ -192,11 +178,11 @@ def cmd_submit(ctx: Context, args: argparse.Namespace) -> int:
             **job_options(args),
         )
         if ctx.as_json:
-            ctx.emit({"job": render.to_json(job), "created": created})
+            ctx.emit({"job": render.to_json(job.raw), "created": created})
         else:
             verb = "submitted" if created else "already submitted (same idempotency key)"
             ctx.out.print(f"{job.job_no} {verb}", markup=False, highlight=False)
-            ctx.out.print(render.job_details(job, ctx.locale))
+            ctx.out.print(render.job_details(job.raw, ctx.locale))
         if args.watch:
             return follow(ctx, client, job.job_no, 0)
     return EXIT_OK
@@ -255,9 +241,12 @@ def cmd_retry(ctx: Context, args: argparse.Namespace) -> int:
     if args.job_no is not None and (filters or args.dry_run):
         ctx.err.print(f"jobctl: {' '.join(filters + (['--dry-run'] if args.dry_run else []))} go with --failed")
         return EXIT_USAGE
+    if args.force and args.job_no is None:
+        ctx.err.print("jobctl: --force goes with one JOB_NO, not --failed: a forced retry is decided job by job")
+        return EXIT_USAGE
     with ctx.jobs() as client:
         if args.job_no is not None:
-            _show_job(ctx, client.retry(args.job_no))
+            _show_job(ctx, client.retry(args.job_no, force=args.force))
             return EXIT_OK
         return _retry_failed(ctx, client, args)
 
@@ -272,9 +261,10 @@ def _retry_failed(ctx: Context, client: JobClient, args: argparse.Namespace) -> 
     due = [
         job
         for job in listed
-        if job.error.retryable
+        if job.error is not None
+        and job.error.retryable
         and (not args.queue or job.queue == args.queue)
-        and (not args.category or job.error.category == job_pb2.JobError.Category.Value(args.category))
+        and (not args.category or job.error.category.name == args.category)
     ][: args.limit]
     retried, skipped = [], []
     for job in due:
@@ -289,7 +279,7 @@ def _retry_failed(ctx: Context, client: JobClient, args: argparse.Namespace) -> 
         ctx.emit({"retried": [j.job_no for j in retried], "skipped": skipped, "dry_run": args.dry_run})
         return EXIT_OK
     if retried:
-        ctx.out.print(render.jobs_table(retried, ctx.locale))
+        ctx.out.print(render.jobs_table([job.raw for job in retried], ctx.locale))
     verb = "would retry" if args.dry_run else "retried"
     changed = f"; {len(skipped)} changed since they were listed" if skipped else ""
     ctx.out.print(f"{verb} {len(retried)} FAILED, retryable job(s){changed}")
@@ -309,19 +299,19 @@ def cmd_watch(ctx: Context, args: argparse.Namespace) -> int:
 
 def follow(ctx: Context, client: JobClient, job_no: str, after_version: int) -> int:
     """Show a job live until it ends; the exit code says how it ended."""
-    last: job_pb2.Job | None = None
+    last: views.Job | None = None
     view = WatchView(ctx.out, locale=ctx.locale, as_json=ctx.as_json)
     try:
         with view:
             for job in client.watch(job_no, max(0, after_version), on_reconnect=_say_reconnecting(ctx)):
-                view.update(job)
+                view.update(job.raw)
                 last = job
     except KeyboardInterrupt:
         ctx.err.print(f"stopped watching; {job_no} keeps running", highlight=False)
         return EXIT_INTERRUPTED
     if last is None:  # resumed at the terminal version: nothing new to show
         last = client.get(job_no)
-    view.finish(last)
+    view.finish(last.raw)
     return exit_code(last)
 
 
@@ -343,11 +333,11 @@ def _say_reconnecting(ctx: Context) -> Callable[[int, float, BaseException | Non
     return say
 
 
-def exit_code(job: job_pb2.Job) -> int:
+def exit_code(job: views.Job) -> int:
     """0 READY, 1 FAILED, 3 CANCELLED (2 is argparse's usage error)."""
-    if job.status == job_pb2.Job.FAILED:
+    if job.status == JobStatus.FAILED:
         return EXIT_FAILED
-    if job.status == job_pb2.Job.CANCELLED:
+    if job.status == JobStatus.CANCELLED:
         return EXIT_CANCELLED
     return EXIT_OK
 
@@ -365,17 +355,17 @@ def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
             )
         )
     if ctx.as_json:
-        ctx.emit([render.to_json(job) for job in jobs])
+        ctx.emit([render.to_json(job.raw) for job in jobs])
     else:
-        ctx.out.print(render.jobs_table(jobs, ctx.locale))
+        ctx.out.print(render.jobs_table([job.raw for job in jobs], ctx.locale))
     return EXIT_OK
 
 
-def _show_job(ctx: Context, job: job_pb2.Job) -> None:
+def _show_job(ctx: Context, job: views.Job) -> None:
     if ctx.as_json:
-        ctx.emit(render.to_json(job))
+        ctx.emit(render.to_json(job.raw))
     else:
-        ctx.out.print(render.job_details(job, ctx.locale))
+        ctx.out.print(render.job_details(job.raw, ctx.locale))
 
 
 # ---- operator commands ----------------------------------------------------------------
@@ -385,11 +375,11 @@ def cmd_inspect(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.admin() as admin:
         findings = admin.inspect(stalled_after=args.stalled_after, queue=args.queue, kinds=args.kind)
     if ctx.as_json:
-        ctx.emit([render.to_json(f) for f in findings])
+        ctx.emit([render.to_json(f.raw) for f in findings])
     elif not findings:
         ctx.out.print("no findings: no stalled leases, no jobs without progress, no broken invariants")
     else:
-        ctx.out.print(render.findings_table(findings))
+        ctx.out.print(render.findings_table(f.raw for f in findings))
     return EXIT_OK
 
 
@@ -397,9 +387,9 @@ def cmd_events(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.admin() as admin:
         events = list(admin.list_events(args.job_no, limit=args.limit))
     if ctx.as_json:
-        ctx.emit([render.to_json(e) for e in events])
+        ctx.emit([render.to_json(e.raw) for e in events])
     else:
-        ctx.out.print(render.events_table(events))
+        ctx.out.print(render.events_table(e.raw for e in events))
     return EXIT_OK
 
 
@@ -414,7 +404,7 @@ def cmd_workers(ctx: Context, args: argparse.Namespace) -> int:
         workers = list(admin.list_workers(queue=args.queue))
     if ctx.as_json:
         # proto3 JSON leaves a false bool out; a script reading it should not have to know that
-        ctx.emit([{**render.to_json(w), "live": w.live, "shared_fleet": w.shared_fleet} for w in workers])
+        ctx.emit([{**render.to_json(w.raw), "live": w.live, "shared_fleet": w.shared_fleet} for w in workers])
     else:
-        ctx.out.print(render.workers_table(workers))
+        ctx.out.print(render.workers_table(w.raw for w in workers))
     return EXIT_OK

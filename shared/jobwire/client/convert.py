@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from itertools import islice
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -14,12 +14,14 @@ from google.protobuf.message import Message
 
 from jobwire.client.errors import InvalidArgumentError
 from jobwire.domain.states import TERMINAL
+from jobwire.domain.view import status_named
 from jobwire.v1 import admin_pb2, job_pb2
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
 
-Payload = bytes | Mapping[str, Any] | None
+# bytes as they are; a mapping or a list as JSON; None as no payload.
+Payload = bytes | bytearray | memoryview | Mapping[str, Any] | list[Any] | tuple[Any, ...] | None
 Seconds = float | timedelta
 
 # The domain's terminal states, as the wire numbers them.
@@ -76,18 +78,39 @@ def _check_limit(limit: int | None) -> None:
 
 
 def encode_payload(payload: Payload) -> bytes:
-    """bytes as given; a mapping as compact UTF-8 JSON; None as empty.
+    """bytes as given; a mapping or a list as compact UTF-8 JSON; None as empty.
 
     Keys are sorted so the same mapping always gives the same bytes: a Submit replayed
     with the same idempotency key must carry an identical payload, or the server answers
     IDEMPOTENCY_KEY_REUSED.
+
+    Raises:
+        TypeError: any other type (a str, a number, a set, an object), or a mapping or list
+            that is not JSON (a set inside, a NaN, a cycle); it names `payload`.
     """
     if payload is None:
         return b""
     if isinstance(payload, bytes | bytearray | memoryview):
         return bytes(payload)
-    text = json.dumps(dict(payload), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    if not isinstance(payload, Mapping | list | tuple):
+        raise TypeError(_payload_type_hint(payload))
+    document = dict(payload) if isinstance(payload, Mapping) else payload
+    try:
+        text = json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"payload is not JSON-serialisable ({error}); pass bytes as they are, or a dict or list"
+            " of JSON values (str, int, float, bool, None, and lists and dicts of them with str keys)"
+        ) from None
     return text.encode("utf-8")
+
+
+def _payload_type_hint(payload: object) -> str:
+    what = type(payload).__name__
+    head = f"payload must be bytes, a JSON-serialisable mapping or list, or None, not {what}"
+    if isinstance(payload, str):
+        return f"{head}; to send text, encode it: payload=text.encode()"
+    return f"{head}; pass bytes as they are, or a dict or list of JSON values (str, int, float, bool, None)"
 
 
 def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
@@ -113,10 +136,14 @@ def duration(value: Seconds) -> duration_pb2.Duration:
 
 
 def status_value(name: str | int) -> job_pb2.Job.Status.ValueType:
-    """A Job.Status from its name (case-insensitive) or number."""
+    """A Job.Status from its number, its name or the label a person reads for it in any locale
+    (QUEUED, Queued, 排队中), in any case; ValueError for a word that names no status."""
     if isinstance(name, int):
         return job_pb2.Job.Status.ValueType(name)
-    return job_pb2.Job.Status.Value(name.strip().upper())
+    status = status_named(name)
+    if status is None:
+        raise ValueError(f"unknown status {name!r}")
+    return job_pb2.Job.Status.Value(status.value)
 
 
 def statuses(names: Iterable[str | int]) -> list[job_pb2.Job.Status.ValueType]:
@@ -151,6 +178,13 @@ def category_name(value: int) -> str:
     return job_pb2.JobError.Category.Name(job_pb2.JobError.Category.ValueType(value))
 
 
-def is_terminal(job: job_pb2.Job) -> bool:
+class HasStatus(Protocol):
+    """A job as the wire or a view holds it: anything with a status number."""
+
+    @property
+    def status(self) -> int: ...
+
+
+def is_terminal(job: HasStatus) -> bool:
     """READY, FAILED and CANCELLED end a job; nothing changes after them."""
     return job.status in TERMINAL_STATUSES

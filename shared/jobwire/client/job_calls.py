@@ -7,6 +7,7 @@ their own channel, so the two can never drift apart in what they ask or how they
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,7 +15,7 @@ from typing import Any, Generic, NamedTuple, TypedDict, TypeVar
 
 from google.protobuf.message import Message
 
-from jobwire.client import convert
+from jobwire.client import convert, views
 from jobwire.client.convert import Payload, Seconds
 from jobwire.client.watch import OnReconnect
 from jobwire.v1 import job_pb2
@@ -25,7 +26,7 @@ R = TypeVar("R")
 class Submitted(NamedTuple):
     """Submit's answer; unpacks as `job, created = client.submit(...)`."""
 
-    job: job_pb2.Job
+    job: views.Job
     created: bool  # False when an idempotency key replayed an earlier submit
 
 
@@ -123,13 +124,8 @@ class Call(Generic[R]):
     decode: Callable[[Any], R]
 
 
-def as_is(reply: Any) -> Any:
-    """The reply itself: most calls return what the server answered."""
-    return reply
-
-
 def _submitted(reply: job_pb2.SubmitResponse) -> Submitted:
-    return Submitted(reply.job, reply.created)
+    return Submitted(views.Job(reply.job), reply.created)
 
 
 def locale_or(locale: str | None, default: str) -> str:
@@ -172,43 +168,43 @@ def submit(job_type: str, payload: Payload, default_locale: str, options: Submit
     return Call("Submit", request, bool(request.idempotency_key), _submitted)
 
 
-def submit_batch(jobs: Sequence[job_pb2.SubmitRequest], idempotency_key: str) -> Call[job_pb2.SubmitBatchResponse]:
+def submit_batch(jobs: Sequence[job_pb2.SubmitRequest], idempotency_key: str) -> Call[views.SubmittedBatch]:
     # With a key a repeat returns the same batch, so only then is it retried.
     request = job_pb2.SubmitBatchRequest(jobs=list(jobs), idempotency_key=idempotency_key)
-    return Call("SubmitBatch", request, bool(idempotency_key), as_is)
+    return Call("SubmitBatch", request, bool(idempotency_key), views.SubmittedBatch)
 
 
-def get_batch(batch_id: str) -> Call[job_pb2.Batch]:
-    return Call("GetBatch", job_pb2.GetBatchRequest(batch_id=batch_id), True, as_is)
+def get_batch(batch_id: str) -> Call[views.Batch]:
+    return Call("GetBatch", job_pb2.GetBatchRequest(batch_id=batch_id), True, views.Batch)
 
 
-def cancel_batch(batch_id: str) -> Call[job_pb2.Batch]:
+def cancel_batch(batch_id: str) -> Call[views.Batch]:
     # Cancel is idempotent job by job, so a repeat after a lost reply is harmless.
-    return Call("CancelBatch", job_pb2.CancelBatchRequest(batch_id=batch_id), True, as_is)
+    return Call("CancelBatch", job_pb2.CancelBatchRequest(batch_id=batch_id), True, views.Batch)
 
 
-def get(job_no: str, locale: str) -> Call[job_pb2.Job]:
-    return Call("Get", job_pb2.GetRequest(job_no=job_no, locale=locale), True, as_is)
+def get(job_no: str, locale: str) -> Call[views.Job]:
+    return Call("Get", job_pb2.GetRequest(job_no=job_no, locale=locale), True, views.Job)
 
 
-def cancel(job_no: str, locale: str) -> Call[job_pb2.Job]:
+def cancel(job_no: str, locale: str) -> Call[views.Job]:
     # Cancel is idempotent by contract, so a repeat after a lost reply is harmless.
-    return Call("Cancel", job_pb2.CancelRequest(job_no=job_no, locale=locale), True, as_is)
+    return Call("Cancel", job_pb2.CancelRequest(job_no=job_no, locale=locale), True, views.Job)
 
 
-def retry(job_no: str, locale: str) -> Call[job_pb2.Job]:
+def retry(job_no: str, locale: str, *, force: bool = False) -> Call[views.Job]:
     # The FAILED -> QUEUED guard applies at most once, so a repeat can never run the job
     # twice; at worst a repeat after a lost reply answers FAILED_PRECONDITION.
-    return Call("Retry", job_pb2.RetryRequest(job_no=job_no, locale=locale), True, as_is)
+    return Call("Retry", job_pb2.RetryRequest(job_no=job_no, locale=locale, force=force), True, views.Job)
 
 
-def resolve(job_no: str, decision: str, note: str, locale: str) -> Call[job_pb2.Job]:
+def resolve(job_no: str, decision: str, note: str, locale: str) -> Call[views.Job]:
     request = job_pb2.ResolveRequest(
         job_no=job_no, decision=job_pb2.Review.Decision.Value(decision.upper()), note=note, locale=locale
     )
     # WAITING -> QUEUED or FAILED happens at most once: a repeat after a lost reply can
     # change nothing, at worst it answers FAILED_PRECONDITION.
-    return Call("Resolve", request, True, as_is)
+    return Call("Resolve", request, True, views.Job)
 
 
 def list_request(default_locale: str, filters: ListFilters) -> job_pb2.ListJobsRequest:
@@ -233,6 +229,22 @@ def watch_batch_request(batch_id: str, locale: str) -> job_pb2.WatchJobsRequest:
 
 def result_request(job_no: str) -> job_pb2.GetResultRequest:
     return job_pb2.GetResultRequest(job_no=job_no)
+
+
+def parse_result_json(job_no: str, content_type: str, data: bytes) -> Any:
+    """`result_json`'s answer: the result's bytes as JSON, whatever content type the worker gave.
+
+    Raises:
+        ValueError: the bytes are not JSON, naming the job and its content type.
+    """
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        kind = content_type or "no content type"
+        raise ValueError(
+            f"the result of {job_no} is not JSON ({kind}, {len(data)} bytes: {error});"
+            " read its bytes with result() or result_to()"
+        ) from None
 
 
 def _retry_policy(options: SubmitOptions) -> job_pb2.RetryPolicy | None:

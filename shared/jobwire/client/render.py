@@ -39,15 +39,11 @@ STATUS_STYLES = {
 # The few words jobctl adds around the server's localized labels.
 _WORDS = {
     "stage": {"en": "stage {i}/{n}", "zh-CN": "第 {i}/{n} 步"},
-    "ahead": {"en": "{n} jobs ahead", "zh-CN": "前面还有 {n} 个任务"},
-    "ahead_one": {"en": "1 job ahead", "zh-CN": "前面还有 1 个任务"},
-    "dependencies": {"en": "waiting for its dependencies ({jobs})", "zh-CN": "等待前置任务完成（{jobs}）"},
     "review": {"en": "waiting for review by {who}", "zh-CN": "等待 {who} 审核"},
-    "next": {"en": "next in line", "zh-CN": "即将开始"},
-    "no_worker": {"en": "no worker serves this kind of job yet", "zh-CN": "暂时没有可处理此类任务的处理程序"},
     "stalled": {"en": "stalled: no news from the worker", "zh-CN": "处理程序暂无响应"},
 }
 DASH = "-"
+_SEP = " · "  # between the parts of a line, here and in the server's Display
 
 
 def word(key: str, locale: str, **values: object) -> str:
@@ -139,21 +135,18 @@ def units_text(progress: job_pb2.Progress) -> str:
 
 
 def queue_text(job: job_pb2.Job, locale: str) -> str:
-    """Where a job that is not running stands: its place in line, or why it has none."""
+    """Where a job that is not running stands: its place in line, or why it has none.
+
+    For a QUEUED job that is the server's own line (its Display detail, in the locale asked
+    for), without the status label beside it: the one story every view of the job tells
+    (its dependencies, no worker for its kind, a paused queue, its place in line).
+    """
     if job.status == job_pb2.Job.WAITING:
-        return " · ".join([word("review", locale, who=job.review_assignee), *job.review_items])
+        return _SEP.join([word("review", locale, who=job.review_assignee), *job.review_items])
     if job.status != job_pb2.Job.QUEUED:
         return ""
-    if not job.HasField("queue_position") and job.depends_on:  # no place in line until they are READY
-        return word("dependencies", locale, jobs=", ".join(job.depends_on))
-    if job.no_worker:
-        return word("no_worker", locale)
-    if not job.HasField("queue_position"):
-        return ""
-    n = job.queue_position
-    if n == 1:
-        return word("ahead_one", locale)
-    return word("ahead", locale, n=n) if n else word("next", locale)
+    label, detail = job.display.status_label, job.display.detail
+    return "" if detail == label else detail.removeprefix(label + _SEP)
 
 
 def progress_summary(job: job_pb2.Job, locale: str) -> str:
@@ -166,7 +159,7 @@ def progress_summary(job: job_pb2.Job, locale: str) -> str:
         parts.append(word("stalled", locale))
     if job.HasField("no_progress_for") and not is_terminal(job):
         parts.append(no_progress_text(job.no_progress_for.ToTimedelta(), locale))
-    return " · ".join(p for p in parts if p)
+    return _SEP.join(p for p in parts if p)
 
 
 def job_details(job: job_pb2.Job, locale: str) -> Table:

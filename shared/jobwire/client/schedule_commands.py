@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from rich.table import Table
 
-from jobwire.client import render
+from jobwire.client import render, views
 from jobwire.client.commands import EXIT_OK, Context, job_options, read_payload
 from jobwire.client.jobs import JobClient
 from jobwire.v1 import schedule_pb2
@@ -22,16 +22,16 @@ def cmd_schedule_create(ctx: Context, args: argparse.Namespace) -> int:
             args.schedule_id, template, cron=args.cron, every=args.every, time_zone=args.tz,
             overlap=args.overlap, catch_up=args.catch_up,
         )  # fmt: skip
-        _show(ctx, made)
+        _show(ctx, made.raw)
     return EXIT_OK
 
 
-def _on_one(act: Callable[[JobClient, str], schedule_pb2.Schedule]) -> Callable[[Context, argparse.Namespace], int]:
+def _on_one(act: Callable[[JobClient, str], views.Schedule]) -> Callable[[Context, argparse.Namespace], int]:
     """A command that does `act` to the named schedule and shows it afterwards."""
 
     def handler(ctx: Context, args: argparse.Namespace) -> int:
         with ctx.jobs() as client:
-            _show(ctx, act(client, args.schedule_id))
+            _show(ctx, act(client, args.schedule_id).raw)
         return EXIT_OK
 
     return handler
@@ -54,7 +54,7 @@ def cmd_schedule_delete(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_schedule_list(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.jobs() as client:
-        found = list(client.list_schedules(limit=args.limit))
+        found = [one.raw for one in client.list_schedules(limit=args.limit)]
     if ctx.as_json:
         for one in found:
             ctx.emit(render.to_json(one))

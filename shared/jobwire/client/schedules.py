@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from itertools import chain
 
-from jobwire.client import convert
+from jobwire.client import convert, views
 from jobwire.client.base import BaseClient
 from jobwire.client.convert import Seconds
 from jobwire.v1 import job_pb2, schedule_pb2, schedule_pb2_grpc
@@ -30,7 +30,7 @@ class ScheduleMethods(BaseClient):
         time_zone: str = "",
         overlap: str = "SKIP",
         catch_up: str = "NONE",
-    ) -> schedule_pb2.Schedule:
+    ) -> views.Schedule:
         """Fire `template` (built with `submit_request`, no idempotency key) on a cron or every period.
 
         Args:
@@ -61,16 +61,17 @@ class ScheduleMethods(BaseClient):
         made: schedule_pb2.Schedule = self._unary(
             lambda: self._schedules.CreateSchedule(request, timeout=self.timeout), idempotent=False
         )
-        return made
+        return views.Schedule(made)
 
-    def get_schedule(self, schedule_id: str) -> schedule_pb2.Schedule:
+    def get_schedule(self, schedule_id: str) -> views.Schedule:
+        """The schedule: next and last fire times as datetimes, `overlap` and `catch_up` by name."""
         return self._on_schedule(self._schedules.GetSchedule, schedule_id)
 
-    def pause_schedule(self, schedule_id: str) -> schedule_pb2.Schedule:
+    def pause_schedule(self, schedule_id: str) -> views.Schedule:
         """Stop firing until resumed (idempotent)."""
         return self._on_schedule(self._schedules.PauseSchedule, schedule_id)
 
-    def resume_schedule(self, schedule_id: str) -> schedule_pb2.Schedule:
+    def resume_schedule(self, schedule_id: str) -> views.Schedule:
         """Fire again, from the first fire time after now: those passed while paused are not made up."""
         return self._on_schedule(self._schedules.ResumeSchedule, schedule_id)
 
@@ -79,12 +80,12 @@ class ScheduleMethods(BaseClient):
         request = schedule_pb2.ScheduleRef(schedule_id=schedule_id)
         self._unary(lambda: self._schedules.DeleteSchedule(request, timeout=self.timeout), idempotent=False)
 
-    def list_schedules(self, *, page_size: int = 0, limit: int | None = None) -> Iterator[schedule_pb2.Schedule]:
+    def list_schedules(self, *, page_size: int = 0, limit: int | None = None) -> Iterator[views.Schedule]:
         """Your tenant's schedules, oldest first, across pages, at most `limit` of them."""
         request = schedule_pb2.ListSchedulesRequest(page_size=page_size)
         pages = self._pages(self._schedules.ListSchedules, request)
-        return convert.at_most(chain.from_iterable(page.schedules for page in pages), limit)
+        return convert.at_most(map(views.Schedule, chain.from_iterable(page.schedules for page in pages)), limit)
 
-    def _on_schedule(self, method: Callable[..., schedule_pb2.Schedule], schedule_id: str) -> schedule_pb2.Schedule:
+    def _on_schedule(self, method: Callable[..., schedule_pb2.Schedule], schedule_id: str) -> views.Schedule:
         request = schedule_pb2.ScheduleRef(schedule_id=schedule_id)
-        return self._unary(lambda: method(request, timeout=self.timeout), idempotent=True)
+        return views.Schedule(self._unary(lambda: method(request, timeout=self.timeout), idempotent=True))

@@ -1,8 +1,9 @@
-"""The resumable watch loop behind JobClient.watch() and AsyncJobClient.watch().
+"""The resumable watch loop behind JobClient.watch() and AsyncJobClient.watch(), and when a
+batch watch is over.
 
 A stream may break at any moment (a server restart, a proxy timeout, a lost network). The
 loop reopens it with `after_version` = the last version it delivered, so the server replays
-exactly what was missed (DESIGN.md §6) and the caller sees every transition once.
+exactly what was missed and the caller sees every transition once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import grpc
 from jobwire.client.convert import is_terminal
 from jobwire.client.errors import ClientError, UnavailableError, from_rpc_error
 from jobwire.client.retry import AsyncSleep, RetrySettings, Sleep
+from jobwire.client.views import Job
 from jobwire.v1 import job_pb2
 
 # A server that keeps ending streams cleanly without the terminal update the job has (a
@@ -41,8 +43,8 @@ class AsyncUpdateStream(Protocol):
 
 OpenStream = Callable[[int], UpdateStream]  # after_version -> stream
 AsyncOpenStream = Callable[[int], AsyncUpdateStream]
-GetJob = Callable[[], job_pb2.Job]
-AsyncGetJob = Callable[[], Awaitable[job_pb2.Job]]
+GetJob = Callable[[], Job]
+AsyncGetJob = Callable[[], Awaitable[Job]]
 # (consecutive failures, the pause before the next try, what broke): lets a person know
 OnReconnect = Callable[[int, float, BaseException | None], None]
 
@@ -66,7 +68,7 @@ class _Watch:
         self.empty_ends = 0
         self.done = False
 
-    def fresh(self, job: job_pb2.Job) -> bool:
+    def fresh(self, job: Job) -> bool:
         """Whether to deliver `job`: a version newer than the last one delivered."""
         # The server resumes after `last`, so nothing older should come; dropping it anyway
         # keeps "no duplicates" true against a misbehaving replica.
@@ -87,7 +89,7 @@ class _Watch:
         if error.code in self.settings.retry_codes:
             raise _DroppedError(error) from error
 
-    def ended_cleanly(self, job: job_pb2.Job) -> job_pb2.Job | None:
+    def ended_cleanly(self, job: Job) -> Job | None:
         """After a clean end without a terminal update, `job` is what Get read: are we done?
 
         A stream ends cleanly at once when `after_version` already is the terminal version,
@@ -132,7 +134,7 @@ def watch_job(
     settings: RetrySettings,
     sleep: Sleep,
     on_reconnect: OnReconnect | None = None,
-) -> Generator[job_pb2.Job, None, None]:
+) -> Generator[Job, None, None]:
     """Yield each new version of a job until it is terminal, reconnecting on drops.
 
     `on_reconnect` is told before each pause, so a watcher is never silent while it retries.
@@ -157,14 +159,15 @@ def watch_job(
         sleep(state.pause(cause, on_reconnect))
 
 
-def _one_stream(state: _Watch, open_stream: OpenStream) -> Iterator[job_pb2.Job]:
+def _one_stream(state: _Watch, open_stream: OpenStream) -> Iterator[Job]:
     """The new versions on one stream; stops after a terminal one; hangs up on exit."""
     try:
         stream = open_stream(state.last)
         try:
             for update in stream:
-                if state.fresh(update.job):
-                    yield update.job
+                job = Job(update.job)
+                if state.fresh(job):
+                    yield job
                     if state.done:
                         return
         finally:
@@ -173,7 +176,7 @@ def _one_stream(state: _Watch, open_stream: OpenStream) -> Iterator[job_pb2.Job]
         raise state.broken(error) from error
 
 
-def _get(state: _Watch, get_job: GetJob) -> job_pb2.Job:
+def _get(state: _Watch, get_job: GetJob) -> Job:
     try:
         return get_job()
     except ClientError as error:
@@ -188,7 +191,7 @@ async def async_watch_job(
     settings: RetrySettings,
     sleep: AsyncSleep,
     on_reconnect: OnReconnect | None = None,
-) -> AsyncGenerator[job_pb2.Job, None]:
+) -> AsyncGenerator[Job, None]:
     """`watch_job` over grpc.aio: the same decisions, awaited."""
     state = _Watch(after_version, settings)
     while True:
@@ -207,13 +210,14 @@ async def async_watch_job(
         await sleep(state.pause(cause, on_reconnect))
 
 
-async def _one_async_stream(state: _Watch, open_stream: AsyncOpenStream) -> AsyncIterator[job_pb2.Job]:
+async def _one_async_stream(state: _Watch, open_stream: AsyncOpenStream) -> AsyncIterator[Job]:
     try:
         stream = open_stream(state.last)
         try:
             async for update in stream:
-                if state.fresh(update.job):
-                    yield update.job
+                job = Job(update.job)
+                if state.fresh(job):
+                    yield job
                     if state.done:
                         return
         finally:
@@ -222,9 +226,29 @@ async def _one_async_stream(state: _Watch, open_stream: AsyncOpenStream) -> Asyn
         raise state.broken(error) from error
 
 
-async def _async_get(state: _Watch, get_job: AsyncGetJob) -> job_pb2.Job:
+async def _async_get(state: _Watch, get_job: AsyncGetJob) -> Job:
     try:
         return await get_job()
     except ClientError as error:
         state.get_failed(error)
         raise
+
+
+class BatchEnd:
+    """When a batch watch is over: once each of the batch's `total` jobs has ended.
+
+    `total` comes from GetBatch, asked before the stream opens; the stream then sends every
+    job as it is first, so a job that ended in between arrives ended and is counted.
+    """
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.ended: set[str] = set()
+
+    def over_after(self, job: Job) -> bool:
+        """Note `job`'s new state; whether every job of the batch has now ended."""
+        if is_terminal(job):
+            self.ended.add(job.job_no)
+        else:
+            self.ended.discard(job.job_no)  # retried since it failed: running again
+        return len(self.ended) >= self.total

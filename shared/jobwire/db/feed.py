@@ -33,8 +33,8 @@ counter row: a hot spot on every change); tailing the binlog (replication privil
 binlog client for every replica). SQLite serialises writers, so commits arrive in id order
 and the same code simply never sees a gap.
 
-Also here: what a watch reads when it starts (the job, its queue position, and the
-visible events it missed), in one read transaction.
+Also here: what a watch reads when it starts (the job where it stands now, place in line
+included (jobwire.db.standing), and the visible events it missed), in one read transaction.
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from jobwire.db.engine import Database, db_now
-from jobwire.db.reads import Row, load, queue_position, queue_positions, select_jobs
+from jobwire.db.reads import Row, load, select_jobs
 from jobwire.db.rows import record_from_row, row_from_snapshot
+from jobwire.db.standing import records
 from jobwire.db.tables import job, job_event
 from jobwire.domain.errors import StoreUnavailable
 from jobwire.domain.evidence import EventKind
@@ -255,28 +256,31 @@ class Located:
     record: JobRecord
 
 
-def _located(row: Row, position: int | None) -> Located:
-    return Located(row["id"], record_from_row(row, queue_position=position))
+def _located(conn: Connection, rows: Sequence[Row], no_worker_after: timedelta) -> list[Located]:
+    """`rows` where they stand now, as Get and ListJobs show them."""
+    return [Located(row["id"], record) for row, record in zip(rows, records(conn, rows, no_worker_after), strict=True)]
 
 
 @dataclass(frozen=True, kw_only=True)
 class WatchStart:
-    """A job as it is now (with its queue position) and the visible events after a version."""
+    """A job as it is now (where it stands, place in line included) and the visible events after a version."""
 
     current: Located
     missed: list[FeedRow]
 
 
-def watch_start(conn: Connection, tenant: str, job_no: str, after_version: int) -> WatchStart | None:
+def watch_start(
+    conn: Connection, tenant: str, job_no: str, after_version: int, no_worker_after: timedelta
+) -> WatchStart | None:
     """The job and, when resuming (`after_version > 0`), what changed since; None if unknown."""
     row = load(conn, job.c.tenant == tenant, job.c.job_no == job_no)
     if row is None:
         return None
     missed: list[FeedRow] = []
     if 0 < after_version < row["version"] - 1:
-        # The current version comes from the row itself (with its queue position).
+        # The current version comes from the row itself (where it stands now).
         missed = replay(conn, row["id"], after_version, row["version"] - 1)
-    return WatchStart(current=_located(row, queue_position(conn, row)), missed=missed)
+    return WatchStart(current=_located(conn, [row], no_worker_after)[0], missed=missed)
 
 
 def replay(conn: Connection, job_id: int, after: int, upto: int | None = None) -> list[FeedRow]:
@@ -311,12 +315,12 @@ def coalesced(marks: Sequence[Any]) -> list[int]:
 
 
 def owner_jobs(
-    conn: Connection, tenant: str, owner: str, *, after_id: int = 0, limit: int = OWNER_PAGE
+    conn: Connection, tenant: str, owner: str, no_worker_after: timedelta, *, after_id: int = 0, limit: int = OWNER_PAGE
 ) -> list[Located]:
-    """A page of an owner's unfinished jobs after `after_id`, oldest first, with queue positions.
+    """A page of an owner's unfinished jobs after `after_id`, oldest first, where they stand.
 
-    Two queries a page whatever its size (a count per job made
-    an owner with 4,000 queued jobs wait 6.8 s for the first message).
+    Statements per page and per queue, whatever the page's size (a count per job made an
+    owner with 4,000 queued jobs wait 6.8 s for the first message).
     """
     query = (
         select_jobs(
@@ -328,17 +332,13 @@ def owner_jobs(
         .order_by(job.c.id)
         .limit(limit)
     )
-    rows = [dict(r) for r in conn.execute(query).mappings()]
-    positions = queue_positions(conn, rows)
-    return [_located(row, positions[row["id"]]) for row in rows]
+    return _located(conn, [dict(r) for r in conn.execute(query).mappings()], no_worker_after)
 
 
-def jobs_by_number(conn: Connection, tenant: str, job_nos: Sequence[str]) -> list[Located]:
-    """The named jobs of `tenant` that exist, in the order asked, each with its queue position."""
+def jobs_by_number(conn: Connection, tenant: str, job_nos: Sequence[str], no_worker_after: timedelta) -> list[Located]:
+    """The named jobs of `tenant` that exist, in the order asked, each where it stands."""
     found: dict[str, Row] = {}
     for i in range(0, len(job_nos), GAP_CHUNK):
         query = select_jobs(job.c.tenant == tenant, job.c.job_no.in_(job_nos[i : i + GAP_CHUNK]))
         found.update((r["job_no"], dict(r)) for r in conn.execute(query).mappings())
-    ordered = [found[no] for no in job_nos if no in found]
-    positions = queue_positions(conn, ordered)
-    return [_located(row, positions[row["id"]]) for row in ordered]
+    return _located(conn, [found[no] for no in job_nos if no in found], no_worker_after)

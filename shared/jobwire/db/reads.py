@@ -1,4 +1,4 @@
-"""Reads: one job with its queue position, pages of jobs, a job's events, workers.
+"""Reads: one job, pages of jobs, a job's events, workers (where a QUEUED job stands: jobwire.db.standing).
 
 Queries built per call (filters, pages) go through SQLAlchemy; state changes do not come
 here (jobwire.db.changes).
@@ -21,13 +21,12 @@ from sqlalchemy.engine import Connection
 from jobwire.db.engine import db_now
 from jobwire.db.rows import ARTIFACT_COLUMNS
 from jobwire.db.sql import BLOBS
-from jobwire.db.tables import artifact, job, job_dependency, job_event, worker_claim
+from jobwire.db.tables import artifact, job, job_event, worker_claim
 from jobwire.db.tables import worker as worker_table
 from jobwire.domain.census import Census, JobCount
 from jobwire.domain.commands import EVERY_TENANT, JobFilter, Scope, may_act_for
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import JobEvent, WorkerInfo
-from jobwire.domain.serving import unserved
 from jobwire.domain.states import LEASED, Status
 
 Row = dict[str, Any]
@@ -74,123 +73,6 @@ def visible_jobs(conn: Connection, scope: Scope, job_nos: Sequence[str]) -> set[
     """Those of `job_nos` that `scope` sees (uq_job_job_no)."""
     query = sa.select(job.c.job_no).where(job.c.job_no.in_(list(job_nos)), *scoped(scope))
     return set(conn.execute(query).scalars())
-
-
-def get(conn: Connection, scope: Scope, job_no: str) -> tuple[Row, int | None, list[str]] | None:
-    """A job, its place in line, the dependencies it still waits for and, when QUEUED,
-    `claimed_at`: when a worker last claimed for its queue and job type (None: never)."""
-    row = load_job(conn, scope, job_no)
-    if row is None:
-        return None
-    if row["status"] == Status.QUEUED.value:
-        row["claimed_at"] = claimed_at(conn, scope.tenant, row["queue"], row["job_type"])
-    return row, queue_position(conn, row), waiting_for(conn, row)
-
-
-def waiting_for(conn: Connection, row: Row) -> list[str]:
-    """The job numbers of a waiting job's dependencies not READY yet, in job number order."""
-    if row["status"] != Status.QUEUED.value or not row["waiting_on"]:
-        return []
-    dependency = job.alias("dependency")
-    query = (
-        sa.select(dependency.c.job_no)
-        .select_from(job_dependency.join(dependency, dependency.c.id == job_dependency.c.depends_on_id))
-        .where(job_dependency.c.job_id == row["id"], dependency.c.status != Status.READY.value)
-        .order_by(dependency.c.job_no)
-    )
-    return list(conn.execute(query).scalars())
-
-
-# A shared fleet's workers (tenant EVERY_TENANT) serve every tenant's queue of their names.
-_CLAIMED_AT = sa.select(sa.func.max(worker_claim.c.claimed_at)).where(
-    worker_claim.c.tenant.in_([sa.bindparam("tenant"), sa.literal(EVERY_TENANT)]),
-    worker_claim.c.queue == sa.bindparam("queue"),
-    worker_claim.c.job_type == sa.bindparam("job_type"),
-)
-
-
-def claimed_at(conn: Connection, tenant: str, queue: str, job_type: str) -> datetime | None:
-    """When a worker (the tenant's or a shared fleet's) last claimed for `queue` and `job_type`:
-    two primary-key lookups."""
-    found = conn.execute(_CLAIMED_AT, {"tenant": tenant, "queue": queue, "job_type": job_type}).scalar()
-    if isinstance(found, str):  # SQLite's MAX() of a DATETIME column is its text
-        return datetime.fromisoformat(found)
-    return found if isinstance(found, datetime) else None
-
-
-def unserved_kinds(conn: Connection, tenant: str, rows: Sequence[Row], limit: timedelta) -> set[tuple[str, str]]:
-    """The (queue, job type) of `rows`' QUEUED jobs no worker claimed for within `limit`:
-    one primary-key lookup per kind on the page, not per job."""
-    kinds = {(r["queue"], r["job_type"]) for r in rows if r["status"] == Status.QUEUED.value}
-    if not kinds:
-        return set()
-    now = clock(conn)
-    return {kind for kind in kinds if unserved(claimed_at(conn, tenant, *kind), now, limit)}
-
-
-def queue_position(conn: Connection, row: Row) -> int | None:
-    """Runnable jobs ahead of a QUEUED job: a range count on the claim index.
-
-    A job waiting for dependencies has no place in line, and is not counted in one.
-    """
-    if row["status"] != Status.QUEUED.value or row["waiting_on"]:
-        return None
-    ahead = sa.or_(
-        job.c.priority > row["priority"],
-        sa.and_(job.c.priority == row["priority"], job.c.id < row["id"]),
-    )
-    query = (
-        sa.select(sa.func.count())
-        .select_from(job)
-        .where(
-            job.c.tenant == row["tenant"],
-            job.c.queue == row["queue"],
-            job.c.status == Status.QUEUED.value,
-            job.c.waiting_on == 0,
-            ahead,
-            job.c.run_after <= row["db_now"],
-        )
-    )
-    return int(conn.execute(query).scalar_one())
-
-
-def queue_positions(conn: Connection, rows: Sequence[Row]) -> dict[int, int | None]:
-    """`queue_position` of every row, in one query per queue instead of a count per job.
-
-    The queue's runnable jobs up to the last of `rows` in claim order are numbered by a
-    window function on the claim index; each QUEUED row takes its number. A row that is
-    not runnable yet (run_after later) is not numbered there and is counted alone.
-    """
-    positions: dict[int, int | None] = {row["id"]: None for row in rows}
-    groups: dict[tuple[str, str], list[Row]] = {}
-    for row in rows:
-        if row["status"] == Status.QUEUED.value and not row["waiting_on"]:
-            groups.setdefault((row["tenant"], row["queue"]), []).append(row)
-    for (tenant, queue), members in groups.items():
-        last = max(members, key=lambda m: (-m["priority"], m["id"]))
-        upto = sa.or_(
-            job.c.priority > last["priority"], sa.and_(job.c.priority == last["priority"], job.c.id <= last["id"])
-        )
-        number = sa.func.row_number().over(order_by=(job.c.priority.desc(), job.c.id)) - 1
-        ranked = (
-            sa.select(job.c.id, number.label("position"))
-            .where(
-                job.c.tenant == tenant,
-                job.c.queue == queue,
-                job.c.status == Status.QUEUED.value,
-                job.c.waiting_on == 0,
-                job.c.run_after <= last["db_now"],
-                upto,
-            )
-            .subquery()
-        )
-        wanted = [m["id"] for m in members]
-        found = conn.execute(sa.select(ranked.c.id, ranked.c.position).where(ranked.c.id.in_(wanted)))
-        positions.update((int(i), int(p)) for i, p in found)
-        for member in members:
-            if positions[member["id"]] is None:
-                positions[member["id"]] = queue_position(conn, member)
-    return positions
 
 
 # Pages are bounded by size as well as by count: 120 jobs with 32 labels of the longest

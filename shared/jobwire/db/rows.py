@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.endings import Attempts, Ending
-from jobwire.domain.flow import Held
 from jobwire.domain.job import Artifact, ErrorCategory, JobFailure, JobRecord
 from jobwire.domain.lease import Holding
 from jobwire.domain.progress import Progress
@@ -44,15 +43,9 @@ def plan_of(text: str | None) -> tuple[StageDef, ...]:
     return stage_plans.from_json(json.loads(text)) if text else DEFAULT_PLAN
 
 
-def record_from_row(
-    row: Mapping[str, Any],
-    *,
-    queue_position: int | None = None,
-    waiting_for: Sequence[str] | None = None,
-    no_worker: bool = False,
-    held: Held | None = None,
-) -> JobRecord:
-    """`waiting_for`: the dependencies not READY yet, when the caller read them (see `_waiting_for`)."""
+def record_from_row(row: Mapping[str, Any]) -> JobRecord:
+    """The job as stored. Where a QUEUED job stands (its place in line, whether a worker serves it,
+    its queue's hold) is no column: a read adds it (jobwire.db.standing)."""
     status = Status(row["status"])
     depends_on = tuple(json.loads(row.get("depends_on") or "[]"))
     plan = plan_of(row["stages"])
@@ -89,12 +82,9 @@ def record_from_row(
         error=_failure(row) if status is Status.FAILED else None,
         result=_artifact(row) if status is Status.READY else None,
         version=row["version"],
-        queue_position=queue_position if status is Status.QUEUED else None,
         depends_on=depends_on,
         batch_id=row.get("batch_id"),
-        waiting_for=_waiting_for(row, status, depends_on, waiting_for),
-        no_worker=no_worker and status is Status.QUEUED,
-        held=held if status is Status.QUEUED else None,
+        waiting_for=_waiting_for(row, status, depends_on),
         **_review_fields(row, status),
     )
 
@@ -131,16 +121,13 @@ def review_of(row: Mapping[str, Any]) -> Review | None:
     )
 
 
-def _waiting_for(
-    row: Mapping[str, Any], status: Status, depends_on: tuple[str, ...], read: Sequence[str] | None
-) -> tuple[str, ...]:
-    """What a QUEUED job still waits for: as read, else all it depends on while none has ended
-    (a snapshot or a write's reply knows only the count left), else nothing named."""
+def _waiting_for(row: Mapping[str, Any], status: Status, depends_on: tuple[str, ...]) -> tuple[str, ...]:
+    """What a QUEUED job still waits for, as far as the row alone tells: all it depends on while
+    none has ended (the row keeps only the count left), else nothing named; a read names them
+    (jobwire.db.standing)."""
     waiting = row.get("waiting_on") or 0
     if status is not Status.QUEUED or not waiting:
         return ()
-    if read is not None:
-        return tuple(read)
     return depends_on if waiting == len(depends_on) else ()
 
 

@@ -29,6 +29,7 @@ from jobwire.db import (
     reaper,
     retention,
     schedules,
+    standing,
     submit,
     timeouts,
 )
@@ -55,12 +56,11 @@ from jobwire.domain.errors import (
     WorkerLeaseLost,
 )
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
-from jobwire.domain.flow import Held, QueueLimits
+from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.results import KeptResult
 from jobwire.domain.schedules import Due, ScheduleRecord
-from jobwire.domain.serving import unserved
 from jobwire.domain.states import Status
 from jobwire.domain.transitions import Move, Transition
 
@@ -130,6 +130,7 @@ class JobStore:
         self.observe: Observer = _unobserved
         self.limited = queue_limits.LimitedQueues()
         self.turns = Turns()  # a shared fleet's claims take turns between tenants
+        self.recent_queues = standing.RecentQueues()  # queue facts for stream messages (restand)
 
     # -- every write --------------------------------------------------------------------
     async def apply(self, work: Sequence[Work]) -> list[Any]:
@@ -144,6 +145,10 @@ class JobStore:
         moved: list[Transition] = []
         results = await self.db.transact(lambda wire: self._apply(wire, work, numbered, moved))
         self.observe(moved)  # the run that committed: `transact` returns nothing else
+        for claim in work:
+            if isinstance(claim, Claim):
+                for queue, _ in claim.kinds:  # served now: a stream's next message of that queue reads it again
+                    self.recent_queues.forget(claim.who.tenant, queue)
         return results
 
     async def _apply(
@@ -216,21 +221,14 @@ class JobStore:
 
     # -- reads ----------------------------------------------------------------------------
     def get(self, scope: Scope, job_no: str, *, no_worker_after: timedelta) -> JobRecord:
-        def read(conn: Connection) -> tuple[tuple[Row, int | None, list[str]], dict[str, Held]] | None:
-            found = reads.get(conn, scope, job_no)
-            if found is None:
-                return None
-            row, position, _ = found
-            return found, queue_limits.holds(conn, scope.tenant, [row["queue"]] if position is not None else [])
+        def read(conn: Connection) -> JobRecord | None:
+            row = reads.load_job(conn, scope, job_no)
+            return None if row is None else standing.records(conn, [row], no_worker_after)[0]
 
-        read_back = self.db.read(read)
-        if read_back is None:
+        found = self.db.read(read)
+        if found is None:
             raise JobNotFound()
-        (row, position, waiting), held = read_back
-        no_worker = row["status"] == Status.QUEUED.value and unserved(row["claimed_at"], row["db_now"], no_worker_after)
-        return record_from_row(
-            row, queue_position=position, waiting_for=waiting, no_worker=no_worker, held=held.get(row["queue"])
-        )
+        return found
 
     def kept_result(self, scope: Scope, job_no: str) -> tuple[str, KeptResult]:
         """A READY job's content type and the result the server keeps (GetResult)."""
@@ -252,21 +250,11 @@ class JobStore:
     def list_jobs(
         self, where: JobFilter, page_size: int, page_token: str, *, no_worker_after: timedelta
     ) -> tuple[list[JobRecord], str]:
-        def read(conn: Connection) -> tuple[list[Row], str, set[tuple[str, str]], dict[str, Held]]:
+        def read(conn: Connection) -> tuple[list[JobRecord], str]:
             rows, token = reads.list_jobs(conn, where, page_size, page_token)
-            waiting = [r["queue"] for r in rows if r["status"] == Status.QUEUED.value and not r["waiting_on"]]
-            held = queue_limits.holds(conn, where.tenant, waiting)
-            return rows, token, reads.unserved_kinds(conn, where.tenant, rows, no_worker_after), held
+            return standing.records(conn, rows, no_worker_after), token
 
-        rows, token, unserved_kinds, held = self.db.read(read)
-        return [
-            record_from_row(
-                r,
-                no_worker=(r["queue"], r["job_type"]) in unserved_kinds,
-                held=None if r["waiting_on"] else held.get(r["queue"]),
-            )
-            for r in rows
-        ], token
+        return self.db.read(read)
 
     def visible_jobs(self, scope: Scope, job_nos: Sequence[str]) -> set[str]:
         """Those of `job_nos` that `scope` sees."""
@@ -317,6 +305,7 @@ class JobStore:
         """Set, pause or resume a queue's limits (`change` maps the old to the new); the new limits."""
         after = self.db.write(lambda c: queue_limits.put(c, tenant, queue, reads.clock(c), change))
         self.limited.learn(tenant, queue, not after.none)
+        self.recent_queues.forget(tenant, queue)
         return after
 
     def get_batch(self, scope: Scope, batch_id: str) -> BatchRecord:
@@ -332,14 +321,21 @@ class JobStore:
         return self.db.read(lambda c: batches.job_nos(c, scope, batch_id, unfinished=unfinished))
 
     # -- what watching reads (jobwire.jobapi.watch): the store is the only door to SQL --------
-    def watch_start(self, tenant: str, job_no: str, after_version: int) -> feed.WatchStart | None:
-        return self.db.read(lambda c: feed.watch_start(c, tenant, job_no, after_version))
+    def watch_start(
+        self, tenant: str, job_no: str, after_version: int, *, no_worker_after: timedelta
+    ) -> feed.WatchStart | None:
+        return self.db.read(lambda c: feed.watch_start(c, tenant, job_no, after_version, no_worker_after))
 
-    def owner_jobs(self, tenant: str, owner: str, after_id: int) -> list[feed.Located]:
-        return self.db.read(lambda c: feed.owner_jobs(c, tenant, owner, after_id=after_id))
+    def owner_jobs(self, tenant: str, owner: str, after_id: int, *, no_worker_after: timedelta) -> list[feed.Located]:
+        return self.db.read(lambda c: feed.owner_jobs(c, tenant, owner, no_worker_after, after_id=after_id))
 
-    def jobs_by_number(self, tenant: str, job_nos: Sequence[str]) -> list[feed.Located]:
-        return self.db.read(lambda c: feed.jobs_by_number(c, tenant, job_nos))
+    def jobs_by_number(self, tenant: str, job_nos: Sequence[str], *, no_worker_after: timedelta) -> list[feed.Located]:
+        return self.db.read(lambda c: feed.jobs_by_number(c, tenant, job_nos, no_worker_after))
+
+    def restand(self, versions: Sequence[tuple[int, JobRecord]], *, no_worker_after: timedelta) -> list[JobRecord]:
+        """Versions from the change feed (row id, record), QUEUED ones standing as a read shows
+        them now, bar the place in line (jobwire.db.standing: each queue's facts kept a second)."""
+        return standing.restand(self.db, self.recent_queues, versions, no_worker_after)
 
     def replay(self, job_id: int, after: int, upto: int | None) -> list[feed.FeedRow]:
         return self.db.read(lambda c: feed.replay(c, job_id, after, upto))

@@ -9,12 +9,13 @@ from jobwire.db.changes import Change, JobOp, Row
 from jobwire.db.rows import UNSTAGED, ending_values, holding_of, holding_values, record_from_row
 from jobwire.domain.commands import Scope
 from jobwire.domain.endings import on_resolve
-from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotRetryable, NotWaiting
+from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotWaiting
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import revoke
 from jobwire.domain.review import Review, evidence
 from jobwire.domain.states import Action, Status
+from jobwire.domain.user_decisions import on_retry
 
 
 class _UserAction(JobOp[JobRecord]):
@@ -67,25 +68,18 @@ class Cancel(_UserAction):
 
 @dataclass(frozen=True, kw_only=True)
 class Retry(_UserAction):
-    """FAILED with a retryable error -> QUEUED with a fresh budget of attempts."""
+    """FAILED with a retryable error (or any FAILED job, forced by an admin) -> QUEUED with a
+    fresh budget of attempts (jobwire.domain.user_decisions.on_retry)."""
 
     scope: Scope
     job_no: str
+    forced_by: str | None = None  # the admin's name, when RetryRequest.force
 
     def decide(self, row: Row | None, now: datetime) -> Change:
-        row = _found(row)
-        if row["status"] != Status.FAILED.value:
-            raise InvalidTransition("only a FAILED job can be retried", reason="NOT_RETRYABLE")
-        if not row["error_retryable"]:
-            raise NotRetryable("the job's error is not retryable")
-        values = {
-            "status": Status.QUEUED.value,
-            "attempt_base": row["attempt"],
-            "run_after": now,
-            "finished_at": None,
-            **UNSTAGED,
-        }
-        return Change(action=Action.RETRY, kind=EventKind.RETRIED, values=values)
+        job = record_from_row(_found(row))
+        retried = on_retry(job.status, job.error, job.attempt, now, forced_by=self.forced_by)
+        values = {**ending_values(retried.ending, now), "attempt_base": retried.attempt_base, "finished_at": None}
+        return Change(action=Action.RETRY, kind=retried.ending.kind, values=values, detail=retried.detail)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ class UserAction(StrEnum):
 
 
 STATUS_LABELS: dict[Status, dict[str, str]] = {
-    Status.QUEUED: {"en": "Waiting", "zh-CN": "等待处理"},
+    Status.QUEUED: {"en": "Queued", "zh-CN": "排队中"},
     Status.RUNNING: {"en": "Processing", "zh-CN": "正在处理"},
     Status.CANCEL_REQUESTED: {"en": "Stopping", "zh-CN": "正在停止"},
     Status.READY: {"en": "Done", "zh-CN": "处理完成"},
@@ -41,8 +41,8 @@ _TEXT = {
     "next": {"en": "next in line", "zh-CN": "即将开始"},
     "waiting_for": {"en": "Waiting for {jobs}", "zh-CN": "等待 {jobs} 完成"},
     # Instead of the whole line: a place in line means nothing while the queue leases nothing.
-    Held.PAUSED: {"en": "Waiting: the queue is paused", "zh-CN": "等待处理：队列已暂停"},
-    Held.AT_LIMIT: {"en": "Waiting: the queue is at its limit", "zh-CN": "等待处理：队列已达到处理上限"},
+    Held.PAUSED: {"en": "Queued: the queue is paused", "zh-CN": "排队中：队列已暂停"},
+    Held.AT_LIMIT: {"en": "Queued: the queue is at its limit", "zh-CN": "排队中：队列已达到处理上限"},
     "no_worker": {"en": "No worker is serving this kind of job yet", "zh-CN": "暂时没有可处理此类任务的处理程序"},
     "review": {"en": "Waiting for review by {who}", "zh-CN": "等待 {who} 审核"},
     "stalled": {"en": "no news from the worker", "zh-CN": "处理程序暂无响应"},
@@ -52,6 +52,21 @@ _TEXT = {
     "hours": {"en": "{h} h {m} min", "zh-CN": "{h} 小时 {m} 分钟"},
     "sep": {"en": " · ", "zh-CN": " · "},
 }
+
+
+# Every word that names a status, casefolded: its labels in every locale, then its name, so
+# a name wins where a name and a label meet (none do: a unit test keeps each label naming one
+# status, so no word a person reads means two).
+_NAMED: dict[str, Status] = {
+    **{label.casefold(): status for status, labels in STATUS_LABELS.items() for label in labels.values()},
+    **{status.value.casefold(): status for status in Status},
+}
+
+
+def status_named(text: str) -> Status | None:
+    """The status `text` names: its name (QUEUED) or the label a person reads for it in any
+    locale (Queued, 排队中, waiting for review), in any case; None when it names none."""
+    return _NAMED.get(" ".join(text.split()).casefold())
 
 
 @dataclass(frozen=True, kw_only=True)

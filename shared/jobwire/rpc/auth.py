@@ -19,6 +19,9 @@ from typing import Any
 
 from jobwire.domain.commands import EVERY_TENANT, Scope
 from jobwire.domain.errors import PermissionDenied, Unauthenticated
+from jobwire.domain.limits import CONTROL
+
+MAX_NAME_CHARS = 64  # a token's `name`, shown in the evidence trail
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +34,23 @@ SERVICE_ROLES = {
     # Operations are jobs seen by a generic long-running-operations client: JobService's callers.
     "google.longrunning.Operations": "client",
 }
-# Methods a role besides their service's may call: a review is decided by a person, through
-# a backend (client) or an operator's console (admin).
+# Methods a role besides their service's may call: a review is decided, and a failed job
+# retried, by a person, through a backend (client) or an operator's console (admin). A
+# forced Retry (RetryRequest.force) asks the admin role itself (`Principal.check_role`).
 METHOD_ROLES = {
     "jobwire.v1.JobService/Resolve": frozenset({"client", "admin"}),
+    "jobwire.v1.JobService/Retry": frozenset({"client", "admin"}),
 }
 
 
 @dataclass(frozen=True, kw_only=True)
 class Principal:
+    """A caller: its tenant, roles and queues, and the name the evidence trail calls it by."""
+
     tenant: str
     roles: frozenset[str]
     queues: frozenset[str]
+    name: str
 
     @property
     def scope(self) -> Scope:
@@ -56,8 +64,13 @@ class Principal:
         if not self.may_use(queue):
             raise PermissionDenied(f"this token may not use queue {queue!r}")
 
+    def check_role(self, role: str, to: str) -> None:
+        """PERMISSION_DENIED unless this caller has `role`; `to` says what it was needed for."""
+        if role not in self.roles:
+            raise PermissionDenied(f"only a token with the {role} role may {to}")
 
-ANONYMOUS = Principal(tenant="default", roles=frozenset(ROLES), queues=frozenset({"*"}))
+
+ANONYMOUS = Principal(tenant="default", roles=frozenset(ROLES), queues=frozenset({"*"}), name="anonymous")
 _current: contextvars.ContextVar[Principal] = contextvars.ContextVar("jobwire_principal", default=ANONYMOUS)
 
 
@@ -75,6 +88,8 @@ def load_tokens(path: Path) -> dict[str, Principal]:
     Every entry names its queues: a forgotten `queues` line must not grant every queue, so
     all of them takes `queues = ["*"]`, written on purpose. An entry has `role = "admin"`
     or, for an operator who needs one token for several services, `roles = ["client", "admin"]`.
+    An optional `name = "alice"` is what the evidence trail calls the token's holder (who
+    forced a retry); without it, the first 8 hex digits of its sha256.
     """
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     tokens: dict[str, Principal] = {}
@@ -96,7 +111,11 @@ def load_tokens(path: Path) -> dict[str, Principal]:
             # A shared fleet's workers serve every tenant's queues of their names; nothing else may
             # act for every tenant.
             raise ValueError(f'{where}: tenant = "*" (a shared fleet) is for worker tokens only: role = "worker"')
-        tokens[str(entry["sha256"]).lower()] = Principal(tenant=tenant, roles=roles, queues=frozenset(queues))
+        digest = str(entry["sha256"]).lower()
+        name = entry.get("name", digest[:8])
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS or CONTROL.search(name):
+            raise ValueError(f"{where}: name must be 1 to {MAX_NAME_CHARS} characters of plain text")
+        tokens[digest] = Principal(tenant=tenant, roles=roles, queues=frozenset(queues), name=name.strip())
     return tokens
 
 

@@ -3,8 +3,10 @@
 Watch streams (jobapi's ChangeFeed) and waiting claims (worker.server's runnable-work
 watcher) both learn of changes from the event table; one reader polls it for both, on a
 thread of its own (its queries are SQLAlchemy's), and hands each batch of rows to every
-subscriber on the event loop. The reading rules (gaps, late commits) are
-jobwire.db.feed's.
+subscriber on the event loop. A subscriber that has more to do with a batch first (the
+change feed reads where QUEUED jobs stand) hands back an awaitable: the next batch waits
+for it, so every subscriber gets the batches in order. The reading rules (gaps, late
+commits) are jobwire.db.feed's.
 
 Pace: while someone listens (a stream is open, a claim waits, a caller wants a sync), a
 poll follows every `poll_seconds` (50 ms) as long as polls bring rows, and backs off to
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -31,7 +33,8 @@ IDLE_POLL_S = 1.0  # nobody listens: look rarely
 BUSY_BACKOFF_S = 0.25  # someone listens and nothing happens: at most this long between polls
 RETRY_AFTER_ERROR_S = 1.0
 
-Deliver = Callable[[Sequence[FeedRow], int], None]  # rows, the number of the poll that read them
+# rows, the number of the poll that read them; what is left to do with them, if anything
+Deliver = Callable[[Sequence[FeedRow], int], Awaitable[None] | None]
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,7 @@ class EventTail:
                 rows = await self._poll()
                 self._polling = False
                 if rows:
-                    for subscriber in self._subscribers:
-                        subscriber.deliver(rows, self.polls)
+                    await self._deliver(rows)
                 self._release_synced()
                 if rows is None:
                     await asyncio.sleep(RETRY_AFTER_ERROR_S)
@@ -101,6 +103,15 @@ class EventTail:
         finally:
             self._thread.submit(self._reader.close)
             self._thread.shutdown(wait=False)
+
+    async def _deliver(self, rows: Sequence[FeedRow]) -> None:
+        left = [d for d in (s.deliver(rows, self.polls) for s in self._subscribers) if d is not None]
+        for delivering in left:
+            try:
+                await delivering
+            except Exception:
+                # One subscriber's failure must not stop the feed for every other one.
+                log.exception("event tail: a subscriber failed on poll %d", self.polls)
 
     async def _pause(self) -> None:
         listening = self._synced or any(s.listening() for s in self._subscribers)

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from rich.console import Console
 
-from jobwire.client import commands
+from jobwire.client import Job, commands
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.cli import build_parser, report_error, run
 from jobwire.client.errors import NotFoundError, UnavailableError
@@ -141,9 +141,13 @@ def test_status_and_kind_names() -> None:
         ("Ready", job_pb2.Job.READY),  # the name, any case
         (" not completed ", job_pb2.Job.FAILED),
         ("Waiting for review", job_pb2.Job.WAITING),
-        ("waiting", job_pb2.Job.WAITING),  # a name wins over QUEUED's en word "Waiting"
+        ("waiting  FOR review", job_pb2.Job.WAITING),
+        ("waiting", job_pb2.Job.WAITING),  # the name
+        ("Queued", job_pb2.Job.QUEUED),
+        ("queued", job_pb2.Job.QUEUED),
         ("正在处理", job_pb2.Job.RUNNING),
-        ("等待处理", job_pb2.Job.QUEUED),
+        ("排队中", job_pb2.Job.QUEUED),
+        ("等待审核", job_pb2.Job.WAITING),
     ],
 )
 def test_status_accepts_the_words_people_see(word: str, status: int) -> None:
@@ -169,7 +173,7 @@ def test_requeue_needs_a_reason() -> None:
     [(job_pb2.Job.READY, 0), (job_pb2.Job.FAILED, 1), (job_pb2.Job.CANCELLED, 3)],
 )
 def test_watch_exit_codes(status: job_pb2.Job.Status.ValueType, code: int) -> None:
-    assert commands.exit_code(job_pb2.Job(status=status)) == code
+    assert commands.exit_code(Job(job_pb2.Job(status=status))) == code
 
 
 def test_error_line_and_exit_code() -> None:

@@ -61,17 +61,28 @@ def test_summary_of_a_known_total_has_the_percent() -> None:
     assert render.progress_summary(running(50, 200), "en") == ("Processing · stage 2/4 · 50/200 units · 25%")
 
 
-def test_queued_job_shows_its_position_and_zh_words() -> None:
-    job = Job(status=Job.QUEUED, queue_position=3)
-    assert render.progress_summary(job, "en") == "3 jobs ahead"
-    assert render.progress_summary(Job(status=Job.QUEUED, queue_position=0), "en") == ("next in line")
-    assert render.progress_summary(job, "zh-CN") == "前面还有 3 个任务"
+def queued(detail: str, label: str = "Queued", **fields: object) -> job_pb2.Job:
+    return Job(status=Job.QUEUED, display=job_pb2.Display(status_label=label, detail=detail), **fields)  # type: ignore[arg-type]
 
 
-def test_a_queued_job_no_worker_serves_says_so_instead_of_its_place() -> None:
-    job = Job(status=Job.QUEUED, queue_position=0, no_worker=True)
-    assert render.progress_summary(job, "en") == "no worker serves this kind of job yet"
-    assert render.progress_summary(job, "zh-CN") == "暂时没有可处理此类任务的处理程序"
+@pytest.mark.parametrize(
+    ("job", "shown"),
+    [
+        (queued("Queued · 3 jobs ahead", queue_position=3), "3 jobs ahead"),
+        (queued("Queued · next in line", queue_position=0), "next in line"),
+        (queued("排队中 · 前面还有 3 个任务", "排队中", queue_position=3), "前面还有 3 个任务"),
+        (
+            queued("Queued · No worker is serving this kind of job yet", no_worker=True),
+            "No worker is serving this kind of job yet",
+        ),
+        (queued("Queued: the queue is paused", queue_position=2), "Queued: the queue is paused"),
+        (queued("Queued · Waiting for PT-1", depends_on=["PT-1"]), "Waiting for PT-1"),
+        (queued("Queued"), ""),  # a stream message after the first: no place in line
+    ],
+)
+def test_a_queued_job_shows_the_servers_line_not_one_of_its_own(job: job_pb2.Job, shown: str) -> None:
+    """The same story as every other view of the job: the place in line, or why it has none."""
+    assert render.progress_summary(job, "en") == shown
 
 
 def test_stalled_job_says_so() -> None:

@@ -71,7 +71,7 @@ def failure(retryable: bool, message: str = "The input file could not be read") 
 # ---------------------------------------------------------------- labels per status
 
 LABELS = [
-    (Status.QUEUED, "Waiting", "等待处理"),
+    (Status.QUEUED, "Queued", "排队中"),
     (Status.RUNNING, "Processing", "正在处理"),
     (Status.CANCEL_REQUESTED, "Stopping", "正在停止"),
     (Status.READY, "Done", "处理完成"),
@@ -209,31 +209,29 @@ def test_percent_in_zh() -> None:
 
 
 def test_queued_detail_shows_position() -> None:
-    assert render(make_job(Status.QUEUED), "en").detail == "Waiting"
+    assert render(make_job(Status.QUEUED), "en").detail == "Queued"
     ahead = render(make_job(Status.QUEUED, queue_position=3), "en")
-    assert ahead.detail.startswith("Waiting")
-    assert "3" in ahead.detail
+    assert ahead.detail == "Queued · 3 jobs ahead"
+    assert render(make_job(Status.QUEUED, queue_position=1), "en").detail == "Queued · 1 job ahead"
     nxt = render(make_job(Status.QUEUED, queue_position=0), "en")
-    assert nxt.detail.startswith("Waiting")
-    assert nxt.detail != "Waiting"  # position 0 says something (next in line)
+    assert nxt.detail == "Queued · next in line"  # position 0 says something
     assert render(make_job(Status.QUEUED), "en").stage_label == ""
 
 
 def test_queued_detail_zh() -> None:
     view = render(make_job(Status.QUEUED, queue_position=5), "zh-CN")
-    assert view.detail.startswith("等待处理")
-    assert "5" in view.detail
+    assert view.detail == "排队中 · 前面还有 5 个任务"
 
 
-def test_requeued_job_with_kept_stage_still_reads_waiting() -> None:
+def test_requeued_job_with_kept_stage_still_reads_queued() -> None:
     """A job requeued after a retryable failure or a Release keeps its checkpoint; DESIGN.md §4
-    says `stage` is empty while QUEUED and §3 shows QUEUED as "Waiting (+ queue position)".
+    says `stage` is empty while QUEUED and §3 shows QUEUED as "Queued (+ queue position)".
     Whatever stage the record still carries, a QUEUED job must not read as a running stage."""
     job = make_job(Status.QUEUED, stage="PROCESSING", processed=40, total=100, queue_position=2)
     view = render(job, "en")
-    assert view.status_label == "Waiting"
+    assert view.status_label == "Queued"
     assert view.stage_label == ""
-    assert view.detail.startswith("Waiting")
+    assert view.detail.startswith("Queued")
     assert "2" in view.detail
     assert "stage 2/4" not in view.detail
 
@@ -329,7 +327,7 @@ def test_normalize_locale(given: str, normal: str) -> None:
 def test_render_normalises_locale(given: str) -> None:
     view = render(make_job(Status.QUEUED), given)
     assert view.locale == "zh-CN"
-    assert view.status_label == "等待处理"
+    assert view.status_label == "排队中"
 
 
 @pytest.mark.parametrize("given", ["fr", "ja-JP", "nonsense"])
@@ -354,8 +352,8 @@ def test_view_is_frozen() -> None:
 
 def test_a_job_waiting_for_dependencies_names_them_instead_of_its_place() -> None:
     job = make_job(Status.QUEUED, depends_on=("PT-1", "PT-2"), waiting_for=("PT-2",))
-    assert render(job, "en").detail == "Waiting · Waiting for PT-2"
-    assert render(job, "zh-CN").detail == "等待处理 · 等待 PT-2 完成"
+    assert render(job, "en").detail == "Queued · Waiting for PT-2"
+    assert render(job, "zh-CN").detail == "排队中 · 等待 PT-2 完成"
     assert "next in line" in render(make_job(Status.QUEUED, depends_on=("PT-1",), queue_position=0), "en").detail
 
 
@@ -369,6 +367,6 @@ def test_a_waiting_job_names_its_reviewer_and_items_in_both_locales() -> None:
 
 def test_a_queued_job_no_worker_serves_says_so_instead_of_its_place() -> None:
     job = make_job(Status.QUEUED, queue_position=0, no_worker=True)
-    assert render(job, "en").detail == "Waiting · No worker is serving this kind of job yet"
-    assert render(job, "zh-CN").detail == "等待处理 · 暂时没有可处理此类任务的处理程序"
-    assert render(make_job(Status.QUEUED, queue_position=0), "en").detail == "Waiting · next in line"
+    assert render(job, "en").detail == "Queued · No worker is serving this kind of job yet"
+    assert render(job, "zh-CN").detail == "排队中 · 暂时没有可处理此类任务的处理程序"
+    assert render(make_job(Status.QUEUED, queue_position=0), "en").detail == "Queued · next in line"

@@ -57,3 +57,21 @@ def test_handlers_load_from_module_and_object() -> None:
 def test_bad_handler_specs_exit_2(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--target", "h:1", "--handlers", spec]) == 2
     assert "jobwire-worker:" in capsys.readouterr().err
+
+
+def test_help_lists_every_setting_with_its_environment_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines where it likes
+    for flag, variable in [
+        ("--target", "JOBWIRE_TARGET"),
+        ("--token-file", "JOBWIRE_TOKEN_FILE"),
+        ("--results-dir", "JOBWIRE_RESULTS_DIR"),
+        ("--results-url", "JOBWIRE_RESULTS_URL"),
+        ("--log-level", "JOBWIRE_LOG_LEVEL"),
+        ("--log-format", "JOBWIRE_LOG_FORMAT"),
+    ]:
+        assert f"{variable} {flag}" in shown, variable  # the environment table pairs each with its flag
+    assert "JOBWIRE_TOKEN the bearer token itself" in shown
+    assert "OTEL_*" in shown
+    assert "3 the server refused the token" in shown

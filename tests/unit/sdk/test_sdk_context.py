@@ -9,7 +9,7 @@ import pytest
 
 from jobwire.domain.errors import InvalidArgument, ProgressRegression, TotalChanged
 from jobwire.domain.stages import DEFAULT_PLAN
-from jobwire.worker.sdk import InputInvalid, JobCancelled, JobContext, LeaseLost, ShuttingDown
+from jobwire.worker.sdk import InputInvalid, JobCancelled, JobContext, LeaseLost, ShuttingDown, UndeclaredStage
 from jobwire.worker.sdk._context import AttemptState, JobInfo, Snapshot, StopReason
 
 
@@ -62,7 +62,7 @@ def test_stages_move_forward_only_and_reset_progress() -> None:
     assert len(sink.snapshots) == 2
     with pytest.raises(ProgressRegression):
         ctx.stage("PROCESSING")
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(UndeclaredStage, match="has no stage 'NO_SUCH_STAGE'"):
         ctx.stage("NO_SUCH_STAGE")
 
 

@@ -52,10 +52,10 @@ def run_raising(error: BaseException) -> _errors.Failure:
         (RetryableError("x", category=ErrorCategory.DEPENDENCY_FAILED), ErrorCategory.DEPENDENCY_FAILED, True),
         (InputInvalid("bad row"), ErrorCategory.INPUT_INVALID, False),
         (HandlerError("nope"), ErrorCategory.PROCESSING_ERROR, False),
-        (ValueError("boom"), ErrorCategory.PROCESSING_ERROR, False),
-        (KeyError("k"), ErrorCategory.PROCESSING_ERROR, False),
-        (FileNotFoundError(2, "No such file or directory", "/srv/in.csv"), ErrorCategory.PROCESSING_ERROR, False),
-        (PermissionError(13, "Permission denied"), ErrorCategory.PROCESSING_ERROR, False),
+        (ValueError("boom"), ErrorCategory.PROCESSING_ERROR, True),
+        (KeyError("k"), ErrorCategory.PROCESSING_ERROR, True),
+        (FileNotFoundError(2, "No such file or directory", "/srv/in.csv"), ErrorCategory.PROCESSING_ERROR, True),
+        (PermissionError(13, "Permission denied"), ErrorCategory.PROCESSING_ERROR, True),
         # Network trouble may pass: retryable, as a dependency or a timeout.
         (ConnectionError("reset"), ErrorCategory.DEPENDENCY_FAILED, True),
         (ConnectionRefusedError(111, "Connection refused"), ErrorCategory.DEPENDENCY_FAILED, True),
@@ -64,7 +64,7 @@ def run_raising(error: BaseException) -> _errors.Failure:
         (OSError(errno.ENETUNREACH, "Network is unreachable"), ErrorCategory.DEPENDENCY_FAILED, True),
         (OSError(errno.EHOSTUNREACH, "No route to host"), ErrorCategory.DEPENDENCY_FAILED, True),
         (urllib.error.URLError(ConnectionRefusedError(111, "refused")), ErrorCategory.DEPENDENCY_FAILED, True),
-        (urllib.error.URLError("unknown url type: ftp"), ErrorCategory.PROCESSING_ERROR, False),
+        (urllib.error.URLError("unknown url type: ftp"), ErrorCategory.PROCESSING_ERROR, True),
         (TimeoutError("timed out"), ErrorCategory.TIMEOUT, True),
     ],
 )

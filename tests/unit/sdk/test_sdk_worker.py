@@ -167,7 +167,7 @@ async def test_failures_carry_category_and_keep_the_trace_internal(
         True,
         "the warehouse API is down",
     )
-    assert (bug.category, bug.retryable) == (job_pb2.JobError.PROCESSING_ERROR, False)
+    assert (bug.category, bug.retryable) == (job_pb2.JobError.PROCESSING_ERROR, True)  # a bug: retried
     assert bug.message == "The job failed while processing."  # the exception's text is not for users
     assert bug.detail.startswith("ValueError: cannot parse ")
     assert "Traceback" in bug.detail and "input.csv" in bug.detail

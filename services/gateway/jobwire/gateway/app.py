@@ -50,6 +50,7 @@ def build_app(settings: GatewaySettings) -> Starlette:
             Route("/jobs/{job_no}/result", routes.download),
             Route("/jobs/{job_no}/cancel", routes.cancel, methods=["POST"]),
             Route("/jobs/{job_no}/retry", routes.retry, methods=["POST"]),
+            Route("/jobs/{job_no}/force-retry", routes.force_retry, methods=["POST"]),
             Route("/evidence", evidence.evidence_page),
             Route("/evidence/{job_no}/requeue", evidence.requeue, methods=["POST"]),
             Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),

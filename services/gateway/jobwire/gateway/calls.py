@@ -17,7 +17,7 @@ import grpc
 import grpc.aio
 
 from jobwire.client import ChannelConfig, aio_channel
-from jobwire.client.errors import from_rpc_error
+from jobwire.client.errors import PermissionDeniedError, from_rpc_error
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 T = TypeVar("T")
@@ -68,9 +68,18 @@ class Calls:
         request = job_pb2.CancelRequest(job_no=job_no, locale=self.locale)
         return await self._unary(self._jobs.Cancel(request, timeout=CALL_TIMEOUT_S))
 
-    async def retry(self, job_no: str) -> job_pb2.Job:
-        request = job_pb2.RetryRequest(job_no=job_no, locale=self.locale)
+    async def retry(self, job_no: str, *, force: bool = False) -> job_pb2.Job:
+        request = job_pb2.RetryRequest(job_no=job_no, locale=self.locale, force=force)
         return await self._unary(self._jobs.Retry(request, timeout=CALL_TIMEOUT_S))
+
+    async def is_admin(self, job_no: str) -> bool:
+        """Whether this token has the admin role: asked with the cheapest admin call, about the job at hand."""
+        request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=1)
+        try:
+            await self._unary(self._admin.ListEvents(request, timeout=CALL_TIMEOUT_S))
+        except PermissionDeniedError:
+            return False
+        return True
 
     async def requeue(self, job_no: str, reason: str) -> job_pb2.Job:
         request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)

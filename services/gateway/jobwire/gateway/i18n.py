@@ -51,6 +51,11 @@ CATALOG: dict[str, dict[str, str]] = {
     "field_error": {"en": "Why it did not complete", "zh-CN": "未完成的原因"},
     "action_cancel": {"en": "Cancel", "zh-CN": "取消"},
     "action_retry": {"en": "Retry", "zh-CN": "重试"},
+    "action_force_retry": {"en": "Retry anyway (admin)", "zh-CN": "仍然重试（管理员）"},
+    "force_retry_note": {
+        "en": "Its error says a retry will not help: retry it once the cause is fixed. The trail records who did.",
+        "zh-CN": "其错误表明重试无济于事：请在原因修复后再重试。事件记录会记下操作者。",
+    },
     "action_download": {"en": "Download result", "zh-CN": "下载结果"},
     "back_to_jobs": {"en": "Back to my jobs", "zh-CN": "返回我的任务"},
     "evidence_heading": {"en": "Evidence", "zh-CN": "运维证据"},

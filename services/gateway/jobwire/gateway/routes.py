@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from jobwire.client import ClientError, PermissionDeniedError, UnauthenticatedError
+from jobwire.client.convert import status_name, status_value
 from jobwire.client.render import status_label
 from jobwire.gateway import budget, session, sse
 from jobwire.gateway.calls import Calls
@@ -83,9 +84,12 @@ async def choose_language(request: Request) -> Response:
 
 
 def _status_filter(request: Request) -> str:
-    """The `?status=RUNNING` the filter form sends, when it names a status; else empty (every status)."""
-    name = request.query_params.get("status", "")
-    return name if name in _STATUS_NAMES else ""
+    """The status `?status=` names (the form sends RUNNING; a typed Processing or 正在处理 works too),
+    by its name; empty (every status) when it names none."""
+    try:
+        return status_name(status_value(request.query_params.get("status", "")))
+    except ValueError:
+        return ""
 
 
 async def jobs_page(request: Request) -> Response:
@@ -105,7 +109,19 @@ async def jobs_page(request: Request) -> Response:
 async def job_page(request: Request) -> Response:
     async with calls_for(request) as calls:
         job = await calls.get(request.path_params["job_no"])
-    return page(request, "job.html", job=job_view(job, locale_of(request)))
+        force_retry = await _may_force_retry(calls, job)
+    return page(request, "job.html", job=job_view(job, locale_of(request)), force_retry=force_retry)
+
+
+async def _may_force_retry(calls: Calls, job: job_pb2.Job) -> bool:
+    """A FAILED job whose error is not retryable offers an admin a forced retry.
+
+    The job's Display offers RETRY only when the error is retryable; who is an admin only the
+    server knows, so it is asked (and the forced Retry is checked again when it comes).
+    """
+    if job.status != job_pb2.Job.FAILED or job_pb2.Display.RETRY in job.display.actions:
+        return False
+    return await calls.is_admin(job.job_no)
 
 
 def _hold(request: Request, watched: int) -> sse.Hold:
@@ -149,6 +165,10 @@ async def cancel(request: Request) -> Response:
 
 async def retry(request: Request) -> Response:
     return await _act(request, Calls.retry)
+
+
+async def force_retry(request: Request) -> Response:
+    return await _act(request, lambda calls, job_no: calls.retry(job_no, force=True))
 
 
 async def _act(request: Request, action: Callable[[Calls, str], Awaitable[job_pb2.Job]]) -> Response:

@@ -28,7 +28,7 @@ def add_jobapi(rt: Runtime) -> None:
         rt.store, rt.blocking, rt.commits, rt.wakeup,
         no_worker_after=no_worker_after, worker_gone_after=gone_after, deleter=deleter,
     )  # fmt: skip
-    watches = add_watching(rt)
+    watches = add_watching(rt, no_worker_after)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
         JobServicer(jobs, watches, rt.settings, ResultReader(rt.store, rt.blocking, rt.results)),
@@ -54,9 +54,9 @@ def add_jobapi(rt: Runtime) -> None:
     )
 
 
-def add_watching(rt: Runtime) -> Watches:
+def add_watching(rt: Runtime, no_worker_after: timedelta) -> Watches:
     """The streams' view of the process's event tail, and their registry."""
-    feed = ChangeFeed(rt.tail)
+    feed = ChangeFeed(rt.tail, rt.store, rt.blocking, no_worker_after=no_worker_after)
     registry = StreamRegistry(rt.settings.max_streams, tenants=rt.host.tenants)
     rt.host.add_stop_hook(registry.stop)  # streams end UNAVAILABLE before the server drains
     return Watches(feed, rt.store, rt.blocking, registry)

@@ -3,6 +3,12 @@
 Each visible event goes to the streams subscribed to its job or to its owner. The database
 sees one statement per poll whether ten or ten thousand streams watch; each event is
 decoded once and encoded once per locale, however many streams receive it.
+
+A QUEUED version tells where the job stands (no worker serves it, its queue holds it back,
+the dependencies it waits for), as Get would: facts no event records. The feed reads them
+once per batch of events, before any stream gets one (JobStore.restand keeps each queue's
+facts a second), never once per stream. What was read back from job_event (a resumed
+watch, a hole) stands the same way (`updates`).
 """
 
 from __future__ import annotations
@@ -10,13 +16,16 @@ from __future__ import annotations
 import logging
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Protocol, TypeVar
 
 from jobwire.db.feed import FeedRow, Located
+from jobwire.db.store import JobStore
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
 from jobwire.rpc import convert
+from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.tail import EventTail
 from jobwire.v1 import job_pb2
 
@@ -84,8 +93,11 @@ Unsubscribe = Callable[[], None]
 class ChangeFeed:
     """Fans the process's event tail out to the streams subscribed to a job or an owner."""
 
-    def __init__(self, tail: EventTail) -> None:
+    def __init__(self, tail: EventTail, store: JobStore, blocking: Blocking, *, no_worker_after: timedelta) -> None:
         self._tail = tail
+        self._store = store
+        self._blocking = blocking
+        self.no_worker_after = no_worker_after  # JOBWIRE_NO_WORKER_AFTER
         self._by_job: dict[tuple[str, str], set[Sink]] = defaultdict(set)
         self._by_owner: dict[str, dict[str, set[Sink]]] = defaultdict(lambda: defaultdict(set))  # tenant, owner
         tail.subscribe(self.dispatch, listening=lambda: bool(self._by_job or self._by_owner))
@@ -121,8 +133,12 @@ class ChangeFeed:
 
         return remove
 
-    def dispatch(self, rows: Sequence[FeedRow], seq: int) -> None:
-        """Each row to the sinks that watch its job or its owner; `seq`: the poll that read it."""
+    def dispatch(self, rows: Sequence[FeedRow], seq: int) -> Awaitable[None] | None:
+        """Each row to the sinks that watch its job or its owner; `seq`: the poll that read it.
+
+        With a QUEUED version among them, the rest is left to do once where it stands is read.
+        """
+        fanned: list[tuple[Update, set[Sink]]] = []
         for row in rows:
             for_job = self._by_job.get((row.tenant, row.job_no))
             owners = self._by_owner.get(row.tenant)
@@ -138,8 +154,43 @@ class ChangeFeed:
             sinks = set(for_job or ())
             if owners:
                 sinks |= owners.get(update.owner, set())
-            for sink in sinks:
-                sink.offer(update)
+            if sinks:
+                fanned.append((update, sinks))
+        if any(update.record.status is Status.QUEUED for update, _ in fanned):
+            return self._offer_standing(fanned)
+        _offer(fanned)
+        return None
+
+    async def _offer_standing(self, fanned: Sequence[tuple[Update, set[Sink]]]) -> None:
+        await self._stand([update for update, _ in fanned])
+        _offer(fanned)
+
+    async def updates(self, rows: Sequence[FeedRow]) -> list[Update]:
+        """Rows read back from job_event (a resumed watch, a hole filled), standing as the feed's do."""
+        updates = [Update.from_feed(row) for row in rows]
+        await self._stand(updates)
+        return updates
+
+    async def _stand(self, updates: Sequence[Update]) -> None:
+        """QUEUED updates told where they stand now (before any message of theirs is encoded)."""
+        queued = [u for u in updates if u.record.status is Status.QUEUED]
+        if not queued:
+            return
+        versions = [(u.job_id, u.record) for u in queued]
+        try:
+            stood = await self._blocking(self._store.restand, versions, no_worker_after=self.no_worker_after)
+        except Exception:
+            # The database is away: the versions go as recorded rather than not at all.
+            log.warning("change feed: cannot read where %d queued job(s) stand", len(queued), exc_info=True)
+            return
+        for update, record in zip(queued, stood, strict=True):
+            update.record = record
+
+
+def _offer(fanned: Sequence[tuple[Update, set[Sink]]]) -> None:
+    for update, sinks in fanned:
+        for sink in sinks:
+            sink.offer(update)
 
 
 def _discard(index: dict[K, set[Sink]], key: K, sink: Sink) -> None:

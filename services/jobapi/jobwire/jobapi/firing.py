@@ -84,7 +84,12 @@ class ScheduleLoop:
             new = decode_submit(template, one.tenant, self.default_attempt_s)
             new = replace(new, idempotency_key=firing_key(one.schedule_id, fire_at))
             # The queue was checked against the creator's token when the schedule was made.
-            who = Principal(tenant=one.tenant, roles=frozenset({"client"}), queues=frozenset({new.queue}))
+            who = Principal(
+                tenant=one.tenant,
+                roles=frozenset({"client"}),
+                queues=frozenset({new.queue}),
+                name=f"schedule {one.schedule_id}",
+            )
             job, _ = await self.jobs.submit(who, new)
         except StoreUnavailable:
             raise

@@ -88,7 +88,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
 
     async def Retry(self, request: job_pb2.RetryRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         locale = limits.locale(request.locale)  # a bad request is refused before anything changes
-        job = await self.jobs.retry(auth.current(), limits.job_no(request.job_no))
+        job = await self.jobs.retry(auth.current(), limits.job_no(request.job_no), force=request.force)
         return convert.job_to_proto(job, locale)
 
     async def Resolve(self, request: job_pb2.ResolveRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:

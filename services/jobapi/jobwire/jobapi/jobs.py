@@ -111,14 +111,18 @@ class Jobs:
         """Remove a finished job now, as retention would later; an unfinished one is refused."""
         await self.blocking(self.store.delete_finished, who.scope, job_no, self.deleter)
 
-    async def retry(self, who: Principal, job_no: str) -> JobRecord:
-        job = await self._one(Retry(scope=who.scope, job_no=job_no))
+    async def retry(self, who: Principal, job_no: str, *, force: bool = False) -> JobRecord:
+        """Queue a FAILED job again; `force` (the admin role only) even when its error is not retryable."""
+        if force:
+            who.check_role("admin", "force a retry (RetryRequest.force)")
+        job = await self._one(Retry(scope=who.scope, job_no=job_no, forced_by=who.name if force else None))
         if job.status is Status.QUEUED:
             self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
 
     async def resolve(self, who: Principal, job_no: str, decision: Decision, note: str) -> JobRecord:
-        # A principal has no name of its own beyond its tenant: the tenant is who resolved it.
+        # The tenant is who resolved it, as a review has always said (the token's `name` is
+        # newer, and only the evidence trail of a forced retry uses it so far).
         review = Review(decision=decision, note=note, resolved_by=who.tenant)
         job = await self._one(Resolve(scope=who.scope, job_no=job_no, review=review))
         if job.status is Status.QUEUED:

@@ -21,7 +21,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 from jobwire.db.feed import OWNER_PAGE
 from jobwire.db.store import JobStore
@@ -31,6 +31,7 @@ from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.shares import TenantShares
 from jobwire.v1 import job_pb2
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 INBOX_LIMIT = 256
@@ -221,7 +222,9 @@ class Watches:
             await box.until(self.feed.ready())
             unsubscribe = self.feed.subscribe_job(tenant, job_no, box)
             try:
-                start = await self._read(self.store.watch_start, tenant, job_no, after_version)
+                start = await self._read(
+                    self.store.watch_start, tenant, job_no, after_version, no_worker_after=self.feed.no_worker_after
+                )
                 if start is None:
                     raise JobNotFound()
                 current = Update.located(start.current)
@@ -232,7 +235,7 @@ class Watches:
                 sent = _Sent(locale)
                 if after_version > 0:
                     sent.last[job_no] = after_version
-                for update in [*map(Update.from_feed, start.missed), current]:
+                for update in [*await self.feed.updates(start.missed), current]:
                     if sent.fresh(update):
                         yield sent.mark(update)
                         if update.terminal:
@@ -261,14 +264,18 @@ class Watches:
                     # waits for one page, not for every job the owner has.
                     after = 0
                     while True:
-                        page = await self._read(self.store.owner_jobs, tenant, owner, after)
+                        page = await self._read(
+                            self.store.owner_jobs, tenant, owner, after, no_worker_after=self.feed.no_worker_after
+                        )
                         for located in page:
                             yield sent.mark(Update.located(located))
                         if len(page) < OWNER_PAGE:
                             break
                         after = page[-1].job_id
                 else:
-                    initial = await self._read(self.store.jobs_by_number, tenant, wanted)
+                    initial = await self._read(
+                        self.store.jobs_by_number, tenant, wanted, no_worker_after=self.feed.no_worker_after
+                    )
                     if len(initial) != len(wanted):
                         raise JobNotFound()
                     for located in initial:
@@ -314,12 +321,11 @@ class Watches:
 
     async def _replay(self, job_id: int, after: int, upto: int | None) -> list[Update]:
         rows = await self._read(self.store.replay, job_id, after, upto)
-        return [Update.from_feed(r) for r in rows]
+        return await self.feed.updates(rows)
 
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """A store read on the database thread pool."""
-        read: Awaitable[T] = self.blocking(fn, *args)
-        return await read
+        return await self.blocking(fn, *args, **kwargs)
 
 
 def _one_scope(owner: str, job_nos: Sequence[str]) -> list[str]:

@@ -37,9 +37,11 @@ from jobwire.worker.sdk._errors import (
     RetryableError,
     ShuttingDown,
     TimedOut,
+    UndeclaredStage,
 )
 from jobwire.worker.sdk._handlers import Handlers
 from jobwire.worker.sdk._result import Result
+from jobwire.worker.sdk._rpc import WorkerRefused
 from jobwire.worker.sdk._worker import Worker
 
 __all__ = [
@@ -61,6 +63,8 @@ __all__ = [
     "ShuttingDown",
     "StageDef",
     "TimedOut",
+    "UndeclaredStage",
     "Worker",
     "WorkerConfig",
+    "WorkerRefused",
 ]

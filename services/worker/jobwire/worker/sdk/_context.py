@@ -22,7 +22,7 @@ from jobwire.domain import limits
 from jobwire.domain.errors import ProgressRegression
 from jobwire.domain.progress import Progress, apply_report
 from jobwire.domain.review import Review, review_request
-from jobwire.domain.stages import StageDef, index_of
+from jobwire.domain.stages import StageDef
 from jobwire.worker.sdk._errors import (
     AwaitingReview,
     InputInvalid,
@@ -30,6 +30,7 @@ from jobwire.worker.sdk._errors import (
     LeaseLost,
     ShuttingDown,
     TimedOut,
+    UndeclaredStage,
 )
 
 
@@ -108,7 +109,10 @@ class AttemptState:
 
     def enter_stage(self, code: str) -> None:
         with self._lock:
-            index = index_of(self.info.stages, code)
+            codes = [stage.code for stage in self.info.stages]
+            if code not in codes:
+                raise UndeclaredStage(self.info.job_type, code, codes)
+            index = codes.index(code) + 1
             if index == self._progress.stage_index:
                 return
             if index < self._progress.stage_index:
@@ -341,7 +345,13 @@ class JobContext:
             raise InputInvalid(f"the payload is not valid JSON: {exc}") from exc
 
     def stage(self, code: str) -> None:
-        """Enter stage `code` of the plan; reported at once. Stages never go back."""
+        """Enter stage `code` of the plan; reported at once. Stages never go back.
+
+        Raises:
+            UndeclaredStage: The job type's plan has no such stage (declare it:
+                ``@handlers.job("x", stages=[...])``).
+            ProgressRegression: `code` is behind the current stage.
+        """
         self._state.enter_stage(code)
 
     def progress(self, processed: int, total: int | None = None) -> None:

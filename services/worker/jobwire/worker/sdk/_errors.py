@@ -7,12 +7,25 @@ Two families, deliberately different:
   (through `jobwire.domain.job.plain_message`).
 * Anything else a handler raises is unexpected: its text may name a host, a command line or
   a path, so users see only a fixed sentence for its category and the exception goes to
-  the operator-only `detail`. Network errors (`ConnectionError`, host lookup failures,
-  unreachable networks) are a retryable DEPENDENCY_FAILED, `TimeoutError` a retryable
-  TIMEOUT; everything else a non-retryable PROCESSING_ERROR.
+  the operator-only `detail`. It is retryable under the job's retry policy, as Temporal
+  retries an activity: once the bug is fixed, the next attempt (or a user's Retry of the
+  FAILED job) can succeed. Only the handler says a failure is final, by raising a
+  `HandlerError` that is not retryable.
 * `JobInterrupted` and its children are raised by `JobContext.check()` to stop a handler.
   They derive from `BaseException`, like `asyncio.CancelledError`, so a handler's broad
   `except Exception:` cannot swallow a cancellation by accident.
+
+How a failure is reported:
+
+| the handler raised | category | retryable |
+|---|---|---|
+| `InputInvalid` | INPUT_INVALID | no |
+| `ResultInvalid`; or returned something that is not a Result | RESULT_INVALID | no |
+| `HandlerError` | PROCESSING_ERROR, or its `category=` | no |
+| `RetryableError` | PROCESSING_ERROR, or its `category=` | yes |
+| `DependencyFailed`; `ConnectionError`, a host lookup failure, an unreachable network | DEPENDENCY_FAILED | yes |
+| `TimedOut`; `TimeoutError` | TIMEOUT | yes |
+| anything else: a bug (`KeyError`, `UndeclaredStage`, ...) | PROCESSING_ERROR | yes |
 """
 
 from __future__ import annotations
@@ -21,11 +34,13 @@ import errno
 import socket
 import traceback
 import urllib.error
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jobwire.domain.job import ErrorCategory, plain_message
 from jobwire.domain.limits import MAX_DETAIL_CHARS
 from jobwire.domain.review import ReviewRequest
+from jobwire.domain.stages import DEFAULT_PLAN
 
 
 class JobInterrupted(BaseException):
@@ -106,6 +121,31 @@ class TimedOut(RetryableError):
     category = ErrorCategory.TIMEOUT
 
 
+class UndeclaredStage(ValueError):
+    """A handler enters a stage its job type's plan does not have.
+
+    Raised by `JobContext.stage()` (a handler bug: the attempt fails, retryable, with these
+    words in the worker's log and the job's `detail`), and before anything runs when the
+    handler's source names such a stage (the worker refuses to start; so does the harness).
+
+    Args:
+        job_type: The handler's job type.
+        code: The stage it asked for.
+        plan: The stage codes its plan has, first to last.
+        where: Which handler, and where in its source (the check before running).
+    """
+
+    def __init__(self, job_type: str, code: str, plan: Sequence[str], *, where: str = "") -> None:
+        self.job_type, self.code, self.plan = job_type, code, tuple(plan)
+        default = self.plan == tuple(s.code for s in DEFAULT_PLAN)
+        whose = "the default plan, which a handler registered without stages= gets" if default else "as declared"
+        super().__init__(
+            f"{where + ' calls ' if where else ''}ctx.stage({code!r}): job type {job_type!r} has no stage"
+            f" {code!r}; its stages are {', '.join(self.plan)} ({whose}). Declare every stage the handler"
+            f" enters, in order: @handlers.job({job_type!r}, stages=[..., {code!r}, ...])"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Failure:
     """How a failed attempt is reported: `message` for users, `detail` for operators only."""
@@ -143,7 +183,7 @@ def _classify(exc: BaseException) -> tuple[ErrorCategory, bool]:
         isinstance(exc, OSError) and exc.errno in _NETWORK_ERRNOS
     ):
         return ErrorCategory.DEPENDENCY_FAILED, True
-    return ErrorCategory.PROCESSING_ERROR, False
+    return ErrorCategory.PROCESSING_ERROR, True  # a bug: retryable, so a fixed worker can finish the job
 
 
 def failure_of(exc: BaseException) -> Failure:

@@ -59,7 +59,9 @@ class Handlers:
         Args:
             job_type: The job type this handler runs.
             stages: Its stage plan, first to last; None or empty means the default plan
-                PREPARING, PROCESSING, VERIFYING, DELIVERING.
+                PREPARING, PROCESSING, VERIFYING, DELIVERING. Every stage the handler enters
+                must be in it: `Worker` refuses a handler whose source names another one,
+                and `ctx.stage()` raises UndeclaredStage for it.
         """
 
         def register(fn: F) -> F:

@@ -1,8 +1,10 @@
 """Calling WorkerService: the stub's shape, which failures to retry, and how patiently.
 
-Every worker call is safe to repeat with the same token (DESIGN §4), so a call that fails
-with UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED is retried with backoff; the grpc channel
-reconnects underneath. WORKER_LEASE_LOST is final for the job and never retried.
+Every worker call is safe to repeat with the same token, so a call that fails with
+UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED is retried with backoff; the grpc channel
+reconnects underneath. WORKER_LEASE_LOST is final for the job and never retried. A worker
+whose token the server refuses (UNAUTHENTICATED, PERMISSION_DENIED) cannot work at all:
+`refusal` says why and what to set, and the worker stops (`WorkerRefused`).
 """
 
 from __future__ import annotations
@@ -110,3 +112,33 @@ async def call_retrying(
                 raise
             log.warning("%s failed (%s); retrying in %.2fs", what, describe(exc), delay)
             await asyncio.sleep(delay)
+
+
+REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+_TOKEN_SETTINGS = "JOBWIRE_TOKEN, or --token-file / JOBWIRE_TOKEN_FILE (WorkerConfig.token when embedded)"
+
+
+class WorkerRefused(Exception):
+    """The server refused this worker's token: no call can succeed until its settings change.
+
+    `Worker.run()` raises it when the first Claim is refused; jobwire-worker exits 3 with its
+    message, which names the cause and the setting to fix.
+    """
+
+
+def refusal(error: BaseException, *, has_token: bool, queues: tuple[str, ...]) -> WorkerRefused | None:
+    """The WorkerRefused a refused call means, or None for any other failure."""
+    code = _code(error)
+    if code not in REFUSED:
+        return None
+    said = describe(error)
+    if code is grpc.StatusCode.UNAUTHENTICATED and not has_token:
+        why = f"the server needs a token and none was given ({said}): set {_TOKEN_SETTINGS}"
+    elif code is grpc.StatusCode.UNAUTHENTICATED:
+        why = f"the server does not know this worker's token ({said}): check {_TOKEN_SETTINGS}"
+    else:
+        why = (
+            f"the server refused this worker's token ({said}): its entry in the server's auth file needs"
+            f' role "worker" and the queues claimed from ({", ".join(queues)}, set by --queue)'
+        )
+    return WorkerRefused(f"{why}; stopping, as no call can succeed until that is fixed")

@@ -33,8 +33,9 @@ from jobwire.worker.sdk._handlers import Handlers, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
 from jobwire.worker.sdk._reporter import ReportSender
 from jobwire.worker.sdk._result import ResultStore
-from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerStub, call_retrying, describe
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerRefused, WorkerStub, call_retrying, describe, refusal
 from jobwire.worker.sdk._runner import JobRunner, RunnerDeps
+from jobwire.worker.sdk._stage_check import check_stages
 
 log = logging.getLogger("jobwire.worker")
 
@@ -57,11 +58,16 @@ class Worker:
         config: Connection, queues, concurrency and timing.
         handlers: The job types this worker runs.
         stub: A WorkerService stub to use instead of opening a channel (tests).
+
+    Raises:
+        UndeclaredStage: A handler's source enters a stage its plan does not have (a
+            ValueError: jobwire-worker exits 2 with its message).
     """
 
     def __init__(self, config: WorkerConfig, handlers: Handlers, *, stub: WorkerStub | None = None) -> None:
         if not len(handlers):
             raise ValueError("a worker needs at least one handler")
+        check_stages(handlers)  # a stage the source names but the plan lacks would fail every attempt
         self.config, self.handlers = config, handlers
         self._stub = stub
         self._store = (
@@ -76,6 +82,7 @@ class Worker:
         self._claims_stopped = asyncio.Event()
         self._busy_threads = 0
         self._busy_lock = threading.Lock()
+        self._refused: WorkerRefused | None = None
 
     @property
     def running(self) -> int:
@@ -107,7 +114,13 @@ class Worker:
         self._slot.set()
 
     async def run(self) -> int:
-        """Claim and run jobs until `shutdown()`; returns 0 if every job ended cleanly, else 1."""
+        """Claim and run jobs until `shutdown()`; returns 0 if every job ended cleanly, else 1.
+
+        Raises:
+            WorkerRefused: The server refused the first Claim (UNAUTHENTICATED: a wrong or
+                missing token; PERMISSION_DENIED: a token without the worker role or the
+                queues asked for). Its message names the setting to fix.
+        """
         channel = None
         stub = self._stub
         if stub is None:
@@ -140,6 +153,8 @@ class Worker:
             pool.shutdown(wait=False, cancel_futures=True)
             if channel is not None:
                 await channel.close()
+        if self._refused is not None:
+            raise self._refused
         log.info("worker %s stopped", self.config.worker_id)
         return 1 if abandoned else 0
 
@@ -190,6 +205,7 @@ class Worker:
 
     async def _claim_until_stopped(self, stub: WorkerStub, deps: RunnerDeps) -> None:
         backoff = Pauses(Backoff(initial=0.5, maximum=10.0, jitter=0.5))
+        claimed = False  # once the token was let in, a later refusal (an auth file reloaded) backs off
         while not self._stopping:
             free = self.config.concurrency - len(self._running)
             if free <= 0:
@@ -199,12 +215,22 @@ class Worker:
             try:
                 reply = await stub.Claim(self._claim_request(free), timeout=self.config.claim_wait + CALL_TIMEOUT_S)
             except grpc.RpcError as exc:
+                refused = (
+                    None if claimed else refusal(exc, has_token=bool(self.config.token), queues=self.config.queues)
+                )
+                if refused is not None:
+                    # Nothing this worker does can succeed: stop, so the process exits and
+                    # says why (a pod crash-loops with a reason instead of running idle).
+                    self._refused = refused
+                    self.shutdown(immediate=True)
+                    return
                 delay = backoff.next()
                 log.warning("claim failed (%s); retrying in %.1fs", describe(exc), delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 continue
             backoff.reset()
+            claimed = True
             for lease in reply.leases:
                 self._start(stub, deps, lease)
 

@@ -3,15 +3,24 @@
     jobwire-worker --target HOST:PORT --handlers examples:handlers [--queue Q ...]
                    [--concurrency N] [--worker-id ID] [--token-file PATH] [--lease-seconds S]
 
-Environment fallbacks: JOBWIRE_TARGET, JOBWIRE_TOKEN (or JOBWIRE_TOKEN_FILE),
-JOBWIRE_RESULTS_DIR, JOBWIRE_RESULTS_URL, JOBWIRE_LOG_LEVEL, JOBWIRE_LOG_FORMAT (text or
-json). By default the server keeps each result (inline
-when small, uploaded otherwise) and clients fetch it with GetResult (`jobctl result`). To
-publish results yourself, set --results-dir and --results-url (the URL under which that
-folder is published); --results-dir alone gives file:// URIs of this machine, which only
-suit a single-machine setup. SIGTERM or SIGINT stops claiming and gives running jobs the grace
-period to reach a safe point; a second signal ends the grace period. Exit status: 0 after a
-clean stop, 1 when a job had to be abandoned, 2 for a usage or configuration error.
+Every setting with an environment variable falls back to it (``--help`` lists them):
+JOBWIRE_TARGET, JOBWIRE_TOKEN (the token itself) or JOBWIRE_TOKEN_FILE, JOBWIRE_RESULTS_DIR,
+JOBWIRE_RESULTS_URL, JOBWIRE_LOG_LEVEL, JOBWIRE_LOG_FORMAT (text or json); OTEL_* turn
+tracing on. By default the server keeps each result (inline when small, uploaded
+otherwise) and clients fetch it with GetResult (`jobctl result`). To publish results
+yourself, set --results-dir and --results-url (the URL under which that folder is
+published); --results-dir alone gives file:// URIs of this machine, which only suit a
+single-machine setup. SIGTERM or SIGINT stops claiming and gives running jobs the grace
+period to reach a safe point; a second signal ends the grace period.
+
+Exit status:
+    0  a clean stop.
+    1  a job had to be abandoned (it did not reach a safe point within the grace period).
+    2  a usage or configuration error, a handler that enters a stage its plan lacks
+       included; nothing was claimed.
+    3  the server refused the worker's token on its first Claim (UNAUTHENTICATED: a wrong
+       or missing JOBWIRE_TOKEN / JOBWIRE_TOKEN_FILE; PERMISSION_DENIED: a token without
+       the worker role or the queues asked for). One line on stderr names the setting.
 """
 
 from __future__ import annotations
@@ -31,21 +40,57 @@ from jobwire.domain.errors import JobwireError
 from jobwire.observe import logs, tracing
 from jobwire.worker.sdk._config import WorkerConfig, default_worker_id
 from jobwire.worker.sdk._handlers import Handlers
+from jobwire.worker.sdk._rpc import WorkerRefused
 from jobwire.worker.sdk._worker import Worker
 
 DEFAULT_TARGET = "127.0.0.1:50051"  # the servers' JOBWIRE_LISTEN default
 
 
+EXIT_USAGE, EXIT_REFUSED = 2, 3  # Worker.run() itself answers 0 (a clean stop) or 1 (a job abandoned)
+ENVIRONMENT = """\
+environment (a flag given wins):
+  JOBWIRE_TARGET        --target
+  JOBWIRE_TOKEN         the bearer token itself (a token of role "worker"); --token-file wins
+  JOBWIRE_TOKEN_FILE    --token-file
+  JOBWIRE_RESULTS_DIR   --results-dir
+  JOBWIRE_RESULTS_URL   --results-url
+  JOBWIRE_LOG_LEVEL     --log-level
+  JOBWIRE_LOG_FORMAT    --log-format
+  OTEL_*                OpenTelemetry tracing, e.g. OTEL_EXPORTER_OTLP_ENDPOINT (off when unset)
+
+exit status: 0 stopped cleanly, 1 a job was abandoned, 2 usage or configuration error,
+3 the server refused the token (wrong or missing token, role or queues)
+"""
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
-    p = argparse.ArgumentParser(prog="jobwire-worker", description="Run jobwire handlers for a WorkerService.")
-    p.add_argument("--target", default=env("JOBWIRE_TARGET", DEFAULT_TARGET), help="HOST:PORT (env JOBWIRE_TARGET)")
+    p = argparse.ArgumentParser(
+        prog="jobwire-worker",
+        description="Run jobwire handlers for a WorkerService.",
+        epilog=ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--target",
+        default=env("JOBWIRE_TARGET", DEFAULT_TARGET),
+        help=f"HOST:PORT (env JOBWIRE_TARGET; default {DEFAULT_TARGET})",
+    )
     p.add_argument("--handlers", required=True, metavar="MODULE:OBJ", help="a Handlers object, e.g. examples:handlers")
-    p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE", help="queue to claim from; repeatable")
+    p.add_argument(
+        "--queue",
+        action="append",
+        dest="queues",
+        metavar="QUEUE",
+        help="queue to claim from; repeatable (default: default)",
+    )
     p.add_argument("--concurrency", type=int, default=4, help="jobs run at once (default 4)")
     p.add_argument("--worker-id", default=None, help="default: host-pid-random")
     p.add_argument(
-        "--token-file", type=Path, default=_env_path("JOBWIRE_TOKEN_FILE"), help="file holding the bearer token"
+        "--token-file",
+        type=Path,
+        default=_env_path("JOBWIRE_TOKEN_FILE"),
+        help="file holding the bearer token (env JOBWIRE_TOKEN_FILE); or put the token itself in JOBWIRE_TOKEN",
     )
     p.add_argument("--lease-seconds", type=float, default=None, help="lease length to ask for (1 to 3600)")
     p.add_argument("--grace-seconds", type=float, default=25.0, help="shutdown grace period (default 25)")
@@ -70,7 +115,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tls-ca", type=Path, default=None, help="CA bundle to trust (turns TLS on)")
     p.add_argument("--tls-cert", type=Path, default=None, help="client certificate for mutual TLS")
     p.add_argument("--tls-key", type=Path, default=None, help="client key for mutual TLS")
-    p.add_argument("--log-level", default=env("JOBWIRE_LOG_LEVEL", "INFO"), type=str.upper, choices=logs.LEVELS)
+    p.add_argument(
+        "--log-level",
+        default=env("JOBWIRE_LOG_LEVEL", "INFO"),
+        type=str.upper,
+        choices=logs.LEVELS,
+        help="how much to log (env JOBWIRE_LOG_LEVEL; default INFO)",
+    )
     p.add_argument(
         "--log-format",
         default=env("JOBWIRE_LOG_FORMAT", "text"),
@@ -143,8 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker = Worker(build_config(args), load_handlers(args.handlers))
     except (ValueError, JobwireError, ImportError, AttributeError, OSError) as exc:
         print(f"jobwire-worker: {exc}", file=sys.stderr)
-        return 2
-    code = asyncio.run(serve(worker))
+        return EXIT_USAGE
+    try:
+        code = asyncio.run(serve(worker))
+    except WorkerRefused as exc:
+        print(f"jobwire-worker: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     if worker.abandoned_threads:
         # A sync handler that never reached a safe point cannot be stopped from outside its
         # thread, and the interpreter would wait for it at exit: leave without waiting.

@@ -10,7 +10,9 @@ Example:
 The environment applies the same endings as the worker (the same `decide()`): a returned
 Result is delivered and hashed into `results_dir`, a cancel, a lost lease or a time out
 removes the temporary folder and delivers nothing, an exception is classified into a Failure.
-Reports are recorded as the handler made them, before any coalescing.
+Reports are recorded as the handler made them, before any coalescing. A handler whose source
+enters a stage its plan lacks is refused before it runs (`UndeclaredStage`), as the worker
+refuses to start; a stage named at run time is refused at the call, as in production.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from jobwire.worker.sdk._endings import (
 from jobwire.worker.sdk._errors import Failure, failure_of
 from jobwire.worker.sdk._handlers import AsyncHandler, HandlerFn, Handlers, HandlerSpec, SyncHandler, plan_of
 from jobwire.worker.sdk._result import ResultStore, remove_tree
+from jobwire.worker.sdk._stage_check import check_stages
 
 __all__ = ["EndKind", "JobEnvironment", "Outcome", "Report"]
 
@@ -162,7 +165,11 @@ class JobEnvironment:
     # -- running --------------------------------------------------------------------
 
     def run(self, handler: HandlerFn | None = None) -> Outcome:
-        """Run the handler to its end; sync handlers run in this thread."""
+        """Run the handler to its end; sync handlers run in this thread.
+
+        Raises:
+            UndeclaredStage: The handler's source enters a stage its plan does not have.
+        """
         spec = self._spec(handler)
         if spec.is_async:
             return asyncio.run(self.run_async(handler))
@@ -220,7 +227,9 @@ class JobEnvironment:
         if fn is None:
             raise ValueError(f"no handler given and none registered for {self.job_type!r}")
         stages = registered.stages if registered and self._stages is None else plan_of(self._stages)
-        return HandlerSpec(job_type=self.job_type, fn=fn, stages=stages, is_async=asyncio.iscoroutinefunction(fn))
+        spec = HandlerSpec(job_type=self.job_type, fn=fn, stages=stages, is_async=asyncio.iscoroutinefunction(fn))
+        check_stages([spec])  # as the worker refuses to start
+        return spec
 
     def _begin(self, spec: HandlerSpec) -> tuple[AttemptState, JobContext]:
         self.tmp_dir = Path(tempfile.mkdtemp(prefix=f"jobwire-{self.job_no}-a{self.attempt}-", dir=self._tmp_root))

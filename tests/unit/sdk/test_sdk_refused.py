@@ -1,0 +1,82 @@
+"""A worker the server will not let in says why and stops; a server that is away is waited for."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import grpc
+import pytest
+from sdk_support import FakeWorkerService, make_lease, rpc_error, unavailable
+
+from jobwire.worker.sdk import Handlers, JobContext, Result, Worker, WorkerConfig, WorkerRefused
+
+handlers = Handlers()
+
+
+@handlers.job("echo")
+def echo(ctx: JobContext) -> Result:
+    return Result.from_bytes(ctx.payload)
+
+
+def unauthenticated() -> grpc.aio.AioRpcError:
+    return rpc_error(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", "a valid bearer token is required")
+
+
+def denied(details: str) -> grpc.aio.AioRpcError:
+    return rpc_error(grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED", details)
+
+
+async def refused_by(fake: FakeWorkerService, config: WorkerConfig) -> str:
+    with pytest.raises(WorkerRefused) as refused:
+        await asyncio.wait_for(Worker(config, handlers, stub=fake).run(), 5)
+    assert len(fake.of("Claim")) == 1  # at once: no backoff, no second try
+    return str(refused.value)
+
+
+async def test_a_wrong_token_stops_the_worker_naming_the_token_settings(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    fake.fail_next("Claim", unauthenticated())
+    said = await refused_by(fake, replace(config, token="wrong"))
+    assert "does not know this worker's token (UNAUTHENTICATED" in said
+    assert "JOBWIRE_TOKEN, or --token-file / JOBWIRE_TOKEN_FILE" in said
+
+
+async def test_no_token_at_all_says_to_set_one(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    fake.fail_next("Claim", unauthenticated())
+    said = await refused_by(fake, replace(config, token=None))
+    assert said.startswith("the server needs a token and none was given") and "set JOBWIRE_TOKEN" in said
+
+
+async def test_a_token_without_the_role_or_the_queues_names_them(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    fake.fail_next("Claim", denied("this token may not use queue 'video'"))
+    said = await refused_by(fake, replace(config, token="t", queues=("video",)))
+    assert "this token may not use queue 'video'" in said  # the server's own words
+    assert 'role "worker"' in said and "(video, set by --queue)" in said
+
+
+async def test_an_unavailable_server_is_waited_for(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    fake.fail_next("Claim", unavailable(), unavailable())
+    fake.pending.append(make_lease("PT-1", "echo", b"hi"))
+    worker = Worker(config, handlers, stub=fake)
+    task = asyncio.create_task(worker.run())
+    await fake.wait_for("Complete", timeout=10)
+    worker.shutdown()
+    assert await asyncio.wait_for(task, 5) == 0
+
+
+async def test_a_refusal_after_the_token_was_let_in_is_waited_out(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    # Claims worked, then an auth file reload went wrong: jobs may be running, and an
+    # operator is at work; the worker backs off as for an outage and does not quit.
+    worker = Worker(config, handlers, stub=fake)
+    task = asyncio.create_task(worker.run())
+    await fake.wait_for("Claim")
+    fake.fail_next("Claim", unauthenticated())
+    fake.pending.append(make_lease("PT-1", "echo", b"hi"))
+    await fake.wait_for("Complete", timeout=10)
+    assert not task.done()
+    worker.shutdown()
+    assert await asyncio.wait_for(task, 5) == 0

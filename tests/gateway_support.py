@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 
@@ -22,12 +23,12 @@ from jobwire.gateway.settings import GatewaySettings
 
 
 @contextmanager
-def running_gateway(target: str, timeout: float = 10.0) -> Iterator[str]:
-    """A gateway in front of the job service at `target`; yields its base URL."""
+def running_gateway(target: str, timeout: float = 10.0, **settings: Any) -> Iterator[str]:
+    """A gateway in front of the job service at `target` (with GatewaySettings overrides); yields its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    app = build_app(GatewaySettings(service=ChannelConfig(target=target)))
+    app = build_app(GatewaySettings(service=ChannelConfig(target=target), **settings))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="gateway")
     thread.start()

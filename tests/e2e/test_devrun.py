@@ -118,7 +118,8 @@ def test_a_taken_gateway_port_is_said_and_a_free_one_taken(tmp_path: Path) -> No
 
 def _signs_in_with_dev(url: str) -> None:
     """As the launcher says: any token, here `dev`, then the jobs page."""
-    with httpx.Client(base_url=url, timeout=10) as client:
-        signed_in = client.post("/signin", data={"token": "dev"})
+    with httpx.Client(base_url=url, headers={"Origin": url}, timeout=10) as client:  # as a browser sends it
+        client.get("/signin")  # the form, and its CSRF cookie
+        signed_in = client.post("/signin", data={"token": "dev", "csrf": client.cookies["jobwire_csrf"]})
         assert signed_in.status_code == 303 and signed_in.headers["location"] == "/jobs"
         assert client.get("/jobs").status_code == 200

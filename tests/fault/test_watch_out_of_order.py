@@ -21,6 +21,7 @@ from jobwire.db.engine import Database
 from jobwire.db.evidence_limit import EvidenceLimit
 from jobwire.db.feed import FeedReader
 from jobwire.db.user_actions import Cancel
+from jobwire.domain.commands import Scope
 from jobwire.jobapi.app import add_jobapi
 from jobwire.runtime.parts import open_runtime
 from jobwire.runtime.settings import Settings
@@ -114,7 +115,7 @@ async def test_a_watcher_gets_a_change_that_committed_late(mysql_url: str) -> No
         try:
             # A: X's cancel, its event with the lower id, left uncommitted (its COMMIT waits below)
             a.commit = a.run  # type: ignore[method-assign,assignment]
-            cancel = [Cancel(tenant="default", job_no=x.job_no)]
+            cancel = [Cancel(scope=Scope(tenant="default"), job_no=x.job_no)]
             await apply_ops(a, cancel, now=db.clock.now(), cache=RowCache(), evidence=EvidenceLimit())
             await jobs.Cancel(job_pb2.CancelRequest(job_no=y.job_no))  # B: higher id, committed
             assert (await asyncio.wait_for(watch_y.read(), 10)).job.status == job_pb2.Job.CANCELLED

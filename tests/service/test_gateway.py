@@ -46,10 +46,22 @@ def gateway(served: Served) -> Iterator[str]:
         yield url
 
 
+async def _sign_in(client: httpx.AsyncClient, secret: str) -> httpx.Response:
+    """The sign-in form (its CSRF cookie), then its POST, as a browser sends it (with Origin)."""
+    form = await client.get("/signin")
+    assert form.status_code == 200
+    return await client.post("/signin", data={"token": secret, "csrf": client.cookies[CSRF_COOKIE]})
+
+
+def _browser(gateway: str, **headers: str) -> httpx.AsyncClient:
+    """A client that sends what a browser on the gateway's own pages sends: their Origin."""
+    return httpx.AsyncClient(base_url=gateway, headers={"Origin": gateway, **headers}, timeout=10)
+
+
 @asynccontextmanager
 async def _signed_in(gateway: str, token: Token, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=gateway, headers=headers, timeout=10) as client:
-        reply = await client.post("/signin", data={"token": token.secret})
+    async with _browser(gateway, **headers) as client:
+        reply = await _sign_in(client, token.secret)
         assert reply.status_code == 303, reply.text
         yield client
 
@@ -69,8 +81,8 @@ async def _claim(served: Served, job_type: str = "frames", lease_s: int = 0) -> 
 
 
 async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie(gateway: str) -> None:
-    async with httpx.AsyncClient(base_url=gateway) as client:
-        reply = await client.post("/signin", data={"token": ACME.secret})
+    async with _browser(gateway) as client:
+        reply = await _sign_in(client, ACME.secret)
         assert reply.status_code == 303 and reply.headers["location"] == "/jobs"
         cookies = {c.split("=", 1)[0]: c.lower() for c in reply.headers.get_list("set-cookie")}
         for name in (TOKEN_COOKIE, CSRF_COOKIE):
@@ -84,9 +96,9 @@ async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie(gateway: str
 
 
 async def test_a_token_the_server_refuses_is_not_kept(gateway: str) -> None:
-    async with httpx.AsyncClient(base_url=gateway) as client:
+    async with _browser(gateway) as client:
         for token in ("nobody-gave-me-this", "  "):
-            reply = await client.post("/signin", data={"token": token})
+            reply = await _sign_in(client, token)
             assert reply.status_code == 401
             assert "This token was not accepted." in reply.text
             assert TOKEN_COOKIE not in client.cookies
@@ -375,3 +387,90 @@ async def test_a_quiet_jobs_page_stream_sends_a_keepalive_now_and_then_not_in_a_
             async for line in stream.aiter_lines():
                 lines.append(line)
     assert 3 <= lines.count(": keepalive") <= 5, lines
+
+
+async def test_a_post_from_another_origin_is_refused_whatever_cookies_it_carries(served: Served, gateway: str) -> None:
+    """Security review, finding 12: with an injected cookie, a cross-site POST (Origin
+    https://evil.example) cancelled a job; the check compared the cookie and the form only."""
+    job = await _submit(served, ACME)
+    async with _signed_in(gateway, ACME) as client:
+        form = {"csrf": client.cookies[CSRF_COOKIE]}  # the attacker injected the cookie: it matches
+        for headers in (
+            {"Origin": "https://evil.example"},
+            {"Origin": "null"},  # a sandboxed frame or a data: page
+            {"Origin": "", "Referer": "https://evil.example/page"},
+            {"Origin": ""},  # neither header: no browser sends a POST so
+        ):
+            refused = await client.post(f"/jobs/{job.job_no}/cancel", data=form, headers=headers)
+            assert refused.status_code == 403, headers
+        still = await served.jobs.Get(job_pb2.GetRequest(job_no=job.job_no), metadata=ACME.metadata)
+        assert still.status == job_pb2.Job.QUEUED
+        # a browser without Origin but with our own page as Referer is one of ours
+        ok = await client.post(
+            f"/jobs/{job.job_no}/cancel", data=form, headers={"Origin": "", "Referer": f"{gateway}/jobs/{job.job_no}"}
+        )
+        assert ok.status_code == 303
+
+
+async def test_sign_in_needs_the_forms_csrf_token_and_our_origin(gateway: str) -> None:
+    """Finding 12: /signin had no CSRF check, so another site's form could sign a browser in
+    with the attacker's token (and the person's jobs would then go to the attacker)."""
+    async with _browser(gateway) as client:
+        bare = await client.post("/signin", data={"token": ACME.secret})  # no form read first: no CSRF token
+        assert bare.status_code == 403 and TOKEN_COOKIE not in client.cookies
+        form = await client.get("/signin")
+        csrf = client.cookies[CSRF_COOKIE]
+        assert f'name="csrf" value="{csrf}"' in form.text  # the form carries the pre-session token
+        assert "httponly" in form.headers["set-cookie"].lower()
+        wrong = await client.post("/signin", data={"token": ACME.secret, "csrf": "guessed"})
+        assert wrong.status_code == 403 and TOKEN_COOKIE not in client.cookies
+        elsewhere = await client.post(
+            "/signin", data={"token": ACME.secret, "csrf": csrf}, headers={"Origin": "https://evil.example"}
+        )
+        assert elsewhere.status_code == 403 and TOKEN_COOKIE not in client.cookies
+        signed = await client.post("/signin", data={"token": ACME.secret, "csrf": csrf})
+        assert signed.status_code == 303 and client.cookies[CSRF_COOKIE] != csrf  # a fresh token for the session
+
+
+async def test_results_and_pages_are_never_cached(served: Served, gateway: str) -> None:
+    job = await _submit(served, ACME)
+    lease = await _claim(served)
+    done = worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token, inline_result=b"42")
+    await served.workers.Complete(done, metadata=WORKER.metadata)
+    async with _signed_in(gateway, ACME) as client:
+        result = await client.get(f"/jobs/{job.job_no}/result")
+        assert result.status_code == 200 and result.content == b"42"
+        assert result.headers["cache-control"] == "no-store"
+        for path in (f"/jobs/{job.job_no}", "/jobs", "/jobs/PT-20000101-999999"):
+            assert (await client.get(path)).headers["cache-control"] == "no-store", path
+
+
+async def _event_names(client: httpx.AsyncClient, path: str, wanted: int) -> list[str]:
+    """The first `wanted` event names of a live stream (then it is left)."""
+    names: list[str] = []
+    async with client.stream("GET", path) as reply:
+        async for line in reply.aiter_lines():
+            if line.startswith("event: "):
+                names.append(line.removeprefix("event: "))
+                if len(names) == wanted:
+                    break
+    return names
+
+
+async def test_a_persons_live_streams_are_bounded_by_the_jobs_they_watch(served: Served, tmp_path: Path) -> None:
+    """Finding 6, the gateway's half: a stream of N jobs weighs N; a person watches at most
+    JOBWIRE_GATEWAY_MAX_WATCHED jobs in all and the stream over it is told `gone`."""
+    jobs = [(await _submit(served, ACME)).job_no for _ in range(3)]
+    with running_gateway(served.target, max_watched=4) as gateway:
+        async with _signed_in(gateway, ACME) as client:
+            three = "/live?" + "&".join(f"job={no}" for no in jobs)
+            async with client.stream("GET", three) as held:  # 3 of 4 held while it is open
+                lines = held.aiter_lines()
+                while not (await anext(lines)).startswith("event: job"):
+                    pass
+                assert await _event_names(client, f"/live?job={jobs[0]}", 1) == ["job"]  # 3 + 1 fits
+                assert await _event_names(client, f"/live?job={jobs[0]}&job={jobs[1]}", 1) == ["gone"]  # 3 + 2 does not
+            assert await _event_names(client, three, 3) == ["job", "job", "job"]  # given back when it closed
+        async with _signed_in(gateway, GLOBEX) as other:  # another person's budget is their own
+            theirs = (await _submit(served, GLOBEX)).job_no
+            assert await _event_names(other, f"/live?job={theirs}", 1) == ["job"]

@@ -6,6 +6,7 @@ import asyncio
 import time
 from datetime import datetime, timedelta
 
+import grpc
 import sqlalchemy as sa
 from db_edits import db_execute
 from service_support import artifact, claim, spec, submit
@@ -97,17 +98,17 @@ async def test_many_large_workers_come_in_pages_under_the_message_limit(served) 
     from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 
     types = [spec(f"type-{i:02d}-" + "x" * 54) for i in range(100)]  # names of 64 characters
-    queues = [f"queue-{i:02d}-" + "q" * 55 for i in range(64)]
-    count = 320  # ~10.7 kB each: 3.4 MB in all, over a page's 3 MiB
+    queues = [f"queue-{i:02d}-" + "q" * 55 for i in range(10)]  # x 100 types: a claim's most pairs
+    count = 400  # ~9.6 kB each as a page counts them: over a page's 3 MiB
     for n in range(count):
         await served.workers.Claim(
-            worker_pb2.ClaimRequest(worker_id=f"worker-{n:03d}-" + "w" * 100, job_types=types, queues=queues)
+            worker_pb2.ClaimRequest(worker_id=f"worker-{n:03d}-" + "w" * 117, job_types=types, queues=queues)
         )
     found, sizes = await _all_pages(served, page_size=500)
-    assert [w.worker_id for w in found] == sorted(f"worker-{n:03d}-" + "w" * 100 for n in range(count))
+    assert [w.worker_id for w in found] == sorted(f"worker-{n:03d}-" + "w" * 117 for n in range(count))
     assert len(sizes) >= 2 and max(sizes) < MAX_GRPC_MESSAGE_BYTES
     small, pages = await _all_pages(served, page_size=7)
-    assert [w.worker_id for w in small] == [w.worker_id for w in found] and len(pages) == 46
+    assert [w.worker_id for w in small] == [w.worker_id for w in found] and len(pages) == 58
     by_queue, _ = await _all_pages(served, queue=queues[5], page_size=40)
     assert len(by_queue) == count
 
@@ -126,8 +127,42 @@ async def test_workers_not_seen_for_the_retention_period_are_forgotten(served) -
     store = served.runtime.store
     assert store.purge_workers(timedelta(days=7)) == 0
     assert set(await workers(served)) == {"w-old"}
-    assert store.purge_workers(timedelta(seconds=-1)) == 1  # "not seen since a second from now"
+    assert store.purge_workers(timedelta(seconds=-1)) == 2  # the worker and its one kind: "not since a second from now"
     assert await workers(served) == {}
+
+
+async def test_claims_write_one_row_per_kind_of_job_at_most_a_bound_and_housekeeping_forgets_them(served) -> None:  # type: ignore[no-untyped-def]
+    """Security review, finding 10: 50 claims x 64 queues x 100 job types wrote 320,000
+    worker_claim rows, never deleted. A row is a (tenant, queue, job type), whoever claims;
+    a claim names at most MAX_CLAIM_KINDS pairs; the rows go with the worker retention."""
+    from datetime import timedelta
+
+    from service_support import db_query, rpc_error
+
+    from jobwire.db.tables import worker_claim
+    from jobwire.worker.server.servicer import MAX_CLAIM_KINDS
+
+    async def kinds() -> int:
+        return len(await db_query(served, sa.select(worker_claim.c.queue)))
+
+    types = [spec(f"type-{i}") for i in range(5)]
+    for n in range(50):
+        await served.workers.Claim(
+            worker_pb2.ClaimRequest(worker_id=f"new-worker-{n}", job_types=types, queues=["q1", "q2", "q3", "q4"])
+        )
+    assert await kinds() == 4 * 5  # not 50 x 20: new worker ids add no row
+
+    too_many = worker_pb2.ClaimRequest(
+        worker_id="wide", job_types=[spec(f"t-{i}") for i in range(100)], queues=[f"q-{i}" for i in range(11)]
+    )
+    assert MAX_CLAIM_KINDS < 11 * 100
+    assert await rpc_error(served.workers.Claim(too_many)) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
+    assert await kinds() == 20  # refused whole: nothing written
+
+    store = served.runtime.store
+    assert store.purge_workers(timedelta(days=7)) == 0
+    assert store.purge_workers(timedelta(seconds=-1)) == 50 + 20  # "not seen, nor claimed for, since a second from now"
+    assert await kinds() == 0
 
 
 def test_the_seen_map_of_a_server_is_bounded() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from jobwire.client.channel import DEFAULT_TARGET
+from jobwire.gateway.budget import LiveBudget, OverBudget, SharedReads
 from jobwire.gateway.i18n import CATALOG, LOCALES, pick_locale
 from jobwire.gateway.routes import local_path
 from jobwire.gateway.settings import GatewaySettings
@@ -77,3 +79,58 @@ def test_new_jobs_are_those_the_page_does_not_show_and_the_unended_are_watched()
     assert [j.job_no for j in jobs.take(listed)] == ["PT-4", "PT-3"]
     assert jobs.watching == ["PT-4", "PT-2"]  # an ended job has nothing more to say
     assert jobs.take(listed) == []  # listed once, never again
+
+
+def test_settings_read_the_origin_and_the_live_budget() -> None:
+    chosen = GatewaySettings.from_env(
+        {
+            "JOBWIRE_GATEWAY_ORIGIN": "https://jobs.example.com/",
+            "JOBWIRE_GATEWAY_MAX_STREAMS": "4",
+            "JOBWIRE_GATEWAY_MAX_WATCHED": "300",
+        }
+    )
+    assert (chosen.origin, chosen.max_streams, chosen.max_watched) == ("https://jobs.example.com", 4, 300)
+    default = GatewaySettings.from_env({})
+    assert (default.origin, default.max_streams, default.max_watched) == ("", 16, 2000)
+    with pytest.raises(ValueError, match="scheme://host"):
+        GatewaySettings.from_env({"JOBWIRE_GATEWAY_ORIGIN": "jobs.example.com"})
+    with pytest.raises(ValueError, match="JOBWIRE_GATEWAY_MAX_WATCHED"):
+        GatewaySettings.from_env({"JOBWIRE_GATEWAY_MAX_WATCHED": "0"})
+
+
+def test_a_persons_budget_counts_streams_and_watched_jobs_and_gives_them_back() -> None:
+    budget = LiveBudget(max_streams=2, max_watched=10)
+    with budget.hold("ann", 6):
+        with pytest.raises(OverBudget):
+            budget.hold("ann", 5).__enter__()  # 6 + 5 jobs
+        with budget.hold("ann", 4), pytest.raises(OverBudget):
+            budget.hold("ann", 0).__enter__()  # a third stream
+        with budget.hold("bob", 10):  # another person's budget is their own
+            pass
+    with budget.hold("ann", 10):  # all given back
+        pass
+
+
+async def test_pages_of_one_key_share_one_read_and_a_failed_read_is_not_shared() -> None:
+    reads = SharedReads[int](fresh_s=60)
+    started, release = 0, asyncio.Event()
+
+    async def fetch() -> int:
+        nonlocal started
+        started += 1
+        await release.wait()
+        return started
+
+    waiting = [asyncio.ensure_future(reads.read(("ann", "QUEUED"), fetch)) for _ in range(5)]
+    other = asyncio.ensure_future(reads.read(("bob", "QUEUED"), fetch))
+    await asyncio.sleep(0)
+    release.set()
+    assert await asyncio.gather(*waiting) == [1] * 5 and await other == 2  # one read per key
+    assert await reads.read(("ann", "QUEUED"), fetch) == 1  # fresh: served again without a read
+
+    async def broken() -> int:
+        raise RuntimeError("the first page's channel closed")
+
+    with pytest.raises(RuntimeError):
+        await reads.read("carol", broken)
+    assert await reads.read("carol", fetch) == 3  # a failed read is read again, not shared

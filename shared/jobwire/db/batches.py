@@ -20,12 +20,13 @@ from sqlalchemy.engine import Connection
 
 from jobwire.db import dependencies, submit
 from jobwire.db.changes import Row
+from jobwire.db.reads import scoped
 from jobwire.db.rows import record_from_row
 from jobwire.db.tables import job, job_batch
 from jobwire.db.wire import Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.batches import BatchRecord, NewBatch
-from jobwire.domain.commands import NewJob
+from jobwire.domain.commands import NewJob, Scope
 from jobwire.domain.errors import IdempotencyKeyReused, InvalidArgument, JobwireError
 from jobwire.domain.job import JobRecord
 from jobwire.domain.states import Status
@@ -98,21 +99,29 @@ async def _jobs(wire: Wire, batch_id: str) -> list[JobRecord]:
 # -- reads ----------------------------------------------------------------------------------
 
 
-def get(conn: Connection, tenant: str, batch_id: str) -> BatchRecord | None:
-    """The batch with its jobs counted by status (ix_job_batch); another tenant's is None."""
+def get(conn: Connection, scope: Scope, batch_id: str) -> BatchRecord | None:
+    """The batch with its jobs counted by status (ix_job_batch); another tenant's is None.
+
+    A batch may span queues: a token of some queues sees the batch when it sees any of its
+    jobs, and then only those (counted, listed, cancelled); one of none of them is None.
+    """
     found = conn.execute(sa.select(job_batch).where(job_batch.c.batch_id == batch_id)).mappings().first()
-    if found is None or found["tenant"] != tenant:
+    if found is None or found["tenant"] != scope.tenant:
         return None
-    query = sa.select(job.c.status, sa.func.count()).where(job.c.batch_id == batch_id).group_by(job.c.status)
-    counts = {Status(status): int(n) for status, n in conn.execute(query)}
+    query = sa.select(job.c.status, sa.func.count()).where(job.c.batch_id == batch_id, *scoped(scope))
+    counts = {Status(status): int(n) for status, n in conn.execute(query.group_by(job.c.status))}
+    if scope.queues is not None and not counts:
+        return None
+    total = found["total"] if scope.queues is None else sum(counts.values())
     return BatchRecord(
-        batch_id=batch_id, tenant=tenant, total=found["total"], created_at=found["created_at"], counts=counts
+        batch_id=batch_id, tenant=scope.tenant, total=total, created_at=found["created_at"], counts=counts
     )
 
 
-def job_nos(conn: Connection, tenant: str, batch_id: str, *, unfinished: bool = False) -> list[str]:
-    """The batch's job numbers in the order they were made (only the unfinished ones if asked)."""
-    where: list[Any] = [job.c.batch_id == batch_id, job.c.tenant == tenant]
+def job_nos(conn: Connection, scope: Scope, batch_id: str, *, unfinished: bool = False) -> list[str]:
+    """The numbers of the batch's jobs `scope` sees, in the order they were made (only the
+    unfinished ones if asked)."""
+    where: list[Any] = [job.c.batch_id == batch_id, *scoped(scope)]
     if unfinished:
         where.append(job.c.status.in_([s.value for s in Status if not s.terminal]))
     return list(conn.execute(sa.select(job.c.job_no).where(*where).order_by(job.c.id)).scalars())

@@ -97,6 +97,10 @@ class JobOp(ABC, Generic[T]):
     fresh = False  # decide on a locked row read now, never on a guess (decisions by the database clock)
     lock = Lock.UPDATE
 
+    def sees(self, row: Row) -> bool:
+        """Whether this caller may act on `row`; a row it may not is decided as absent (no oracle)."""
+        return may_act_for(self.tenant, row["tenant"])
+
     @abstractmethod
     def decide(self, row: Row | None, now: datetime) -> Change | None:
         """The change to make, None for nothing; raise a JobwireError to refuse."""
@@ -230,18 +234,21 @@ async def _bases(
 
 
 async def _read(wire: Wire, ops: Sequence[JobOp[Any]], jobs: Sequence[_Job], lock: str) -> None:
-    """Read (and lock) the rows of `jobs` in one statement; a job of another tenant is absent."""
+    """Read (and lock) the rows of `jobs` in one statement (whose they are is each op's to check)."""
     params = {f"n{i}": job.job_no for i, job in enumerate(jobs)}
     rows = await wire.fetch(wire.sql.rows_by_job_no(len(jobs), lock), params, wire.sql.row_shape)
     found = {r["job_no"]: r for r in rows}
     for job in jobs:
-        row = found.get(job.job_no)
-        job.base = row if row is not None and may_act_for(ops[job.ops[0]].tenant, row["tenant"]) else None
+        job.base = found.get(job.job_no)
         job.guessed = False
 
 
 def _decide(job: _Job, ops: Sequence[JobOp[Any]], now: datetime) -> bool:
-    """Decide the job's operations in order; False when a guess must be checked first."""
+    """Decide the job's operations in order; False when a guess must be checked first.
+
+    Each op sees the row only if it may (`JobOp.sees`): calls of several callers on one job
+    share a transaction, and one caller's right to the job is never another's.
+    """
     job.steps = []
     row = job.base
     if row is not None:
@@ -249,7 +256,7 @@ def _decide(job: _Job, ops: Sequence[JobOp[Any]], now: datetime) -> bool:
     for i in job.ops:
         step = _Step(i, before=row)
         try:
-            step.change = ops[i].decide(row, now)
+            step.change = ops[i].decide(row if row is not None and ops[i].sees(row) else None, now)
             if step.change is not None:
                 assert row is not None, "a change needs a row"
                 row = _changed(row, step.change, now)

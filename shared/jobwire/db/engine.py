@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.compiler import compiles
@@ -217,8 +218,17 @@ def _mysql_engine(url: str, pool_size: int, echo: bool) -> Engine:
     return engine
 
 
+class _HintedSQLiteCompiler(SQLiteCompiler):
+    """SQLite's compiler with the table hints a query names for SQLite (`INDEXED BY ix`), which
+    SQLAlchemy's own drops: ListJobs reads down the index it names on both databases."""
+
+    def get_from_hint_text(self, table: Any, text: str | None) -> str | None:
+        return text
+
+
 def _sqlite_engine(url: str, echo: bool) -> Engine:
     engine = sa.create_engine(url, echo=echo, connect_args={"check_same_thread": False, "timeout": 30})
+    engine.dialect.statement_compiler = _HintedSQLiteCompiler
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -10,10 +10,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.engine import db_now
-from jobwire.db.reads import Row, clock
+from jobwire.db.reads import Row, clock, scoped
 from jobwire.db.sql import BLOBS
 from jobwire.db.tables import job, worker_claim
-from jobwire.domain.commands import EVERY_TENANT
+from jobwire.domain.commands import EVERY_TENANT, Scope
 from jobwire.domain.evidence import Finding, FindingKind
 from jobwire.domain.states import LEASED, TERMINAL, Status
 
@@ -41,7 +41,7 @@ def _conditions(kind: FindingKind, now: sa.ColumnElement, cutoff: sa.ColumnEleme
 
 def findings(
     conn: Connection,
-    tenant: str,
+    scope: Scope,
     *,
     stalled_after: timedelta = timedelta(0),
     queue: str = "",
@@ -56,9 +56,9 @@ def findings(
     out: list[Finding] = []
     for kind in kinds or list(FindingKind):
         if kind is FindingKind.NO_WORKER:
-            out += _no_worker(conn, tenant, queue, now - no_worker_after)
+            out += _no_worker(conn, scope, queue, now - no_worker_after)
             continue
-        where = [job.c.tenant == tenant, *_conditions(kind, at, cutoff)]
+        where = [*scoped(scope), *_conditions(kind, at, cutoff)]
         if queue:
             where.append(job.c.queue == queue)
         query = sa.select(*_COLUMNS, db_now().label("db_now")).where(*where).order_by(job.c.id).limit(MAX_FINDINGS)
@@ -96,11 +96,11 @@ _CLAIMED = {
 }
 
 
-def _no_worker(conn: Connection, tenant: str, queue: str, since: datetime) -> list[Finding]:
+def _no_worker(conn: Connection, scope: Scope, queue: str, since: datetime) -> list[Finding]:
     """QUEUED jobs whose queue and job type no worker has claimed for since `since` (or ever)."""
     cutoff = sa.literal(since, type_=worker_claim.c.claimed_at.type)
     where = [
-        job.c.tenant == tenant,
+        *scoped(scope),
         job.c.status == Status.QUEUED.value,
         *(sa.or_(c.c.claimed_at.is_(None), c.c.claimed_at <= cutoff) for c in (_OWN, _SHARED)),
     ]

@@ -22,8 +22,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.engine import Database
-from jobwire.db.reads import clock
+from jobwire.db.reads import clock, scoped
 from jobwire.db.tables import artifact, job, job_dependency, job_event
+from jobwire.domain.commands import Scope
 from jobwire.domain.errors import InvalidTransition, JobNotFound
 from jobwire.domain.states import Status
 
@@ -188,25 +189,25 @@ def _files_deleted(deleter: ArtifactDeleter, found: Due) -> bool:
         return False
 
 
-def delete_finished(db: Database, tenant: str, job_no: str, deleter: ArtifactDeleter) -> None:
+def delete_finished(db: Database, scope: Scope, job_no: str, deleter: ArtifactDeleter) -> None:
     """Delete one terminal job now, as retention would once it is due (DeleteOperation).
 
-    Raises JobNotFound for no such job of this tenant and InvalidTransition for one still
+    Raises JobNotFound for no such job `scope` sees and InvalidTransition for one still
     unfinished. As in a purge, the file goes first and the rows after; a file that would not
     go leaves the rows in place (the deleter's error is raised), so files never outlive rows.
     """
-    found = db.read(partial(_one_terminal, tenant=tenant, job_no=job_no))
+    found = db.read(partial(_one_terminal, scope=scope, job_no=job_no))
     if found.artifact is not None:
         deleter(found.artifact)
     db.write(partial(_delete_rows, job_id=found.job_id, job_no=job_no))
 
 
-def _one_terminal(conn: Connection, tenant: str, job_no: str) -> Due:
+def _one_terminal(conn: Connection, scope: Scope, job_no: str) -> Due:
     query = (
         sa.select(job.c.id, job.c.status, artifact.c.uri, artifact.c.size_bytes, artifact.c.sha256,
                   artifact.c.content_type)
         .select_from(job.outerjoin(artifact, artifact.c.job_id == job.c.id))
-        .where(job.c.tenant == tenant, job.c.job_no == job_no)
+        .where(*scoped(scope), job.c.job_no == job_no)
     )  # fmt: skip
     r = conn.execute(query).mappings().first()
     if r is None:
@@ -216,7 +217,7 @@ def _one_terminal(conn: Connection, tenant: str, job_no: str) -> Due:
     found = None
     if r["uri"] is not None:
         found = ExpiredArtifact(
-            tenant=tenant, job_no=job_no, uri=r["uri"], size_bytes=r["size_bytes"],
+            tenant=scope.tenant, job_no=job_no, uri=r["uri"], size_bytes=r["size_bytes"],
             sha256=r["sha256"], content_type=r["content_type"],
         )  # fmt: skip
     return Due(job_id=r["id"], artifact=found)

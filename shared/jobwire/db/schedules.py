@@ -15,8 +15,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from jobwire.db.reads import _page, decode_page_token, encode_page_token
+from jobwire.db.reads import _page, decode_page_token, encode_page_token, scoped
 from jobwire.db.tables import job, schedule
+from jobwire.domain.commands import Scope
 from jobwire.domain.errors import ScheduleExists
 from jobwire.domain.schedules import CatchUp, Due, Overlap, ScheduleRecord, Timing
 from jobwire.domain.states import TERMINAL
@@ -31,17 +32,17 @@ def create(conn: Connection, new: ScheduleRecord) -> None:
         raise ScheduleExists() from None
 
 
-def get(conn: Connection, tenant: str, schedule_id: str) -> ScheduleRecord | None:
-    row = conn.execute(sa.select(schedule).where(*_named(tenant, schedule_id))).mappings().first()
+def get(conn: Connection, scope: Scope, schedule_id: str) -> ScheduleRecord | None:
+    row = conn.execute(sa.select(schedule).where(*_named(scope, schedule_id))).mappings().first()
     return None if row is None else from_row(dict(row))
 
 
-def list_page(conn: Connection, tenant: str, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
+def list_page(conn: Connection, scope: Scope, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
     """Oldest first by row id; the token is the last id seen (as ListJobs pages)."""
     after = decode_page_token(page_token) or 0
     query = (
         sa.select(schedule)
-        .where(schedule.c.tenant == tenant, schedule.c.id > after)
+        .where(*scoped(scope, schedule), schedule.c.id > after)
         .order_by(schedule.c.id)
         .limit(page_size + 1)
     )
@@ -49,14 +50,14 @@ def list_page(conn: Connection, tenant: str, page_size: int, page_token: str) ->
     return [from_row(r) for r in rows], "" if last is None else encode_page_token(last)
 
 
-def set_paused(conn: Connection, tenant: str, schedule_id: str, next_fire_at: datetime | None) -> bool:
+def set_paused(conn: Connection, scope: Scope, schedule_id: str, next_fire_at: datetime | None) -> bool:
     """Pause (next_fire_at None) or resume at `next_fire_at`; False for an unknown schedule."""
     values = {"paused": next_fire_at is None, "next_fire_at": next_fire_at}
-    return bool(conn.execute(sa.update(schedule).where(*_named(tenant, schedule_id)).values(**values)).rowcount)
+    return bool(conn.execute(sa.update(schedule).where(*_named(scope, schedule_id)).values(**values)).rowcount)
 
 
-def delete(conn: Connection, tenant: str, schedule_id: str) -> bool:
-    return bool(conn.execute(sa.delete(schedule).where(*_named(tenant, schedule_id))).rowcount)
+def delete(conn: Connection, scope: Scope, schedule_id: str) -> bool:
+    return bool(conn.execute(sa.delete(schedule).where(*_named(scope, schedule_id))).rowcount)
 
 
 def due(conn: Connection, now: datetime, limit: int) -> list[Due]:
@@ -100,7 +101,9 @@ def advance(
     if skipped:
         values["skipped_firings"] = schedule.c.skipped_firings + 1
     guarded = sa.update(schedule).where(
-        *_named(one.tenant, one.schedule_id), schedule.c.next_fire_at == due_at, schedule.c.paused == sa.false()
+        *_named(Scope(tenant=one.tenant), one.schedule_id),
+        schedule.c.next_fire_at == due_at,
+        schedule.c.paused == sa.false(),
     )
     return bool(conn.execute(guarded.values(**values)).rowcount)
 
@@ -110,6 +113,7 @@ def from_row(row: Row) -> ScheduleRecord:
     return ScheduleRecord(
         tenant=row["tenant"],
         schedule_id=row["schedule_id"],
+        queue=row["queue"],
         timing=Timing(
             cron=row["cron"],
             every=None if every is None else timedelta(seconds=every),
@@ -130,12 +134,13 @@ def from_row(row: Row) -> ScheduleRecord:
 def _values(one: ScheduleRecord) -> Row:
     every = one.timing.every
     return {
-        "tenant": one.tenant, "schedule_id": one.schedule_id, "cron": one.timing.cron,
+        "tenant": one.tenant, "schedule_id": one.schedule_id, "queue": one.queue, "cron": one.timing.cron,
         "every_s": None if every is None else every.total_seconds(), "time_zone": one.timing.time_zone,
         "template": one.template, "overlap": one.overlap.value, "catch_up": one.catch_up.value,
         "paused": one.paused, "next_fire_at": one.next_fire_at, "created_at": one.created_at,
     }  # fmt: skip
 
 
-def _named(tenant: str, schedule_id: str) -> tuple[sa.ColumnElement[bool], ...]:
-    return (schedule.c.tenant == tenant, schedule.c.schedule_id == schedule_id)
+def _named(scope: Scope, schedule_id: str) -> tuple[sa.ColumnElement[bool], ...]:
+    """The schedule `schedule_id` if `scope` sees it: its tenant's, of a queue its token may use."""
+    return (*scoped(scope, schedule), schedule.c.schedule_id == schedule_id)

@@ -46,7 +46,7 @@ from jobwire.db.turns import Turns, runnable_tenants
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.census import Census
-from jobwire.domain.commands import Claimant, JobFilter, NewJob
+from jobwire.domain.commands import Claimant, JobFilter, NewJob, Scope
 from jobwire.domain.errors import (
     BatchNotFound,
     JobNotFound,
@@ -220,9 +220,9 @@ class JobStore:
         return results
 
     # -- reads ----------------------------------------------------------------------------
-    def get(self, tenant: str, job_no: str, *, no_worker_after: timedelta) -> JobRecord:
+    def get(self, scope: Scope, job_no: str, *, no_worker_after: timedelta) -> JobRecord:
         def read(conn: Connection) -> JobRecord | None:
-            row = reads.load_job(conn, tenant, job_no)
+            row = reads.load_job(conn, scope, job_no)
             return None if row is None else standing.records(conn, [row], no_worker_after)[0]
 
         found = self.db.read(read)
@@ -230,9 +230,9 @@ class JobStore:
             raise JobNotFound()
         return found
 
-    def kept_result(self, tenant: str, job_no: str) -> tuple[str, KeptResult]:
+    def kept_result(self, scope: Scope, job_no: str) -> tuple[str, KeptResult]:
         """A READY job's content type and the result the server keeps (GetResult)."""
-        found = self.db.read(lambda c: reads.kept_result(c, tenant, job_no))
+        found = self.db.read(lambda c: reads.kept_result(c, scope, job_no))
         if found is None:
             raise JobNotFound()
         if found.status != Status.READY.value:
@@ -256,15 +256,19 @@ class JobStore:
 
         return self.db.read(read)
 
-    def list_events(self, tenant: str, job_no: str, page_size: int, page_token: str) -> tuple[list[JobEvent], str]:
-        found = self.db.read(lambda c: reads.list_events(c, tenant, job_no, page_size, page_token))
+    def visible_jobs(self, scope: Scope, job_nos: Sequence[str]) -> set[str]:
+        """Those of `job_nos` that `scope` sees."""
+        return self.db.read(lambda c: reads.visible_jobs(c, scope, job_nos))
+
+    def list_events(self, scope: Scope, job_no: str, page_size: int, page_token: str) -> tuple[list[JobEvent], str]:
+        found = self.db.read(lambda c: reads.list_events(c, scope, job_no, page_size, page_token))
         if found is None:
             raise JobNotFound()
         return found
 
     def inspect(
         self,
-        tenant: str,
+        scope: Scope,
         *,
         stalled_after: timedelta,
         queue: str,
@@ -273,14 +277,14 @@ class JobStore:
     ) -> list[Finding]:
         return self.db.read(
             lambda c: inspect_queries.findings(
-                c, tenant, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=no_worker_after
+                c, scope, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=no_worker_after
             )
         )
 
     def list_workers(
-        self, tenant: str, queue: str, page_size: int, page_token: str, gone_after: timedelta
+        self, scope: Scope, queue: str, page_size: int, page_token: str, gone_after: timedelta
     ) -> tuple[list[WorkerInfo], str]:
-        return self.db.read(lambda c: reads.list_workers(c, tenant, queue, page_size, page_token, gone_after))
+        return self.db.read(lambda c: reads.list_workers(c, scope, queue, page_size, page_token, gone_after))
 
     def turns_due(self, queues: Sequence[str]) -> bool:
         """Whether a shared fleet's claim of `queues` must first list whose turn it is (`list_turns`)."""
@@ -304,16 +308,17 @@ class JobStore:
         self.recent_queues.forget(tenant, queue)
         return after
 
-    def get_batch(self, tenant: str, batch_id: str) -> BatchRecord:
-        found = self.db.read(lambda c: batches.get(c, tenant, batch_id))
+    def get_batch(self, scope: Scope, batch_id: str) -> BatchRecord:
+        found = self.db.read(lambda c: batches.get(c, scope, batch_id))
         if found is None:
             raise BatchNotFound()
         return found
 
-    def batch_job_nos(self, tenant: str, batch_id: str, *, unfinished: bool = False) -> list[str]:
-        """The batch's job numbers (NOT_FOUND for an unknown batch or another tenant's)."""
-        self.get_batch(tenant, batch_id)
-        return self.db.read(lambda c: batches.job_nos(c, tenant, batch_id, unfinished=unfinished))
+    def batch_job_nos(self, scope: Scope, batch_id: str, *, unfinished: bool = False) -> list[str]:
+        """The numbers of the batch's jobs `scope` sees (NOT_FOUND for an unknown batch, another
+        tenant's, or one with none of its jobs in the token's queues)."""
+        self.get_batch(scope, batch_id)
+        return self.db.read(lambda c: batches.job_nos(c, scope, batch_id, unfinished=unfinished))
 
     # -- what watching reads (jobwire.jobapi.watch): the store is the only door to SQL --------
     def watch_start(
@@ -348,6 +353,7 @@ class JobStore:
         return self.db.write(commit_markers.purge) if self.db.is_mysql else 0
 
     def purge_workers(self, older_than: timedelta) -> int:
+        """Forget workers not seen, and queues and job types not claimed for, for `older_than`."""
         return self.db.write(lambda c: reads.purge_workers(c, older_than))
 
     # -- schedules (jobwire.db.schedules; their firings submit through apply) --------------------
@@ -356,23 +362,23 @@ class JobStore:
         self.db.write(lambda c: schedules.create(c, new))
         return new
 
-    def get_schedule(self, tenant: str, schedule_id: str) -> ScheduleRecord:
-        found = self.db.read(lambda c: schedules.get(c, tenant, schedule_id))
+    def get_schedule(self, scope: Scope, schedule_id: str) -> ScheduleRecord:
+        found = self.db.read(lambda c: schedules.get(c, scope, schedule_id))
         if found is None:
             raise ScheduleNotFound()
         return found
 
-    def list_schedules(self, tenant: str, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
-        return self.db.read(lambda c: schedules.list_page(c, tenant, page_size, page_token))
+    def list_schedules(self, scope: Scope, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
+        return self.db.read(lambda c: schedules.list_page(c, scope, page_size, page_token))
 
-    def set_schedule_paused(self, tenant: str, schedule_id: str, next_fire_at: datetime | None) -> ScheduleRecord:
+    def set_schedule_paused(self, scope: Scope, schedule_id: str, next_fire_at: datetime | None) -> ScheduleRecord:
         """Pause the schedule (`next_fire_at` None) or resume it to fire next at `next_fire_at`."""
-        if not self.db.write(lambda c: schedules.set_paused(c, tenant, schedule_id, next_fire_at)):
+        if not self.db.write(lambda c: schedules.set_paused(c, scope, schedule_id, next_fire_at)):
             raise ScheduleNotFound()
-        return self.get_schedule(tenant, schedule_id)
+        return self.get_schedule(scope, schedule_id)
 
-    def delete_schedule(self, tenant: str, schedule_id: str) -> None:
-        if not self.db.write(lambda c: schedules.delete(c, tenant, schedule_id)):
+    def delete_schedule(self, scope: Scope, schedule_id: str) -> None:
+        if not self.db.write(lambda c: schedules.delete(c, scope, schedule_id)):
             raise ScheduleNotFound()
 
     def due_schedules(self, now: datetime, limit: int) -> list[Due]:
@@ -441,10 +447,10 @@ class JobStore:
         return retention.purge_expired(self.db, keep, deleter, batch=batch)
 
     def delete_finished(
-        self, tenant: str, job_no: str, deleter: retention.ArtifactDeleter = retention.keep_files
+        self, scope: Scope, job_no: str, deleter: retention.ArtifactDeleter = retention.keep_files
     ) -> None:
         """Delete one terminal job with its events and artifact now (DeleteOperation)."""
-        retention.delete_finished(self.db, tenant, job_no, deleter)
+        retention.delete_finished(self.db, scope, job_no, deleter)
 
 
 def heartbeat_call(tenant: str, worker_id: str, held: Sequence[tuple[str, str]], *, touch: bool) -> Call:

@@ -134,8 +134,14 @@ Index(
     job.c.priority.desc(),
     job.c.id,
 )
+# ListJobs, newest first, one index per leading filter (jobwire.db.reads.list_queries): each
+# serves its WHERE and its ORDER BY id DESC, so a page never sorts the tenant's jobs.
+Index("ix_job_tenant", job.c.tenant, job.c.id)
 Index("ix_job_owner", job.c.tenant, job.c.owner, job.c.id)
-Index("ix_job_assignee", job.c.tenant, job.c.review_assignee, job.c.id)  # ListJobs by assignee
+Index("ix_job_assignee", job.c.tenant, job.c.review_assignee, job.c.id)
+Index("ix_job_type", job.c.tenant, job.c.job_type, job.c.id)
+Index("ix_job_status", job.c.tenant, job.c.status, job.c.id)
+Index("ix_job_queue", job.c.tenant, job.c.queue, job.c.id)  # a token's queues
 Index("ix_job_lease", job.c.status, job.c.lease_expires_at)
 Index("ix_job_finished", job.c.status, job.c.finished_at)
 # The timeout sweeps: status first, so deadlines left behind by ended attempts and finished
@@ -264,6 +270,8 @@ worker_claim = Table(
     mysql_collate="utf8mb4_bin",
 )
 
+Index("ix_worker_claim_at", worker_claim.c.claimed_at)  # housekeeping forgets kinds nobody claims for
+
 # A queue's flow control (jobwire.db.queue_limits), one row per (tenant, queue) that has any:
 # a claim of that queue locks its row, counts what runs, and spends the token bucket kept
 # here, in its own transaction, so every replica and process shares one limit. A queue
@@ -307,6 +315,8 @@ schedule = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("tenant", String(64), nullable=False),
     Column("schedule_id", String(64), nullable=False),
+    # the template's queue, so a token's queues scope schedules as they scope jobs
+    Column("queue", String(64), nullable=False, server_default="default"),
     Column("cron", String(200), nullable=True),  # 5 fields, or NULL for every_s
     Column("every_s", Float, nullable=True),
     Column("time_zone", String(64), nullable=False),

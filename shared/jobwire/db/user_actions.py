@@ -7,6 +7,7 @@ from datetime import datetime
 
 from jobwire.db.changes import Change, JobOp, Row
 from jobwire.db.rows import UNSTAGED, ending_values, holding_of, holding_values, record_from_row
+from jobwire.domain.commands import Scope
 from jobwire.domain.endings import on_resolve
 from jobwire.domain.errors import InvalidTransition, JobNotCancellable, JobNotFound, NotWaiting
 from jobwire.domain.evidence import EventKind
@@ -18,6 +19,18 @@ from jobwire.domain.user_decisions import on_retry
 
 
 class _UserAction(JobOp[JobRecord]):
+    """A person's decision, scoped as their reads are: a job of a queue their token may not
+    use is not found, exactly as another tenant's."""
+
+    scope: Scope
+
+    @property
+    def tenant(self) -> str:  # type: ignore[override]
+        return self.scope.tenant
+
+    def sees(self, row: Row) -> bool:
+        return self.scope.sees(row["tenant"], row["queue"])
+
     def outcome(self, row: Row | None, change: Change | None) -> JobRecord:
         assert row is not None
         return record_from_row(row)
@@ -33,7 +46,7 @@ def _found(row: Row | None) -> Row:
 class Cancel(_UserAction):
     """QUEUED ends at once; RUNNING asks the worker to stop at its next safe point."""
 
-    tenant: str
+    scope: Scope
     job_no: str
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
@@ -58,7 +71,7 @@ class Retry(_UserAction):
     """FAILED with a retryable error (or any FAILED job, forced by an admin) -> QUEUED with a
     fresh budget of attempts (jobwire.domain.user_decisions.on_retry)."""
 
-    tenant: str
+    scope: Scope
     job_no: str
     forced_by: str | None = None  # the admin's name, when RetryRequest.force
 
@@ -73,7 +86,7 @@ class Retry(_UserAction):
 class Resolve(_UserAction):
     """A person's decision on a WAITING job: APPROVE queues it at once, the attempt not charged; REJECT fails it."""
 
-    tenant: str
+    scope: Scope
     job_no: str
     review: Review
 
@@ -103,7 +116,7 @@ class Requeue(_UserAction):
     Cancel such a job, or wait for its lease to expire.
     """
 
-    tenant: str
+    scope: Scope
     job_no: str
     reason: str = ""
     fresh = True  # "is the lease alive" is the database clock's to say, on the row as it is now

@@ -51,12 +51,32 @@ class NewJob:
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobFilter:
+class Scope:
+    """What one caller may see and act on: its tenant's jobs in the queues its token grants.
+
+    A job, batch, schedule or finding outside the scope answers exactly as one that does not
+    exist (NOT_FOUND, the same reason and message as another tenant's), and lists leave it
+    out, so a token learns nothing of the queues it may not use.
+    """
+
     tenant: str
+    queues: frozenset[str] | None = None  # None: every queue (the auth file's ["*"])
+
+    def sees(self, tenant: str, queue: str) -> bool:
+        return tenant == self.tenant and (self.queues is None or queue in self.queues)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobFilter:
+    scope: Scope
     owner: str = ""
     statuses: Sequence[Status] = ()
     job_type: str = ""
     assignee: str = ""  # handed to this reviewer (jobwire.domain.review)
+
+    @property
+    def tenant(self) -> str:
+        return self.scope.tenant
 
 
 # The tenant of a shared fleet's worker token (auth file `tenant = "*"`): its workers serve

@@ -155,6 +155,7 @@ class ScheduleRecord:
 
     tenant: str
     schedule_id: str
+    queue: str  # the template's, so a token's queues scope its schedules as they scope jobs
     timing: Timing
     template: bytes
     overlap: Overlap

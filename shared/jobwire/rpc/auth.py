@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobwire.domain.commands import EVERY_TENANT
+from jobwire.domain.commands import EVERY_TENANT, Scope
 from jobwire.domain.errors import PermissionDenied, Unauthenticated
 from jobwire.domain.limits import CONTROL
 
@@ -51,6 +51,11 @@ class Principal:
     roles: frozenset[str]
     queues: frozenset[str]
     name: str
+
+    @property
+    def scope(self) -> Scope:
+        """What this caller may see: its tenant's jobs in its queues (every read and change is scoped by it)."""
+        return Scope(tenant=self.tenant, queues=None if "*" in self.queues else self.queues)
 
     def may_use(self, queue: str) -> bool:
         return "*" in self.queues or queue in self.queues

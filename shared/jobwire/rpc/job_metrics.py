@@ -9,6 +9,11 @@ jobwire.runtime.family). They are `livemostrecent`: the value of the latest read
 a sum over processes (which would double a count of rows), and a reader that dies takes its
 values with it. A series whose rows are gone is set to 0, not removed: multiprocess files
 cannot forget a series.
+
+Queues and job types are names callers choose, so each metric shows at most `MAX_SERIES`
+of them (in this process); the ones beyond are counted under the label value `other`
+(queue and job type both), so a scrape stays the same size however many kinds of job come
+(20,000 jobs of distinct kinds once grew /metrics from 508 lines to 80,508).
 """
 
 from __future__ import annotations
@@ -17,9 +22,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from jobwire.domain.census import Census
 from jobwire.domain.transitions import Move, Transition
+
+MAX_SERIES = 500  # queue / job type label sets a metric shows; the rest are `other`
+OTHER = "other"
 
 # From a blink to a day: jobs run for milliseconds (thumbnails) or hours (imports).
 JOB_BUCKETS = (0.01, 0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
@@ -57,10 +66,12 @@ class JobMetrics:
             "jobwire_workers_live", "Workers seen (claim or heartbeat) within JOBWIRE_NO_WORKER_AFTER, by tenant.",
             ["tenant"], multiprocess_mode="livemostrecent", registry=registry,
         )  # fmt: skip
-        # .labels() takes a lock and builds a key on every call: the hot path keeps the children.
+        # .labels() takes a lock and builds a key on every call: the hot path keeps the children
+        # (of the series admitted under MAX_SERIES: a folded one is looked up each time).
         self._children: dict[tuple[Move, str, str, str], Any] = {}
         self._timers: dict[tuple[Histogram, str], Any] = {}
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
+        self._caps: dict[MetricWrapperBase, SeriesCap] = {}
 
     def moved(self, transitions: Sequence[Transition]) -> None:
         """Count the moves of one committed transaction (the store's observer)."""
@@ -69,8 +80,11 @@ class JobMetrics:
             key = (t.move, t.queue, t.job_type, t.category)
             child = children.get(key)
             if child is None:
-                labels = (t.queue, t.job_type, t.category) if t.move is Move.FAILED else (t.queue, t.job_type)
-                child = children[key] = self._moves[t.move].labels(*labels)
+                counter = self._moves[t.move]
+                kind = self._cap(counter).fold((t.queue, t.job_type))
+                child = counter.labels(*kind, t.category) if t.move is Move.FAILED else counter.labels(*kind)
+                if kind == (t.queue, t.job_type):  # admitted: kept for the hot path
+                    children[key] = child
             child.inc()
             if t.waited_s is not None:
                 self._timer(self._wait, t.job_type).observe(t.waited_s)
@@ -80,17 +94,27 @@ class JobMetrics:
     def _timer(self, histogram: Histogram, job_type: str) -> Any:
         child = self._timers.get((histogram, job_type))
         if child is None:
-            child = self._timers[histogram, job_type] = histogram.labels(job_type)
+            shown = self._cap(histogram).fold((job_type,))
+            child = histogram.labels(*shown)
+            if shown == (job_type,):
+                self._timers[histogram, job_type] = child
         return child
+
+    def _cap(self, metric: MetricWrapperBase) -> SeriesCap:
+        cap = self._caps.get(metric)
+        if cap is None:
+            cap = self._caps[metric] = SeriesCap(MAX_SERIES)
+        return cap
 
     def census(self, census: Census) -> None:
         """Show the latest reading of the database (housekeeping's, once a round)."""
         jobs: dict[tuple[str, ...], float] = {}
         depth: dict[tuple[str, ...], float] = {}
         oldest: dict[tuple[str, ...], float] = {}
+        cap = self._cap(self._jobs)  # one for the three: they show the same queues
         for c in census.counts:
-            jobs[c.tenant, c.queue, c.status] = c.jobs
-            queue = (c.tenant, c.queue)
+            queue = cap.fold((c.tenant, c.queue), keep=1)
+            jobs[(*queue, c.status)] = jobs.get((*queue, c.status), 0) + c.jobs
             depth[queue] = depth.get(queue, 0) + c.runnable
             oldest[queue] = max(oldest.get(queue, 0.0), c.oldest_runnable_s or 0.0)
         self._show(self._jobs, jobs)
@@ -105,6 +129,23 @@ class JobMetrics:
         for labels, value in values.items():
             gauge.labels(*labels).set(value)
         shown |= values.keys()
+
+
+class SeriesCap:
+    """The label sets one metric has shown: the first `limit` are kept, later ones fold to `other`."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._admitted: set[tuple[str, ...]] = set()
+
+    def fold(self, labels: tuple[str, ...], keep: int = 0) -> tuple[str, ...]:
+        """`labels` if admitted (or room remains), else `other` for each value after the first `keep`."""
+        if labels in self._admitted:
+            return labels
+        if len(self._admitted) < self._limit:
+            self._admitted.add(labels)
+            return labels
+        return (*labels[:keep], *(OTHER for _ in labels[keep:]))
 
 
 def _labels(move: Move) -> list[str]:

@@ -5,7 +5,8 @@ reaper marks expired leases stalled and applies the lease-lost policies past
 `JOBWIRE_STALL_GRACE_SECONDS`; the timeout sweeps end jobs and attempts past their time
 limits and find jobs without progress; the dependency sweep settles waiting jobs whose
 dependencies ended without settling them (jobwire.db.dependencies); then retention purges terminal jobs past their time,
-workers not seen for `JOBWIRE_RETENTION_WORKER_DAYS`, and old commit markers
+workers not seen (and queues and job types not claimed for) in
+`JOBWIRE_RETENTION_WORKER_DAYS`, and old commit markers
 (jobwire.db.commit_markers). Last, one reading of the database for the metrics' gauges
 (`JobStore.census`: one GROUP BY), so they are as fresh as a round and a scrape never
 queries. All run on the runtime's database thread pool. Every

@@ -12,7 +12,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobwire.client import ClientError
-from jobwire.gateway import evidence, routes
+from jobwire.gateway import evidence, routes, sse
+from jobwire.gateway.budget import LiveBudget
 from jobwire.gateway.errors import error_response, not_found
 from jobwire.gateway.settings import GatewaySettings
 
@@ -57,4 +58,7 @@ def build_app(settings: GatewaySettings) -> Starlette:
         exception_handlers={ClientError: _client_error, HTTPException: _http_error},
     )
     app.state.settings = settings
+    app.state.budget = LiveBudget(max_streams=settings.max_streams, max_watched=settings.max_watched)
+    # Pages re-read ListJobs every POLL_S; a read younger than half that serves every page of its key.
+    app.state.listings = sse.Listings(fresh_s=sse.POLL_S / 2)
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 
 import grpc
 from starlette.requests import Request
@@ -11,7 +12,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from jobwire.client import ClientError, PermissionDeniedError, UnauthenticatedError
 from jobwire.client.convert import status_name, status_value
 from jobwire.client.render import status_label
-from jobwire.gateway import session, sse
+from jobwire.gateway import budget, session, sse
 from jobwire.gateway.calls import Calls
 from jobwire.gateway.errors import csrf_refused, error_response
 from jobwire.gateway.pages import locale_of, page
@@ -40,11 +41,16 @@ def local_path(target: str | None, fallback: str = "/jobs") -> str:
 
 async def signin_form(request: Request) -> Response:
     notice = "signin_expired" if request.query_params.get("expired") else ""
-    return page(request, "signin.html", notice=notice)
+    csrf = session.signin_csrf(request)
+    response = page(request, "signin.html", notice=notice, csrf=csrf)
+    session.keep_csrf(request, response, csrf)
+    return response
 
 
 async def signin(request: Request) -> Response:
     form = await request.form()
+    if not session.csrf_ok(request, form.get(session.CSRF_FIELD)):
+        return csrf_refused(request)  # another site's form would sign this browser in as someone else
     token = str(form.get("token", "")).strip()
     settings: GatewaySettings = request.app.state.settings
     if not token:
@@ -118,14 +124,24 @@ async def _may_force_retry(calls: Calls, job: job_pb2.Job) -> bool:
     return await calls.is_admin(job.job_no)
 
 
+def _hold(request: Request, watched: int) -> sse.Hold:
+    """The person's live budget (jobwire.gateway.budget), for a stream watching `watched` jobs."""
+    person = budget.person_of(session.token_of(request) or "")
+    return partial(request.app.state.budget.hold, person, watched)
+
+
 async def jobs_stream(request: Request) -> Response:
-    """Live updates of the jobs named (`?job=…` repeated), or of one job's page (`?job=…&one=1`)."""
-    job_nos = request.query_params.getlist("job")[:1000]
+    """Live updates of the jobs named (`?job=…` repeated), or of one job's page (`?job=…&one=1`).
+
+    A stream of N jobs weighs N in the person's budget, as WatchJobs weighs it in the server's.
+    """
+    job_nos = list(dict.fromkeys(request.query_params.getlist("job")))[: sse.MAX_WATCHED]
     calls = calls_for(request)
     if not job_nos:
         await calls.close()
         return Response(status_code=204)  # nothing to watch: the browser stops asking
-    events = sse.job_events(calls, calls.watch(job_nos), until_terminal=request.query_params.get("one") == "1")
+    one = request.query_params.get("one") == "1"
+    events = sse.job_events(calls, calls.watch(job_nos), until_terminal=one, hold=_hold(request, len(job_nos)))
     return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
 
 
@@ -135,7 +151,11 @@ async def jobs_page_stream(request: Request) -> Response:
     params = request.query_params
     jobs = sse.NewJobs(params.getlist("job")[: sse.MAX_WATCHED], params.getlist("seen")[: sse.MAX_WATCHED])
     statuses = [job_pb2.Job.Status.Value(chosen)] if chosen else []
-    events = sse.page_events(calls_for(request), statuses, jobs)
+    calls = calls_for(request)
+    events = sse.page_events(
+        calls, statuses, jobs, hold=_hold(request, jobs.weight), listings=request.app.state.listings,
+        person=budget.person_of(session.token_of(request) or ""),
+    )  # fmt: skip
     return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
 
 

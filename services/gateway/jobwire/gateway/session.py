@@ -2,13 +2,19 @@
 
 The token cookie is HttpOnly (no script can read it) and SameSite=Strict (no other site's
 page can make the browser send it); it is Secure when the page came over https. The CSRF
-token is a random value set at sign-in and repeated in every form that changes something;
-a POST whose form does not carry the cookie's value is refused.
+token is a random value, set with the sign-in form (before there is a session, so another
+site cannot sign a browser in with its own token) and again at sign-in, and repeated in
+every form that changes something. A POST is refused unless its form carries the cookie's
+value and it came from this site's own pages: its Origin header, or its Referer when it has
+no Origin, names the gateway (JOBWIRE_GATEWAY_ORIGIN, else the host the request was sent
+to). A POST with neither header is refused too: every browser sends Origin with a POST, so
+only a client that is not a browser omits both, and it can send one.
 """
 
 from __future__ import annotations
 
 import secrets
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -30,11 +36,24 @@ def csrf_of(request: Request) -> str:
     return request.cookies.get(CSRF_COOKIE, "")
 
 
+def signin_csrf(request: Request) -> str:
+    """The CSRF token for the sign-in form: the browser's own, or a new one (keep it with `keep_csrf`)."""
+    return csrf_of(request) or secrets.token_urlsafe(32)
+
+
+def keep_csrf(request: Request, response: Response, value: str) -> None:
+    _cookie(request, response, CSRF_COOKIE, value)
+
+
 def sign_in(request: Request, response: Response, token: str) -> None:
     """Keep `token` for this browser session, with a fresh CSRF token beside it."""
+    _cookie(request, response, TOKEN_COOKIE, token)
+    keep_csrf(request, response, secrets.token_urlsafe(32))
+
+
+def _cookie(request: Request, response: Response, name: str, value: str) -> None:
     secure = request.url.scheme == "https"
-    for name, value in ((TOKEN_COOKIE, token), (CSRF_COOKIE, secrets.token_urlsafe(32))):
-        response.set_cookie(name, value, httponly=True, samesite="strict", secure=secure, path="/")
+    response.set_cookie(name, value, httponly=True, samesite="strict", secure=secure, path="/")
 
 
 def sign_out(response: Response) -> None:
@@ -43,9 +62,26 @@ def sign_out(response: Response) -> None:
 
 
 def csrf_ok(request: Request, submitted: object) -> bool:
-    """True when the form's CSRF token is this session's."""
+    """True when a POST came from this site's pages and its form's CSRF token is this browser's."""
     expected = csrf_of(request)
-    return bool(expected) and isinstance(submitted, str) and secrets.compare_digest(expected, submitted)
+    token_ok = bool(expected) and isinstance(submitted, str) and secrets.compare_digest(expected, submitted)
+    return token_ok and from_this_site(request)
+
+
+def from_this_site(request: Request) -> bool:
+    """Whether the request's Origin (or, without one, its Referer) is the gateway's own origin."""
+    sent = request.headers.get("origin") or _origin_of(request.headers.get("referer", ""))
+    if not sent or sent == "null":
+        return False
+    ours: str = request.app.state.settings.origin
+    if ours:
+        return sent == ours
+    return urlsplit(sent).netloc == request.headers.get("host", "")
+
+
+def _origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
 
 
 def remember_locale(response: Response, locale: str) -> None:

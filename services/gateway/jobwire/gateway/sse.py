@@ -9,23 +9,27 @@ reconnects by itself; WatchJobs then sends each job as it is before any change.
 The jobs page's stream also meets jobs submitted after the page was read. WatchJobs by job
 number cannot know them and the tenant has no watch of its own (an owner's watch would first
 send every job the owner ever had), so every `POLL_S` the stream re-reads the first
-`POLL_PAGE` jobs of ListJobs, with the page's status filter: one indexed read of a few rows
-per open page. Jobs the page does not show yet go out as one `listed` event (their rows, and
-the order the server lists them in, newest first), and the WatchJobs stream is opened again
-with them added, so they update live like the others.
+`POLL_PAGE` jobs of ListJobs, with the page's status filter: one indexed read of a few rows,
+shared by every open page of the person that shows that filter (jobwire.gateway.budget).
+Jobs the page does not show yet go out as one `listed` event (their rows, and the order the
+server lists them in, newest first), and the WatchJobs stream is opened again with them
+added, so they update live like the others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
 
 import anyio
 import grpc
 
 from jobwire.client import ClientError
 from jobwire.client.convert import is_terminal
+from jobwire.gateway.budget import OverBudget, SharedReads
 from jobwire.gateway.calls import Calls
 from jobwire.gateway.pages import fragment
 from jobwire.gateway.views import job_view
@@ -84,11 +88,20 @@ class _Reader:
                 await self._jobs.aclose()
 
 
+Hold = Callable[[], AbstractContextManager[None]]  # a person's budget, held while a stream runs
+Listings = SharedReads[list[job_pb2.Job]]  # ListJobs pages shared by a person's open pages
+
+
 class NewJobs:
-    """Which listed jobs a page does not show yet, and the job numbers its stream watches."""
+    """Which listed jobs a page does not show yet, and the job numbers its stream watches.
+
+    A page's stream weighs what it may watch: the jobs it was opened with and room for one
+    poll's new ones (`weight`); the newest are watched within it.
+    """
 
     def __init__(self, watching: Sequence[str], seen: Iterable[str]) -> None:
-        self.watching = list(dict.fromkeys(watching))[:MAX_WATCHED]
+        self.watching = list(dict.fromkeys(watching))[: MAX_WATCHED - POLL_PAGE]
+        self.weight = len(self.watching) + POLL_PAGE
         self._shown = {*watching, *seen}
 
     def take(self, listed: Sequence[job_pb2.Job]) -> list[job_pb2.Job]:
@@ -96,17 +109,21 @@ class NewJobs:
         new = [job for job in listed if job.job_no not in self._shown]
         self._shown.update(job.job_no for job in new)
         added = [job.job_no for job in new if not is_terminal(job)]
-        self.watching = (added + self.watching)[:MAX_WATCHED]
+        self.watching = (added + self.watching)[: self.weight]
         return new
 
 
-async def _served(calls: Calls, changes: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
-    """`changes` as the browser gets them; closes `calls` when the browser leaves or they end."""
+async def _served(calls: Calls, changes: AsyncGenerator[bytes, None], hold: Hold) -> AsyncIterator[bytes]:
+    """`changes` as the browser gets them while `hold` holds; closes `calls` when the browser
+    leaves or they end. Over the person's budget the stream says `gone` at once: live.js stops."""
     async with calls:
-        yield _RETRY
         try:
-            async for chunk in changes:
-                yield chunk
+            with hold():
+                yield _RETRY
+                async for chunk in changes:
+                    yield chunk
+        except OverBudget:
+            yield event("gone", {"code": "RESOURCE_EXHAUSTED"})
         except _Ended:
             return
         except ClientError as error:
@@ -119,9 +136,11 @@ async def _served(calls: Calls, changes: AsyncGenerator[bytes, None]) -> AsyncIt
                 await changes.aclose()
 
 
-def job_events(calls: Calls, jobs: AsyncGenerator[job_pb2.Job, None], *, until_terminal: bool) -> AsyncIterator[bytes]:
+def job_events(
+    calls: Calls, jobs: AsyncGenerator[job_pb2.Job, None], *, until_terminal: bool, hold: Hold
+) -> AsyncIterator[bytes]:
     """The events for `jobs` (a WatchJobs stream); closes `calls` when the browser leaves."""
-    return _served(calls, _job_changes(calls.locale, jobs, until_terminal=until_terminal))
+    return _served(calls, _job_changes(calls.locale, jobs, until_terminal=until_terminal), hold)
 
 
 async def _job_changes(
@@ -142,12 +161,24 @@ async def _job_changes(
         await reader.close()
 
 
-def page_events(calls: Calls, statuses: Sequence[int], jobs: NewJobs) -> AsyncIterator[bytes]:
+def page_events(
+    calls: Calls,
+    statuses: Sequence[int],
+    jobs: NewJobs,
+    *,
+    hold: Hold,
+    listings: SharedReads[list[job_pb2.Job]],
+    person: str,
+) -> AsyncIterator[bytes]:
     """The jobs page's events: each watched job's changes, and the new jobs `statuses` let through."""
-    return _served(calls, _page_changes(calls, statuses, jobs))
+    key = (person, tuple(statuses), calls.locale)  # what the pages that share one ListJobs have alike
+    listing = partial(listings.read, key, partial(calls.list_jobs, statuses, page_size=POLL_PAGE))
+    return _served(calls, _page_changes(calls, listing, jobs), hold)
 
 
-async def _page_changes(calls: Calls, statuses: Sequence[int], jobs: NewJobs) -> AsyncGenerator[bytes, None]:
+async def _page_changes(
+    calls: Calls, listing: Callable[[], Awaitable[list[job_pb2.Job]]], jobs: NewJobs
+) -> AsyncGenerator[bytes, None]:
     loop = asyncio.get_running_loop()
     reader = _Reader(calls.watch(jobs.watching) if jobs.watching else None)
     next_poll = last_sent = loop.time()  # the first read at once: a job may have come since the page
@@ -162,7 +193,7 @@ async def _page_changes(calls: Calls, statuses: Sequence[int], jobs: NewJobs) ->
                 yield event("job", job_view(job, calls.locale).as_json())
             elif poll_due:
                 next_poll = loop.time() + POLL_S
-                listed = await calls.list_jobs(statuses, page_size=POLL_PAGE)
+                listed = await listing()
                 new = jobs.take(listed)
                 if not new:
                     continue

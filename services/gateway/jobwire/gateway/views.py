@@ -93,4 +93,5 @@ def download_headers(job_no: str, content_type: str) -> tuple[str, dict[str, str
     return media, {
         "Content-Disposition": f'attachment; filename="{filename}"',
         "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",  # a person's result: kept by no cache on the way or in the browser
     }

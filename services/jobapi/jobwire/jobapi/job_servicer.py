@@ -102,7 +102,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         self, request: job_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.ListJobsResponse:
         where = JobFilter(
-            tenant=auth.current().tenant,
+            scope=auth.current().scope,
             owner=limits.key("owner", request.owner),
             statuses=[convert.status(s) for s in request.statuses],
             job_type=limits.name("job_type", request.job_type) if request.job_type else "",
@@ -119,7 +119,9 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         if request.after_version < 0:
             raise InvalidArgument("after_version", "must not be negative")
         locale = limits.locale(request.locale)
-        async for update in self.watches.status(auth.current().tenant, job_no, request.after_version, locale):
+        who = auth.current()
+        await self.jobs.check_visible(who, [job_no])
+        async for update in self.watches.status(who.tenant, job_no, request.after_version, locale):
             yield update
 
     async def WatchJobs(
@@ -134,5 +136,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                 raise InvalidArgument("batch_id", "give an owner, job numbers or a batch: one of them")
             # A batch's jobs are fixed when it is made: its stream watches them by number.
             job_nos = await self.jobs.batch_job_nos(who, limits.batch_id(request.batch_id))
+        await self.jobs.check_visible(who, job_nos)
         async for update in self.watches.jobs(who.tenant, owner, job_nos, locale):
-            yield update
+            if who.may_use(update.job.queue):  # an owner's jobs in queues the token may not use stay unseen
+                yield update

@@ -6,7 +6,7 @@ one transaction. Reads run on the blocking pool.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
@@ -18,7 +18,7 @@ from jobwire.db.store import Call, JobStore, Submit, SubmitBatch, Work
 from jobwire.db.user_actions import Cancel, Requeue, Resolve, Retry
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.commands import JobFilter, NewJob
-from jobwire.domain.errors import JobwireError
+from jobwire.domain.errors import JobNotFound, JobwireError
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
@@ -76,34 +76,46 @@ class Jobs:
         return batch_id, jobs
 
     async def get_batch(self, who: Principal, batch_id: str) -> BatchRecord:
-        return await self.blocking(self.store.get_batch, who.tenant, batch_id)
+        return await self.blocking(self.store.get_batch, who.scope, batch_id)
 
     async def batch_job_nos(self, who: Principal, batch_id: str) -> list[str]:
-        return await self.blocking(self.store.batch_job_nos, who.tenant, batch_id)
+        return await self.blocking(self.store.batch_job_nos, who.scope, batch_id)
 
     async def cancel_batch(self, who: Principal, batch_id: str) -> BatchRecord:
         """Cancel each unfinished job as Cancel would; one that refuses (a stage that cannot be
-        cancelled) runs on, and the counts say so."""
-        job_nos = await self.blocking(partial(self.store.batch_job_nos, who.tenant, batch_id, unfinished=True))
+        cancelled) runs on, and the counts say so. Only the jobs the caller sees: a token of
+        some queues cancels the batch's jobs in those."""
+        job_nos = await self.blocking(partial(self.store.batch_job_nos, who.scope, batch_id, unfinished=True))
         if job_nos:
-            await self.commits(Call([Cancel(tenant=who.tenant, job_no=job_no) for job_no in job_nos]))
+            await self.commits(Call([Cancel(scope=who.scope, job_no=job_no) for job_no in job_nos]))
         return await self.get_batch(who, batch_id)
 
     async def get(self, who: Principal, job_no: str) -> JobRecord:
-        return await self.blocking(lambda: self.store.get(who.tenant, job_no, no_worker_after=self.no_worker_after))
+        return await self.blocking(lambda: self.store.get(who.scope, job_no, no_worker_after=self.no_worker_after))
+
+    async def check_visible(self, who: Principal, job_nos: Sequence[str]) -> None:
+        """NOT_FOUND unless the caller sees every one of `job_nos`, before a watch of them starts.
+
+        Watches check the tenant themselves; a token of some queues is checked here, once (a
+        job's queue never changes), and answered exactly as for a job that does not exist.
+        """
+        if who.scope.queues is not None and job_nos:
+            seen = await self.blocking(self.store.visible_jobs, who.scope, job_nos)
+            if seen != set(job_nos):
+                raise JobNotFound()
 
     async def cancel(self, who: Principal, job_no: str) -> JobRecord:
-        return await self._one(Cancel(tenant=who.tenant, job_no=job_no))
+        return await self._one(Cancel(scope=who.scope, job_no=job_no))
 
     async def delete(self, who: Principal, job_no: str) -> None:
         """Remove a finished job now, as retention would later; an unfinished one is refused."""
-        await self.blocking(self.store.delete_finished, who.tenant, job_no, self.deleter)
+        await self.blocking(self.store.delete_finished, who.scope, job_no, self.deleter)
 
     async def retry(self, who: Principal, job_no: str, *, force: bool = False) -> JobRecord:
         """Queue a FAILED job again; `force` (the admin role only) even when its error is not retryable."""
         if force:
             who.check_role("admin", "force a retry (RetryRequest.force)")
-        job = await self._one(Retry(tenant=who.tenant, job_no=job_no, forced_by=who.name if force else None))
+        job = await self._one(Retry(scope=who.scope, job_no=job_no, forced_by=who.name if force else None))
         if job.status is Status.QUEUED:
             self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
@@ -112,7 +124,7 @@ class Jobs:
         # The tenant is who resolved it, as a review has always said (the token's `name` is
         # newer, and only the evidence trail of a forced retry uses it so far).
         review = Review(decision=decision, note=note, resolved_by=who.tenant)
-        job = await self._one(Resolve(tenant=who.tenant, job_no=job_no, review=review))
+        job = await self._one(Resolve(scope=who.scope, job_no=job_no, review=review))
         if job.status is Status.QUEUED:
             self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
@@ -129,21 +141,21 @@ class Jobs:
         )
 
     async def requeue(self, who: Principal, job_no: str, reason: str) -> JobRecord:
-        job = await self._one(Requeue(tenant=who.tenant, job_no=job_no, reason=reason))
+        job = await self._one(Requeue(scope=who.scope, job_no=job_no, reason=reason))
         self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
 
     async def list_events(
         self, who: Principal, job_no: str, page_size: int, page_token: str
     ) -> tuple[list[JobEvent], str]:
-        return await self.blocking(self.store.list_events, who.tenant, job_no, page_size, page_token)
+        return await self.blocking(self.store.list_events, who.scope, job_no, page_size, page_token)
 
     async def inspect(
         self, who: Principal, stalled_after: timedelta, queue: str, kinds: list[FindingKind]
     ) -> list[Finding]:
         return await self.blocking(
             lambda: self.store.inspect(
-                who.tenant, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=self.no_worker_after
+                who.scope, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=self.no_worker_after
             )
         )
 
@@ -151,7 +163,7 @@ class Jobs:
         self, who: Principal, queue: str, page_size: int, page_token: str
     ) -> tuple[list[WorkerInfo], str]:
         return await self.blocking(
-            self.store.list_workers, who.tenant, queue, page_size, page_token, self.worker_gone_after
+            self.store.list_workers, who.scope, queue, page_size, page_token, self.worker_gone_after
         )
 
     async def queue_limits(self, who: Principal, queue: str) -> QueueLimits:

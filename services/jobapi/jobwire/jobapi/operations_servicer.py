@@ -57,7 +57,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):  # type: ignor
             raise InvalidArgument("name", f'must be empty or "{ops.COLLECTION}"')
         if request.filter:
             raise InvalidArgument("filter", "is not supported: leave it empty")
-        where = JobFilter(tenant=auth.current().tenant)
+        where = JobFilter(scope=auth.current().scope)
         jobs, token = await self.jobs.list_jobs(where, limits.page_size(request.page_size), request.page_token)
         return operations_pb2.ListOperationsResponse(
             operations=[ops.operation(convert.job_to_proto(job)) for job in jobs], next_page_token=token
@@ -68,6 +68,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):  # type: ignor
     ) -> operations_pb2.Operation:
         job_no = ops.job_no_of(request.name)
         seconds = wait_seconds(request, context.time_remaining())
+        await self.jobs.check_visible(auth.current(), [job_no])
         return ops.operation(await self._latest_within(auth.current().tenant, job_no, seconds))
 
     async def _latest_within(self, tenant: str, job_no: str, seconds: float) -> job_pb2.Job:

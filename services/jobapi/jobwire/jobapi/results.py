@@ -18,8 +18,9 @@ class ResultReader:
         self.results = results
 
     async def open(self, who: Principal, job_no: str) -> tuple[str, AsyncIterator[bytes]]:
-        """The content type and the bytes; NOT_FOUND for another tenant's job, FAILED_PRECONDITION without one."""
-        content_type, kept = await self.blocking(self.store.kept_result, who.tenant, job_no)
+        """The content type and the bytes; NOT_FOUND for a job the caller does not see (another
+        tenant's, a queue its token may not use), FAILED_PRECONDITION without one."""
+        content_type, kept = await self.blocking(self.store.kept_result, who.scope, job_no)
         return content_type, self._chunks(kept)
 
     async def _chunks(self, kept: KeptResult) -> AsyncIterator[bytes]:

@@ -86,7 +86,7 @@ class ScheduleServicer(schedule_pb2_grpc.ScheduleServiceServicer):
         )
         who.check_queue(queue)
         new = ScheduleRecord(
-            tenant=who.tenant, schedule_id=schedule_id, timing=when,
+            tenant=who.tenant, schedule_id=schedule_id, queue=queue, timing=when,
             template=request.template.SerializeToString(deterministic=True),
             overlap=overlap, catch_up=catch_up, next_fire_at=when.next_after(when.anchor),
         )  # fmt: skip

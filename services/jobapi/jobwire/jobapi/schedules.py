@@ -1,4 +1,5 @@
-"""Use cases behind ScheduleService: tenant-scoped reads and writes of schedules through the store.
+"""Use cases behind ScheduleService: reads and writes of schedules through the store, scoped
+by the caller's tenant and queues (a schedule's queue is its template's).
 
 The rows live in the store (jobwire.db.schedules); firing them is jobwire.jobapi.firing's.
 """
@@ -28,19 +29,19 @@ class Schedules:
         return await self.blocking(self.store.create_schedule, new)
 
     async def get(self, who: Principal, schedule_id: str) -> ScheduleRecord:
-        return await self.blocking(self.store.get_schedule, who.tenant, schedule_id)
+        return await self.blocking(self.store.get_schedule, who.scope, schedule_id)
 
     async def list(self, who: Principal, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
-        return await self.blocking(self.store.list_schedules, who.tenant, page_size, page_token)
+        return await self.blocking(self.store.list_schedules, who.scope, page_size, page_token)
 
     async def pause(self, who: Principal, schedule_id: str) -> ScheduleRecord:
-        return await self.blocking(self.store.set_schedule_paused, who.tenant, schedule_id, None)
+        return await self.blocking(self.store.set_schedule_paused, who.scope, schedule_id, None)
 
     async def resume(self, who: Principal, schedule_id: str) -> ScheduleRecord:
         """Fire next at the first fire time after now: firings due while paused are not made up."""
         found = await self.get(who, schedule_id)
         upcoming = found.timing.next_after(self.store.now())
-        return await self.blocking(partial(self.store.set_schedule_paused, who.tenant, schedule_id, upcoming))
+        return await self.blocking(partial(self.store.set_schedule_paused, who.scope, schedule_id, upcoming))
 
     async def delete(self, who: Principal, schedule_id: str) -> None:
-        await self.blocking(self.store.delete_schedule, who.tenant, schedule_id)
+        await self.blocking(self.store.delete_schedule, who.scope, schedule_id)

@@ -25,6 +25,9 @@ MAX_JOBS_PER_CLAIM = 100
 MAX_WAIT_S = 60.0
 MAX_JOB_TYPES = 100
 MAX_QUEUES = 64
+# Every (queue, job type) a claim names is a worker_claim row (NO_WORKER): 64 queues x 100
+# job types made 6,400 rows a claim, so a claim names at most this many pairs.
+MAX_CLAIM_KINDS = 1000
 MAX_HEARTBEAT_LEASES = 1000
 MAX_BATCH_REPORTS = 1000
 MAX_TOKEN_CHARS = 80
@@ -71,6 +74,12 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
         )
         for spec in request.job_types
     }
+    if len(queues) * len(plans) > MAX_CLAIM_KINDS:
+        raise InvalidArgument(
+            "job_types",
+            f"queues x job types is {len(queues) * len(plans)}, at most {MAX_CLAIM_KINDS} a claim: "
+            "split the worker into workers of fewer queues or job types",
+        )
     if not 0 <= request.max_jobs <= MAX_JOBS_PER_CLAIM:
         raise InvalidArgument("max_jobs", f"must be between 0 and {MAX_JOBS_PER_CLAIM}")
     wait = convert.seconds(request.wait)

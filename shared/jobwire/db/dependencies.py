@@ -4,7 +4,8 @@ A job submitted with `depends_on` is QUEUED with `waiting_on` = how many of them
 READY yet; the claim takes only jobs with `waiting_on = 0` (jobwire.db.sql `claim`, on the
 claim index), so a job is never leased while a dependency is unfinished.
 
-- At submit (`resolve`): each dependency must exist in the tenant and must not have ended
+- At submit (`resolve`): each dependency must exist in the tenant (numbers are per tenant:
+  a number names the submitting tenant's job of that number) and must not have ended
   FAILED or CANCELLED. The dependencies are read locked, so one still running cannot end
   between that read and the commit of the new job and its `job_dependency` rows, and each is
   marked `has_dependents`: its ending, guarded on that flag, then reads the new edges and
@@ -32,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.changes import Change, JobOp, Row
-from jobwire.db.sql import Lock
+from jobwire.db.sql import Lock, Name, name_params
 from jobwire.db.tables import job, job_dependency
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.commands import NewJob
@@ -53,20 +54,19 @@ class Waits:
 
 async def resolve(wire: Wire, news: Sequence[NewJob]) -> list[Waits | JobwireError]:
     """Each new job's `Waits`, or why it is refused; read (share-locked) in one statement."""
-    names = sorted({n for new in news for n in new.depends_on})
-    found: dict[str, Row] = {}
+    names = sorted({(new.tenant, n) for new in news for n in new.depends_on})
+    found: dict[Name, Row] = {}
     if names:
-        params = {f"n{i}": n for i, n in enumerate(names)}
-        rows = await wire.fetch(wire.sql.dependencies(len(names)), params, wire.sql.dependency_shape)
-        found = {r["job_no"]: r for r in rows}
+        rows = await wire.fetch(wire.sql.dependencies(len(names)), name_params(names), wire.sql.dependency_shape)
+        found = {(r["tenant"], r["job_no"]): r for r in rows}
     return [_waits(new, found) for new in news]
 
 
-def _waits(new: NewJob, found: dict[str, Row]) -> Waits | JobwireError:
+def _waits(new: NewJob, found: dict[Name, Row]) -> Waits | JobwireError:
     rows = []
     for job_no in new.depends_on:
-        row = found.get(job_no)
-        if row is None or row["tenant"] != new.tenant:  # another tenant's job is no more known than none
+        row = found.get((new.tenant, job_no))
+        if row is None:  # another tenant's job of that number is not this one's to name
             return InvalidArgument("depends_on", f"{job_no} is not a job of yours")
         if row["status"] in ENDED:
             return DependencyEnded(job_no, row["status"])
@@ -81,9 +81,12 @@ def row_values(new: NewJob, waits: Waits | None) -> dict[str, Any]:
     return {"depends_on": json.dumps(list(new.depends_on)), "waiting_on": waits.waiting_on}
 
 
-def edges(wire: Wire, job_no: str, waits: Waits) -> list[Statement]:
+def edges(wire: Wire, name: Name, waits: Waits) -> list[Statement]:
     """The new job's edges, and the mark on each dependency that its ending has dependents."""
-    out: list[Statement] = [(wire.sql.insert_dependency, {"job_no": job_no, "depends_on_id": i}) for i in waits.ids]
+    tenant, job_no = name
+    out: list[Statement] = [
+        (wire.sql.insert_dependency, {"tenant": tenant, "job_no": job_no, "depends_on_id": i}) for i in waits.ids
+    ]
     return out + [(wire.sql.mark_depended_on, {"id": i}) for i in waits.ids]
 
 
@@ -102,23 +105,21 @@ async def follow_up(wire: Wire, ended: Sequence[Row]) -> list[JobOp[Any]]:
     return await settle_ops(wire, list(dict.fromkeys((r["tenant"], r["job_no"]) for r in found)))
 
 
-async def settle_ops(wire: Wire, jobs: Sequence[tuple[str, str]]) -> list[JobOp[Any]]:
+async def settle_ops(wire: Wire, jobs: Sequence[Name]) -> list[JobOp[Any]]:
     """One `Settle` per (tenant, job_no), from its dependencies as they are now (the caller holds its lock)."""
     if not jobs:
         return []
-    params = {f"n{i}": job_no for i, (_, job_no) in enumerate(jobs)}
-    counts = {
-        r["job_no"]: r for r in await wire.fetch(wire.sql.dependency_counts(len(jobs)), params, wire.sql.count_shape)
-    }
+    rows = await wire.fetch(wire.sql.dependency_counts(len(jobs)), name_params(jobs), wire.sql.count_shape)
+    counts = {(r["tenant"], r["job_no"]): r for r in rows}
     return [
         Settle(
             tenant=tenant,
             job_no=job_no,
-            unfinished=int(counts[job_no]["unfinished"]),
-            ended_by=_ended_by(counts[job_no]),
+            unfinished=int(counts[tenant, job_no]["unfinished"]),
+            ended_by=_ended_by(counts[tenant, job_no]),
         )
         for tenant, job_no in jobs
-        if job_no in counts
+        if (tenant, job_no) in counts
     ]
 
 
@@ -164,7 +165,7 @@ class Settle(JobOp[str | None]):
         return change.kind if change is not None else None
 
 
-def due(conn: Connection, limit: int) -> list[tuple[str, str]]:
+def due(conn: Connection, limit: int) -> list[Name]:
     """(tenant, job_no) of waiting jobs with a dependency ended since they were counted (the sweep)."""
     dependency = job.alias("dependency")
     unfinished = sa.func.sum(sa.case((dependency.c.status != Status.READY.value, 1), else_=0))
@@ -185,8 +186,7 @@ def due(conn: Connection, limit: int) -> list[tuple[str, str]]:
     return [(r.tenant, r.job_no) for r in conn.execute(query)]
 
 
-async def settle_due(wire: Wire, jobs: Sequence[tuple[str, str]]) -> list[JobOp[Any]]:
+async def settle_due(wire: Wire, jobs: Sequence[Name]) -> list[JobOp[Any]]:
     """The sweep's `Settle` ops for `jobs`, their rows locked first (a sibling's ending may hold one)."""
-    params = {f"n{i}": job_no for i, (_, job_no) in enumerate(jobs)}
-    await wire.fetch(wire.sql.rows_by_job_no(len(jobs), Lock.UPDATE), params, wire.sql.row_shape)
+    await wire.fetch(wire.sql.rows_by_name(len(jobs), Lock.UPDATE), name_params(jobs), wire.sql.row_shape)
     return await settle_ops(wire, jobs)

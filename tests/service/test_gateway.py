@@ -15,7 +15,7 @@ import anyio
 import httpx
 import pytest
 from auth_files import Token, write_auth_file
-from gateway_support import hidden_rows, running_gateway, visible_actions
+from gateway_support import browser, hidden_rows, running_gateway, sign_in, visible_actions
 from served import Served, eventually, start_server
 
 from jobwire.gateway import sse
@@ -46,22 +46,10 @@ def gateway(served: Served) -> Iterator[str]:
         yield url
 
 
-async def _sign_in(client: httpx.AsyncClient, secret: str) -> httpx.Response:
-    """The sign-in form (its CSRF cookie), then its POST, as a browser sends it (with Origin)."""
-    form = await client.get("/signin")
-    assert form.status_code == 200
-    return await client.post("/signin", data={"token": secret, "csrf": client.cookies[CSRF_COOKIE]})
-
-
-def _browser(gateway: str, **headers: str) -> httpx.AsyncClient:
-    """A client that sends what a browser on the gateway's own pages sends: their Origin."""
-    return httpx.AsyncClient(base_url=gateway, headers={"Origin": gateway, **headers}, timeout=10)
-
-
 @asynccontextmanager
 async def _signed_in(gateway: str, token: Token, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with _browser(gateway, **headers) as client:
-        reply = await _sign_in(client, token.secret)
+    async with browser(gateway, **headers) as client:
+        reply = await sign_in(client, token.secret)
         assert reply.status_code == 303, reply.text
         yield client
 
@@ -81,8 +69,8 @@ async def _claim(served: Served, job_type: str = "frames", lease_s: int = 0) -> 
 
 
 async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie(gateway: str) -> None:
-    async with _browser(gateway) as client:
-        reply = await _sign_in(client, ACME.secret)
+    async with browser(gateway) as client:
+        reply = await sign_in(client, ACME.secret)
         assert reply.status_code == 303 and reply.headers["location"] == "/jobs"
         cookies = {c.split("=", 1)[0]: c.lower() for c in reply.headers.get_list("set-cookie")}
         for name in (TOKEN_COOKIE, CSRF_COOKIE):
@@ -96,9 +84,9 @@ async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie(gateway: str
 
 
 async def test_a_token_the_server_refuses_is_not_kept(gateway: str) -> None:
-    async with _browser(gateway) as client:
+    async with browser(gateway) as client:
         for token in ("nobody-gave-me-this", "  "):
-            reply = await _sign_in(client, token)
+            reply = await sign_in(client, token)
             assert reply.status_code == 401
             assert "This token was not accepted." in reply.text
             assert TOKEN_COOKIE not in client.cookies
@@ -415,7 +403,7 @@ async def test_a_post_from_another_origin_is_refused_whatever_cookies_it_carries
 async def test_sign_in_needs_the_forms_csrf_token_and_our_origin(gateway: str) -> None:
     """Finding 12: /signin had no CSRF check, so another site's form could sign a browser in
     with the attacker's token (and the person's jobs would then go to the attacker)."""
-    async with _browser(gateway) as client:
+    async with browser(gateway) as client:
         bare = await client.post("/signin", data={"token": ACME.secret})  # no form read first: no CSRF token
         assert bare.status_code == 403 and TOKEN_COOKIE not in client.cookies
         form = await client.get("/signin")

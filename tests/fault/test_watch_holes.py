@@ -46,7 +46,8 @@ async def watches_over(
     feed = ChangeFeed(tail)
     task = asyncio.create_task(tail.run())
     rt = served.runtime
-    return Watches(feed, rt.store, rt.blocking, StreamRegistry(100, inbox_limit=inbox_limit)), reader, tail, task
+    registry = StreamRegistry(100, max_watched_jobs=100_000, inbox_limit=inbox_limit)
+    return Watches(feed, rt.store, rt.blocking, registry), reader, tail, task
 
 
 async def claimed(served: Served) -> worker_pb2.Lease:

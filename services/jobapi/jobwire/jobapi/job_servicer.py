@@ -19,6 +19,7 @@ from jobwire.jobapi.results import ResultReader
 from jobwire.jobapi.watch import Watches
 from jobwire.observe import logs
 from jobwire.rpc import auth, convert
+from jobwire.rpc.handlers import written
 from jobwire.runtime.settings import Settings
 from jobwire.runtime.transfers import Transfers
 from jobwire.v1 import job_pb2, job_pb2_grpc
@@ -75,7 +76,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         content_type, chunks = await self.results.open(who, job_no)
         async with aclosing(chunks):  # the file closes now, cut or not, never when collected
             async for data in chunks:
-                await self.transfers.sent(context.write(job_pb2.ResultChunk(data=data, content_type=content_type)))
+                await self.transfers.sent(written(context, job_pb2.ResultChunk(data=data, content_type=content_type)))
                 content_type = ""  # on the first chunk only
 
     async def Submit(self, request: job_pb2.SubmitRequest, context: grpc.aio.ServicerContext) -> job_pb2.SubmitResponse:

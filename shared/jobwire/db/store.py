@@ -483,7 +483,10 @@ def open_store(url: str, *, pool_size: int = 8, job_prefix: str = "PT", migrate:
 
 
 def _news(work: Submit | SubmitBatch) -> Sequence[NewJob]:
-    return work.news if isinstance(work, Submit) else work.batch.jobs
+    """The jobs `work` may make: none for a batch too large to make (a replay of it needs no numbers)."""
+    if isinstance(work, Submit):
+        return work.news
+    return work.batch.jobs if work.batch.refusal() is None else ()
 
 
 def _split(items: Sequence[Any], sizes: Sequence[int]) -> list[Sequence[Any]]:

@@ -1,0 +1,205 @@
+"""A cancel storm: one tenant cancels a root with 50,000 dependents while another submits.
+
+    .venv/bin/python bench/cancel_storm.py                       # SQLite, then MariaDB (~3 min)
+    .venv/bin/python bench/cancel_storm.py --db sqlite --dependents 5000
+
+For each database: a fresh one (a SQLite file in a temporary folder, or a MariaDB database
+at 127.0.0.1:3306) is seeded in this process through the server's own store (JobStore: the
+root, then its dependents in submits of 1,000, each depending on the root), all of tenant
+"acme". Then `python -m jobwire serve` starts on it (one serving process, two tenants in
+its auth file) and, at the same moment:
+
+  - acme cancels the root (`Cancel`): its reply time is the root's Cancel latency;
+  - globex submits --submits jobs one after another, one every --pace seconds, each
+    awaited (a Submit's reply time is its latency: p50, p99, max);
+  - this process counts acme's CANCELLED jobs (a read every 50 ms on its own connection)
+    until all of them are: the total settle time, from the Cancel's start.
+
+Everything is on loopback; the server stops with SIGTERM and the database is dropped
+unless --keep. No test asserts these figures: tests/fault/test_cancel_storm.py holds the
+bound (another tenant's Submit p99 under 250 ms) at a smaller scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import sqlalchemy as sa
+from measure import connect, drop_database, pct
+
+from jobwire.db.store import Submit, open_store
+from jobwire.domain.commands import NewJob
+from jobwire.v1 import job_pb2, job_pb2_grpc
+
+MYSQL_SERVER = "mysql+pymysql://root@127.0.0.1:3306"
+TOKENS = {"acme": "storm-acme-7f1", "globex": "storm-globex-7f1"}
+SEED_BATCH = 1000
+POLL_S = 0.05
+SETTLE_LIMIT_S = 600.0
+
+
+@dataclass
+class Result:
+    db: str
+    dependents: int
+    seed_s: float
+    cancel_ms: float
+    cancel_error: str  # the Cancel's status code when it failed
+    settled_s: float
+    submits_ms: list[float]
+
+    def line(self) -> str:
+        s = self.submits_ms
+        settled = f"all settled {self.settled_s:6.2f} s" if not self.cancel_error else f"Cancel {self.cancel_error}"
+        return (
+            f"{self.db:7} {self.dependents:>7} dependents  seed {self.seed_s:6.1f} s"
+            f" | root Cancel {self.cancel_ms:8.1f} ms"
+            f" | {settled} | other tenant's Submit ({len(s)}):"
+            f" p50 {pct(s, 50):7.1f} ms  p99 {pct(s, 99):8.1f} ms  max {max(s):8.1f} ms"
+        )
+
+
+def seed(url: str, dependents: int) -> str:
+    """The root's job number, after the root and its dependents are committed."""
+
+    async def run() -> str:
+        store = open_store(url)
+        try:
+            job = NewJob(tenant="acme", job_type="frames", queue="default", payload=b"{}")
+            ((root, _),) = (await store.apply([Submit([job])]))[0]
+            made = 0
+            while made < dependents:
+                n = min(SEED_BATCH, dependents - made)
+                child = NewJob(tenant="acme", job_type="frames", queue="default", payload=b"{}",
+                               depends_on=(root.job_no,))  # fmt: skip
+                await store.apply([Submit([child] * n)])
+                made += n
+            return root.job_no
+        finally:
+            await store.db.close()
+
+    return asyncio.run(run())
+
+
+def start_server(url: str, folder: Path, processes: int) -> tuple[subprocess.Popen[str], int, list[str]]:
+    auth = folder / "auth.toml"
+    auth.write_text("\n".join(
+        f'[[token]]\nsha256 = "{hashlib.sha256(secret.encode()).hexdigest()}"\ntenant = "{tenant}"\n'
+        f'role = "client"\nqueues = ["*"]\n' for tenant, secret in TOKENS.items()
+    ), encoding="utf-8")  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "JOBWIRE_DATABASE_URL": url, "JOBWIRE_LISTEN": "127.0.0.1:0",
+           "JOBWIRE_PROCESSES": str(processes), "JOBWIRE_AUTH_FILE": str(auth)}  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "jobwire", "serve"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    assert proc.stdout is not None
+    output: list[str] = []
+    for line in proc.stdout:
+        output.append(line)
+        found = re.search(r"jobwire serving on port (\d+)", line)
+        if found:
+            threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True).start()
+            return proc, int(found.group(1)), output
+    raise RuntimeError("the server did not start:\n" + "".join(output)[-4000:])
+
+
+def metadata(tenant: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {TOKENS[tenant]}"),)
+
+
+async def storm(port: int, url: str, root: str, dependents: int, submits: int, pace: float) -> Result:
+    engine = sa.create_engine(url)
+
+    def cancelled() -> int:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text("SELECT COUNT(*) FROM job WHERE status = 'CANCELLED'")).scalar_one())
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        jobs = job_pb2_grpc.JobServiceStub(channel)
+        await jobs.Submit(job_pb2.SubmitRequest(job_type="warm"), metadata=metadata("globex"))
+        latencies: list[float] = []
+
+        async def submitter() -> None:
+            for _ in range(submits):
+                began = time.perf_counter()
+                await jobs.Submit(job_pb2.SubmitRequest(job_type="frames"), metadata=metadata("globex"))
+                latencies.append((time.perf_counter() - began) * 1000)
+                await asyncio.sleep(max(0.0, pace - (time.perf_counter() - began)))
+
+        other = asyncio.create_task(submitter())
+        began = time.perf_counter()
+        error = ""
+        try:
+            await jobs.Cancel(job_pb2.CancelRequest(job_no=root), metadata=metadata("acme"))
+        except grpc.aio.AioRpcError as exc:
+            error = exc.code().name
+        cancel_ms = (time.perf_counter() - began) * 1000
+        while not error and await asyncio.to_thread(cancelled) < dependents + 1:
+            if time.perf_counter() - began > SETTLE_LIMIT_S:
+                raise RuntimeError("the dependents were not all cancelled in time")
+            await asyncio.sleep(POLL_S)
+        settled = time.perf_counter() - began
+        await other
+    engine.dispose()
+    return Result("", dependents, 0.0, cancel_ms, error, settled, latencies)
+
+
+def run_one(db: str, args: argparse.Namespace) -> Result:
+    with tempfile.TemporaryDirectory(prefix="jw-storm-") as tmp:
+        folder = Path(tmp)
+        name = f"jwbench_storm_{uuid.uuid4().hex[:8]}"
+        if db == "sqlite":
+            url = f"sqlite:///{folder / 'jobwire.db'}"
+        else:
+            with connect() as conn, conn.cursor() as cur:
+                cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            url = f"{MYSQL_SERVER}/{name}"
+        try:
+            began = time.perf_counter()
+            root = seed(url, args.dependents)
+            seed_s = time.perf_counter() - began
+            proc, port, output = start_server(url, folder, args.processes)
+            try:
+                result = asyncio.run(storm(port, url, root, args.dependents, args.submits, args.pace))
+                if result.cancel_error:
+                    print("the server's last words:\n" + "".join(output)[-2000:], file=sys.stderr)
+            except Exception:
+                print("the server's last words:\n" + "".join(output)[-4000:], file=sys.stderr)
+                raise
+            finally:
+                proc.terminate()
+                proc.wait(30)
+        finally:
+            if db == "mysql" and not args.keep:
+                drop_database(name)
+    result.db, result.seed_s = db, seed_s
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--db", choices=["sqlite", "mysql", "both"], default="both")
+    parser.add_argument("--dependents", type=int, default=50_000)
+    parser.add_argument("--submits", type=int, default=100, help="the other tenant's Submits")
+    parser.add_argument("--pace", type=float, default=0.02, help="seconds from one Submit's start to the next")
+    parser.add_argument("--processes", type=int, default=1, help="the server's serving processes")
+    parser.add_argument("--keep", action="store_true", help="keep the MariaDB database")
+    args = parser.parse_args()
+    for db in ("sqlite", "mysql") if args.db == "both" else (args.db,):
+        print(run_one(db, args).line(), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,8 @@ while a root with 50,000 dependents is cancelled, on SQLite and MariaDB.
 A load test, so it states its bound (P99_BOUND_S) and restarts nothing. The root and its
 dependents (tenant acme) are committed through the server's own store before the server
 starts, in submits of 1,000; then `python -m jobwire serve` (one process, two tenants) takes
-acme's Cancel of the root while globex submits SUBMITS jobs one after another, each awaited.
+acme's Cancel of the root while globex submits SUBMITS jobs, one every PACE_S (each one's
+latency counts from when it was due, whatever the others do).
 The Submits must overlap the settling: when the last one returns, dependents are still
 waiting. bench/cancel_storm.py measures the same at full length (root Cancel latency, total
 settle time).
@@ -30,9 +31,10 @@ pytestmark = pytest.mark.timeout(900)
 
 DEPENDENTS = 50_000
 SUBMITS = 100
-PACE_S = 0.02  # from one Submit's start to the next
+PACE_S = 0.02  # from one Submit's start to the next: 100 Submits in two seconds
 P99_BOUND_S = 0.25  # issue 22, finding 8
 CALL_TIMEOUT_S = 60.0  # a stalled Submit counts as this long
+WARM_UP = 50  # Submits first, a second of them, not counted
 ACME = Token("storm-acme-client-22", tenant="acme")
 GLOBEX = Token("storm-globex-client-22", tenant="globex")
 
@@ -61,29 +63,42 @@ def still_waiting(url: str) -> int:
         engine.dispose()
 
 
-async def storm(target: str, root: str) -> list[float]:
-    """globex's Submit latencies (seconds) while acme's Cancel of `root` settles."""
+async def storm(target: str, root: str) -> tuple[list[tuple[float, str]], str]:
+    """globex's Submits while acme's Cancel of `root` settles (each one's latency in seconds,
+    and its error code if it failed), and the root's status as the Cancel answered (or the
+    Cancel's error code)."""
     async with grpc.aio.insecure_channel(target) as channel:
         jobs = job_pb2_grpc.JobServiceStub(channel)
-        await jobs.Submit(job_pb2.SubmitRequest(job_type="warm"), metadata=GLOBEX.metadata)
-        latencies: list[float] = []
+        for _ in range(WARM_UP):  # not counted: the server's start (its first housekeeping round reads every job)
+            await jobs.Submit(job_pb2.SubmitRequest(job_type="warm"), metadata=GLOBEX.metadata)
+            await asyncio.sleep(PACE_S)
 
-        async def submitter() -> None:
+        async def one() -> tuple[float, str]:
+            began = time.perf_counter()
+            try:
+                request = job_pb2.SubmitRequest(job_type="frames")
+                await jobs.Submit(request, metadata=GLOBEX.metadata, timeout=CALL_TIMEOUT_S)
+                failed = ""
+            except grpc.aio.AioRpcError as exc:  # a stalled one ends at its deadline: counted as long
+                failed = exc.code().name
+            return time.perf_counter() - began, failed
+
+        async def submitter() -> list[tuple[float, str]]:
+            # One Submit every PACE_S whether the last has answered or not: a stall delays
+            # every Submit made during it, not just the one that met it.
+            started = []
             for _ in range(SUBMITS):
-                began = time.perf_counter()
-                try:
-                    request = job_pb2.SubmitRequest(job_type="frames")
-                    await jobs.Submit(request, metadata=GLOBEX.metadata, timeout=CALL_TIMEOUT_S)
-                except grpc.aio.AioRpcError as exc:
-                    assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED, exc
-                latencies.append(time.perf_counter() - began)
-                await asyncio.sleep(max(0.0, PACE_S - (time.perf_counter() - began)))
+                started.append(asyncio.create_task(one()))
+                await asyncio.sleep(PACE_S)
+            return list(await asyncio.gather(*started))
 
         other = asyncio.create_task(submitter())
-        cancelled = await jobs.Cancel(job_pb2.CancelRequest(job_no=root), metadata=ACME.metadata, timeout=120)
-        assert cancelled.status == job_pb2.Job.CANCELLED
-        await other
-        return latencies
+        try:
+            cancel = job_pb2.CancelRequest(job_no=root)
+            answer = job_pb2.Job.Status.Name((await jobs.Cancel(cancel, metadata=ACME.metadata, timeout=120)).status)
+        except grpc.aio.AioRpcError as exc:
+            answer = exc.code().name
+        return await other, answer
 
 
 async def test_another_tenants_submits_stay_fast_while_50000_dependents_are_cancelled(
@@ -95,12 +110,16 @@ async def test_another_tenants_submits_stay_fast_while_50000_dependents_are_canc
            "JOBWIRE_AUTH_FILE": str(auth)}  # fmt: skip
     server = start_server_process(["jobwire", "serve"], env)
     try:
-        latencies = sorted(await storm(server.target, root))
+        submits, answer = await storm(server.target, root)
         waiting = await asyncio.to_thread(still_waiting, database_url)
     finally:
         server.terminate()
+    latencies = sorted(latency for latency, _ in submits)
+    failed = [code for _, code in submits if code]
     p50, p99 = latencies[len(latencies) // 2], latencies[-(len(latencies) // 100) - 1]
     figures = f"globex Submit p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {latencies[-1] * 1000:.1f} ms"
-    print(f"\n{figures}; {waiting} dependents still waiting after the last Submit")
-    assert waiting > 0, f"the Submits did not overlap the settling ({figures})"
+    print(f"\n{figures}, failed {failed}; root Cancel answered {answer}; {waiting} dependents waiting after")
     assert p99 < P99_BOUND_S, figures
+    assert failed == []
+    assert answer == "CANCELLED"
+    assert waiting > 0, f"the Submits did not overlap the settling ({figures})"

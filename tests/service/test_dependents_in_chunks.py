@@ -30,7 +30,7 @@ from jobwire.v1 import job_pb2, worker_pb2
 pytestmark = pytest.mark.timeout(300)
 
 Serve = Callable[..., Awaitable[Served]]
-CHUNK = 50
+CHUNK = 20
 NO_SWEEP = {"reaper_interval_seconds": 3600}  # the sweep would run once an hour: only what a test drives runs
 
 

@@ -18,7 +18,18 @@ whose first housekeeping round reads every job, is not what is measured), at onc
 
 Everything is on loopback; the server stops with SIGTERM and the database is dropped
 unless --keep. No test asserts these figures: tests/fault/test_cancel_storm.py holds the
-bound (another tenant's Submit p99 under 250 ms) at a smaller scale.
+bound (another tenant's Submit p99 under 250 ms) over two seconds of the storm.
+
+Measured on a busy two-core machine (one run each, defaults: 50,000 dependents, 100 Submits
+over 20 s):
+
+    before: one transaction settled every dependent
+      sqlite   root Cancel 26.9 s, all settled with it      Submit p50 17.0 s  p99 26.9 s
+      mysql    root Cancel INTERNAL after 15.4 s (its COMMIT of 50,000 events broke the
+               driver's packet), nothing cancelled           Submit p50 11.8 ms p99 3.9 s
+    after: chunks of 50 (jobwire.db.dependencies), the settler (jobwire.runtime.settling)
+      sqlite   root Cancel 19 ms, all settled in 17.7 s     Submit p50 6.5 ms  p99 116 ms
+      mysql    root Cancel 76 ms, all settled in 42.2 s     Submit p50 5.7 ms  p99 35.9 ms
 """
 
 from __future__ import annotations

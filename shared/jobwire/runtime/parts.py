@@ -16,7 +16,7 @@ from jobwire.db.feed import FeedReader
 from jobwire.db.store import JobStore, Work, open_store
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.server import Endpoint, ServerHost, check_exposure
-from jobwire.runtime import family, housekeeping
+from jobwire.runtime import family, housekeeping, settling
 from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.results import FILE_THREADS, ResultStore
 from jobwire.runtime.settings import Settings
@@ -71,6 +71,7 @@ def open_runtime(settings: Settings) -> Runtime:
     store.observe = rt.host.metrics.jobs.moved  # every committed move, counted once (jobwire.db.store)
     rt.wakeup.heard = store.turns.heard  # which tenants have work, for a shared fleet's turns
     rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
+    rt.host.add_task(settling.start(store))  # what this process's endings leave of their dependents
     relay = family.sibling_relay(lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False))
     if relay is not None:
         rt.wakeup.relay = relay

@@ -107,10 +107,15 @@ Work = Call | Submit | SubmitBatch | Claim
 
 
 Observer = Callable[[Sequence[Transition]], None]
+Unsettled = Callable[[Sequence[dependencies.Pending]], None]
 
 
 def _unobserved(moved: Sequence[Transition]) -> None:
     """No observer: the moves go uncounted (a store used without a server)."""
+
+
+def _left_to_sweep(left: Sequence[dependencies.Pending]) -> None:
+    """No settler: what an ending left of its dependents waits for the housekeeping sweep."""
 
 
 class JobStore:
@@ -128,6 +133,10 @@ class JobStore:
         # A COMMIT nobody can confirm (COMMIT_UNKNOWN) counts nothing. The moves come from
         # rows already in memory: no statement is added.
         self.observe: Observer = _unobserved
+        # Dependents one transaction settles at most; told, after the COMMIT, what an ending
+        # left of them (the runtime's settler: jobwire.runtime.settling).
+        self.chunk = dependencies.CHUNK
+        self.unsettled: Unsettled = _left_to_sweep
         self.limited = queue_limits.LimitedQueues()
         self.turns = Turns()  # a shared fleet's claims take turns between tenants
         self.recent_queues = standing.RecentQueues()  # queue facts for stream messages (restand)
@@ -143,12 +152,15 @@ class JobStore:
         numbered = {i: [(new, await self.job_numbers.next()) for new in _news(w)] for i, w in enumerate(work)
                     if isinstance(w, Submit | SubmitBatch)}  # fmt: skip
         moved: list[Transition] = []
-        results = await self.db.transact(lambda wire: self._apply(wire, work, numbered, moved))
+        left: list[dependencies.Pending] = []
+        results = await self.db.transact(lambda wire: self._apply(wire, work, numbered, moved, left))
         self.observe(moved)  # the run that committed: `transact` returns nothing else
         for claim in work:
             if isinstance(claim, Claim):
                 for queue, _ in claim.kinds:  # served now: a stream's next message of that queue reads it again
                     self.recent_queues.forget(claim.who.tenant, queue)
+        if left:
+            self.unsettled(left)
         return results
 
     async def _apply(
@@ -157,8 +169,10 @@ class JobStore:
         work: Sequence[Work],
         numbered: dict[int, list[tuple[NewJob, str]]],
         moved: list[Transition],
+        left: list[dependencies.Pending],
     ) -> list[Any]:
         moved.clear()  # a rerun of the transaction: the run before committed nothing
+        left.clear()
         now = self.db.clock.now()
         results: list[Any] = [None] * len(work)
         submits = [(i, jobs) for i, jobs in numbered.items() if isinstance(work[i], Submit)]
@@ -211,10 +225,12 @@ class JobStore:
         extra += budgets.spent(wire)
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
+        follow = dependencies.FollowUps(self.chunk)
         outcomes = await apply_ops(
             wire, ops, now=now, cache=self.cache, evidence=self.evidence, rows=rows, extra=extra,
-            follow=dependencies.follow_up, moved=moved,
+            follow=follow, moved=moved,
         )  # fmt: skip
+        left += follow.left
         for (i, _), part in zip(parts, _split(outcomes, [len(p) for _, p in parts]), strict=True):
             results[i] = list(part)
         return results
@@ -411,26 +427,33 @@ class JobStore:
         """End jobs and attempts past their time limits; mark (or fail) jobs without progress."""
         return await timeouts.sweep(read, self._run, by=by)
 
-    async def settle_dependencies(self, *, read: reaper.Read, batch: int = timeouts.BATCH) -> int:
-        """Settle waiting jobs whose dependencies ended without settling them (a chain deeper
-        than one transaction follows); how many changed."""
-        due = await read(lambda conn: dependencies.due(conn, batch))
-        if not due:
-            return 0
+    async def dependencies_due(self, *, read: reaper.Read, quiet: timedelta) -> list[dependencies.Pending]:
+        """What endings left of their dependents that nobody has settled for `quiet` (a crash
+        lost the settler's work): the sweep's work."""
+        since = self.db.clock.now() - quiet
+        due: list[dependencies.Pending] = await read(lambda conn: dependencies.due(conn, self.chunk, since))
+        return due
 
+    async def settle_dependents(self, pending: dependencies.Pending) -> tuple[int, list[dependencies.Pending]]:
+        """Settle the next `chunk` waiting dependents of `pending`, and theirs while the chunk
+        lasts, in one transaction: how many of `pending`'s changed, and what is left."""
         moved: list[Transition] = []
 
-        async def settle(wire: Wire) -> list[Any]:
+        async def settle(wire: Wire) -> tuple[list[Any], list[dependencies.Pending]]:
             moved.clear()  # a rerun: the run before committed nothing
-            ops = await dependencies.settle_due(wire, due)
-            return await apply_ops(
-                wire, ops, now=self.db.clock.now(), cache=self.cache, evidence=self.evidence,
-                follow=dependencies.follow_up, moved=moved,
+            follow = dependencies.FollowUps(self.chunk)
+            ops, rows = await follow.settle(wire, pending)
+            if not ops:
+                return [], follow.left
+            outcomes = await apply_ops(
+                wire, ops, now=self.db.clock.now(), cache=self.cache, evidence=self.evidence, rows=rows,
+                follow=follow, moved=moved,
             )  # fmt: skip
+            return outcomes, follow.left
 
-        settled = await self.db.transact(settle)
+        settled, left = await self.db.transact(settle)
         self.observe(moved)
-        return sum(kind is not None for kind in settled)
+        return sum(kind is not None for kind in settled), left
 
     async def _run(self, ops: Sequence[JobOp[Any]]) -> list[Any]:
         """Housekeeping's operations, as one call."""
@@ -483,7 +506,10 @@ def open_store(url: str, *, pool_size: int = 8, job_prefix: str = "PT", migrate:
 
 
 def _news(work: Submit | SubmitBatch) -> Sequence[NewJob]:
-    return work.news if isinstance(work, Submit) else work.batch.jobs
+    """The jobs `work` may make: none for a batch too large to make (a replay of it needs no numbers)."""
+    if isinstance(work, Submit):
+        return work.news
+    return work.batch.jobs if work.batch.refusal() is None else ()
 
 
 def _split(items: Sequence[Any], sizes: Sequence[int]) -> list[Sequence[Any]]:

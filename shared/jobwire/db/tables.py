@@ -155,7 +155,8 @@ Index("ix_job_batch", job.c.batch_id, job.c.status)
 Index("ix_job_waiting", job.c.status, job.c.waiting_on)
 
 # One row per dependency: `job_id` may be claimed once `depends_on_id` is READY. Read from
-# the dependency's side when it ends (ix_job_dependency_on), from the job's side for its view.
+# the dependency's side when it ends (ix_job_dependency_on: its dependents in id order, read
+# in chunks after the last one settled), from the job's side for its view.
 job_dependency = Table(
     "job_dependency",
     metadata,
@@ -165,7 +166,7 @@ job_dependency = Table(
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",
 )
-Index("ix_job_dependency_on", job_dependency.c.depends_on_id)
+Index("ix_job_dependency_on", job_dependency.c.depends_on_id, job_dependency.c.job_id)
 
 # One row per SubmitBatch: its jobs carry its batch_id; its key replays it whole.
 job_batch = Table(

@@ -10,6 +10,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from jobwire.domain.batches import BatchRecord
+from jobwire.domain.commands import NewJob
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import Artifact, ErrorCategory, JobRecord
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
@@ -48,6 +49,22 @@ def duration(value: float) -> Duration:
     out = Duration()
     out.FromNanoseconds(int(value * 1e9))
     return out
+
+
+# What a new job's reply carries beyond what its SubmitRequest gave: its number, status,
+# progress, times, counters, its place in line and the display words (tests/service keeps
+# this an upper bound for the longest of them).
+SERVER_FIELDS_BYTES = 512
+
+
+def reply_bytes(new: NewJob) -> int:
+    """At most what `new`, once made, weighs in a reply that lists it (a SubmitBatchResponse)."""
+    given = job_pb2.Job(
+        job_type=new.job_type, queue=new.queue, owner=new.owner, labels=new.labels,
+        depends_on=new.depends_on, batch_id=new.batch_id or "",
+    )  # fmt: skip
+    waiting_for = sum(len(no) + 2 for no in new.depends_on)  # the detail names the unfinished ones
+    return given.ByteSize() + waiting_for + SERVER_FIELDS_BYTES
 
 
 def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:

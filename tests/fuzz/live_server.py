@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from served import Served, start_server
 
 from jobwire.db.tables import artifact, job, job_day_counter, job_event, queue_limits, schedule, worker
-from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
+from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, schedule_pb2_grpc, worker_pb2_grpc
 
 T = TypeVar("T")
 
@@ -31,6 +31,7 @@ class LiveServer:
         self.jobs = job_pb2_grpc.JobServiceStub(self.channel)
         self.workers = worker_pb2_grpc.WorkerServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+        self.schedules = schedule_pb2_grpc.ScheduleServiceStub(self.channel)
         self._engine = self.served.runtime.store.db.engine
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:

@@ -15,7 +15,17 @@ import grpc
 import sqlalchemy as sa
 from served import Served, start_server
 
-from jobwire.db.tables import artifact, job, job_day_counter, job_event, queue_limits, schedule, worker
+from jobwire.db.tables import (
+    artifact,
+    job,
+    job_day_counter,
+    job_event,
+    queue_limits,
+    schedule,
+    schedule_run,
+    schedule_tenant,
+    worker,
+)
 from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, schedule_pb2_grpc, worker_pb2_grpc
 
 T = TypeVar("T")
@@ -41,7 +51,8 @@ class LiveServer:
         """Row counts of every table and the sum of job versions: equal means nothing was written."""
         counts = sa.select(
             *(sa.select(sa.func.count()).select_from(t).scalar_subquery().label(t.name)
-              for t in (job, job_event, artifact, worker, job_day_counter, schedule, queue_limits)),
+              for t in (job, job_event, artifact, worker, job_day_counter, schedule, schedule_tenant, schedule_run,
+                        queue_limits)),
             sa.select(sa.func.coalesce(sa.func.sum(job.c.version), 0)).scalar_subquery().label("versions"),
         )  # fmt: skip
         with self._engine.connect() as conn:

@@ -19,6 +19,8 @@ def test_defaults_and_environment() -> None:
     assert Settings.from_env({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "600"}).default_attempt_timeout_seconds == 600.0
     assert Settings.from_env({}).no_worker_after_seconds == 300.0
     assert Settings.from_env({"JOBWIRE_NO_WORKER_AFTER": "60"}).no_worker_after_seconds == 60.0
+    assert Settings.from_env({}).max_schedules_per_tenant == 1000
+    assert Settings.from_env({"JOBWIRE_MAX_SCHEDULES_PER_TENANT": "50"}).max_schedules_per_tenant == 50
 
 
 @pytest.mark.parametrize(
@@ -46,6 +48,7 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_NO_WORKER_AFTER": "0"}, "JOBWIRE_NO_WORKER_AFTER"),
         ({"JOBWIRE_NO_WORKER_AFTER": "nan"}, "JOBWIRE_NO_WORKER_AFTER"),
         ({"JOBWIRE_NO_WORKER_AFTER": "2600000"}, "JOBWIRE_NO_WORKER_AFTER"),
+        ({"JOBWIRE_MAX_SCHEDULES_PER_TENANT": "0"}, "JOBWIRE_MAX_SCHEDULES_PER_TENANT"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names: str) -> None:

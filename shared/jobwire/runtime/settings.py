@@ -35,7 +35,8 @@ class Settings:
     lease_seconds: float = 30.0
     reaper_interval_seconds: float = 5.0
     # schedules: how often each job-service process looks for due ones (0: never), and how
-    # late a fire time may be found and still fire (later, it was missed: see catch_up)
+    # long after a fire time some server's loop must have run for it not to be missed (a
+    # missed one is the schedule's catch_up's; one found late while loops ran fires)
     schedule_interval_seconds: float = 1.0
     schedule_misfire_grace_seconds: float = 60.0
     # schedules one tenant may keep: a round's work grows with them (CreateSchedule past it: RESOURCE_EXHAUSTED)

@@ -22,7 +22,6 @@ from jobwire.db.tables import (
     job_event,
     queue_limits,
     schedule,
-    schedule_run,
     schedule_tenant,
     worker,
 )
@@ -51,8 +50,7 @@ class LiveServer:
         """Row counts of every table and the sum of job versions: equal means nothing was written."""
         counts = sa.select(
             *(sa.select(sa.func.count()).select_from(t).scalar_subquery().label(t.name)
-              for t in (job, job_event, artifact, worker, job_day_counter, schedule, schedule_tenant, schedule_run,
-                        queue_limits)),
+              for t in (job, job_event, artifact, worker, job_day_counter, schedule, schedule_tenant, queue_limits)),
             sa.select(sa.func.coalesce(sa.func.sum(job.c.version), 0)).scalar_subquery().label("versions"),
         )  # fmt: skip
         with self._engine.connect() as conn:

@@ -23,6 +23,8 @@ def test_defaults_and_environment() -> None:
     assert (limits.max_watched_jobs, limits.max_transfers, limits.stream_idle_seconds) == (100_000, 256, 60.0)
     assert limits.max_result_bytes == 5 << 30
     assert Settings.from_env({"JOBWIRE_MAX_RESULT_BYTES": "1000"}).max_result_bytes == 1000
+    assert Settings.from_env({}).max_schedules_per_tenant == 1000
+    assert Settings.from_env({"JOBWIRE_MAX_SCHEDULES_PER_TENANT": "50"}).max_schedules_per_tenant == 50
 
 
 @pytest.mark.parametrize(
@@ -55,6 +57,7 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_NO_WORKER_AFTER": "0"}, "JOBWIRE_NO_WORKER_AFTER"),
         ({"JOBWIRE_NO_WORKER_AFTER": "nan"}, "JOBWIRE_NO_WORKER_AFTER"),
         ({"JOBWIRE_NO_WORKER_AFTER": "2600000"}, "JOBWIRE_NO_WORKER_AFTER"),
+        ({"JOBWIRE_MAX_SCHEDULES_PER_TENANT": "0"}, "JOBWIRE_MAX_SCHEDULES_PER_TENANT"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names: str) -> None:

@@ -221,6 +221,13 @@ class Statements:
         # Not versioned: nothing a person sees changes. An ending guards on the flag instead
         # (jobwire.db.changes), so a row guessed before the mark is read again.
         self.mark_depended_on = d.text("UPDATE job SET has_dependents = TRUE WHERE id = :id AND has_dependents = FALSE")
+        # A schedule moved on by a round (jobwire.db.schedules.advance), guarded by the fire time
+        # the round read: a batch's are one round trip on MySQL, each with its own count.
+        self.advance_schedule = d.text(
+            "UPDATE schedule SET next_fire_at = :next_fire_at, last_fire_at = COALESCE(:fired_at, last_fire_at),"
+            " last_job_no = COALESCE(:job_no, last_job_no), skipped_firings = skipped_firings + :skipped"
+            " WHERE tenant = :tenant AND schedule_id = :schedule_id AND next_fire_at = :due_at AND paused = FALSE"
+        )
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def rows_by_key(self, count: int) -> str:

@@ -60,7 +60,7 @@ from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.results import KeptResult
-from jobwire.domain.schedules import Due, ScheduleRecord
+from jobwire.domain.schedules import Advance, Backlog, Run, ScheduleRecord
 from jobwire.domain.states import Status
 from jobwire.domain.transitions import Move, Transition
 
@@ -373,9 +373,9 @@ class JobStore:
         return self.db.write(lambda c: reads.purge_workers(c, older_than))
 
     # -- schedules (jobwire.db.schedules; their firings submit through apply) --------------------
-    def create_schedule(self, new: ScheduleRecord) -> ScheduleRecord:
-        """Keep a new schedule (ALREADY_EXISTS for a taken id in its tenant)."""
-        self.db.write(lambda c: schedules.create(c, new))
+    def create_schedule(self, new: ScheduleRecord, limit: int) -> ScheduleRecord:
+        """Keep a new schedule (ALREADY_EXISTS for a taken id in its tenant, RESOURCE_EXHAUSTED past `limit`)."""
+        self.db.write(lambda c: schedules.create(c, new, limit))
         return new
 
     def get_schedule(self, scope: Scope, schedule_id: str) -> ScheduleRecord:
@@ -397,22 +397,21 @@ class JobStore:
         if not self.db.write(lambda c: schedules.delete(c, scope, schedule_id)):
             raise ScheduleNotFound()
 
-    def due_schedules(self, now: datetime, limit: int) -> list[Due]:
+    def due_schedules(self, now: datetime, limit: int) -> Backlog:
+        """Schedules due at `now`, every tenant's oldest first (jobwire.db.schedules.due)."""
         return self.db.read(lambda c: schedules.due(c, now, limit))
 
-    def advance_schedule(
-        self,
-        one: ScheduleRecord,
-        *,
-        due_at: datetime,
-        next_fire_at: datetime,
-        fired: tuple[datetime, str] | None = None,
-        skipped: bool = False,
-    ) -> bool:
-        """Move a due schedule on, guarded by the fire time read (jobwire.db.schedules.advance)."""
-        return self.db.write(
-            lambda c: schedules.advance(c, one, due_at=due_at, next_fire_at=next_fire_at, fired=fired, skipped=skipped)
-        )
+    async def advance_schedules(self, moves: Sequence[Advance]) -> list[bool]:
+        """Move due schedules on in one transaction, each guarded by the fire time it was read at
+        (jobwire.db.schedules.advance)."""
+        return await self.db.transact(lambda wire: schedules.advance(wire, moves))
+
+    def mark_schedule_round(self, now: datetime, gap: timedelta) -> None:
+        """A schedule loop ran at `now` (jobwire.db.schedules.mark)."""
+        self.db.write(lambda c: schedules.mark(c, now, gap))
+
+    def schedule_runs(self, since: datetime) -> list[Run]:
+        return self.db.read(lambda c: schedules.runs(c, since))
 
     # -- housekeeping (every server process runs it; see jobwire.runtime.housekeeping) -------------------
     async def reap_leases(self, grace: timedelta, *, by: str, read: reaper.Read) -> reaper.Reaped:

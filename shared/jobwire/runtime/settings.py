@@ -35,9 +35,12 @@ class Settings:
     lease_seconds: float = 30.0
     reaper_interval_seconds: float = 5.0
     # schedules: how often each job-service process looks for due ones (0: never), and how
-    # late a fire time may be found and still fire (later, it was missed: see catch_up)
+    # long after a fire time some server's loop must have run for it not to be missed (a
+    # missed one is the schedule's catch_up's; one found late while loops ran fires)
     schedule_interval_seconds: float = 1.0
     schedule_misfire_grace_seconds: float = 60.0
+    # schedules one tenant may keep: a round's work grows with them (CreateSchedule past it: RESOURCE_EXHAUSTED)
+    max_schedules_per_tenant: int = 1000
     stall_grace_seconds: float | None = None  # default: one lease
     default_attempt_timeout_seconds: float | None = None  # for submits that set no attempt_timeout
     # a QUEUED job whose queue and job type no worker has claimed for this long is NO_WORKER
@@ -95,6 +98,8 @@ class Settings:
             problems.append(
                 "JOBWIRE_SCHEDULE_INTERVAL_SECONDS and JOBWIRE_SCHEDULE_MISFIRE_GRACE_SECONDS must not be negative"
             )
+        if self.max_schedules_per_tenant < 1:
+            problems.append("JOBWIRE_MAX_SCHEDULES_PER_TENANT must be at least 1")
         timeout = self.default_attempt_timeout_seconds
         if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
             problems.append("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT must be more than 0 and at most 2592000 (30 days)")
@@ -175,6 +180,7 @@ class Settings:
             reaper_interval_seconds=number("JOBWIRE_REAPER_INTERVAL_SECONDS", 5.0),
             schedule_interval_seconds=number("JOBWIRE_SCHEDULE_INTERVAL_SECONDS", 1.0),
             schedule_misfire_grace_seconds=number("JOBWIRE_SCHEDULE_MISFIRE_GRACE_SECONDS", 60.0),
+            max_schedules_per_tenant=int(env.get("JOBWIRE_MAX_SCHEDULES_PER_TENANT", 1000)),
             stall_grace_seconds=float(grace) if grace else None,
             default_attempt_timeout_seconds=float(attempt_timeout) if attempt_timeout else None,
             no_worker_after_seconds=number("JOBWIRE_NO_WORKER_AFTER", 300.0),

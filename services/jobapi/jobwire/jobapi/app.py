@@ -36,7 +36,9 @@ def add_jobapi(rt: Runtime) -> None:
     )
     rt.host.add_servicer(
         schedule_pb2_grpc.add_ScheduleServiceServicer_to_server,
-        ScheduleServicer(Schedules(rt.store, rt.blocking), rt.settings),
+        ScheduleServicer(
+            Schedules(rt.store, rt.blocking, max_per_tenant=rt.settings.max_schedules_per_tenant), rt.settings
+        ),
         schedule_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
     )
     schedules = firing.start(jobs, rt.settings, rt.host.metrics)  # stopped with the host

@@ -84,10 +84,14 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
         )
     if not 0 <= request.max_jobs <= MAX_JOBS_PER_CLAIM:
         raise InvalidArgument("max_jobs", f"must be between 0 and {MAX_JOBS_PER_CLAIM}")
-    wait = convert.seconds(request.wait)
+    wait = convert.seconds(request.wait, "wait")
     if not 0 <= wait <= MAX_WAIT_S:
         raise InvalidArgument("wait", f"must be between 0 and {MAX_WAIT_S:.0f} s")
-    lease = convert.seconds(request.lease_duration) if request.HasField("lease_duration") else settings.lease_seconds
+    lease = (
+        convert.seconds(request.lease_duration, "lease_duration")
+        if request.HasField("lease_duration")
+        else settings.lease_seconds
+    )
     claimant = Claimant(
         tenant=who.tenant, worker_id=_worker_id(request.worker_id), queues=queues, plans=plans,
         lease_seconds=limits.lease_seconds(lease),

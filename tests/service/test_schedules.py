@@ -17,6 +17,7 @@ from service_support import db_rows, duration, rpc_failure
 
 from jobwire.client.status import error_info, error_reason
 from jobwire.db import schedules as schedule_rows
+from jobwire.domain.commands import Scope
 from jobwire.domain.errors import TooManySchedules
 from jobwire.domain.schedules import CatchUp, Overlap, ScheduleRecord, timing
 from jobwire.v1 import job_pb2, schedule_pb2
@@ -202,7 +203,7 @@ def record(schedule_id: str, tenant: str = "acme") -> ScheduleRecord:
     now = datetime(2026, 12, 1)
     when = timing(cron=None, every=timedelta(hours=1), time_zone="UTC", anchor=now)
     return ScheduleRecord(
-        tenant=tenant, schedule_id=schedule_id, timing=when, template=template().SerializeToString(),
+        tenant=tenant, schedule_id=schedule_id, queue="default", timing=when, template=template().SerializeToString(),
         overlap=Overlap.SKIP, catch_up=CatchUp.NONE, next_fire_at=when.next_after(now),
     )  # fmt: skip
 
@@ -234,5 +235,5 @@ async def test_a_create_waits_for_one_in_flight_of_its_tenant_then_counts_it(qui
     first.close()
     racer.join(30)
     assert len(second) == 1 and isinstance(second[0], TooManySchedules), second
-    listed = store.list_schedules("acme", 10, "")[0]
+    listed = store.list_schedules(Scope(tenant="acme"), 10, "")[0]
     assert sorted(s.schedule_id for s in listed) == sorted(["first", *(["earlier"] if tenant_seen else [])])

@@ -11,7 +11,7 @@ GENERATED := shared/jobwire/v1/.generated
 PYTEST_ARGS ?=
 # Every benchmark the performance targets are judged by (bench/README.md), ~45 min in all;
 # `make bench BENCHES=throughput` runs one.
-BENCHES ?= throughput fleet idle claims submit watch
+BENCHES ?= throughput fleet idle claims submit watch cancel_storm
 
 .PHONY: install proto dist run serve demo test lint typecheck migrate bench soak clean
 

@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import uvicorn
 
 from jobwire.client import ChannelConfig
 from jobwire.gateway.app import build_app
+from jobwire.gateway.session import CSRF_COOKIE
 from jobwire.gateway.settings import GatewaySettings
 
 
@@ -55,3 +57,15 @@ def hidden_rows(html: str) -> set[str]:
     """The job page's optional rows (result, why it failed) not shown: `hidden`."""
     found = re.findall(r"<div data-optional=\"(\w+)\"([^>]*)>", html)
     return {name for name, rest in found if " hidden" in rest}
+
+
+def browser(gateway: str, **headers: str) -> httpx.AsyncClient:
+    """A client that sends what a browser on the gateway's own pages sends: their Origin."""
+    return httpx.AsyncClient(base_url=gateway, headers={"Origin": gateway, **headers}, timeout=10)
+
+
+async def sign_in(client: httpx.AsyncClient, secret: str) -> httpx.Response:
+    """The sign-in form (its CSRF cookie), then its POST, as a browser sends it (with Origin)."""
+    form = await client.get("/signin")
+    assert form.status_code == 200
+    return await client.post("/signin", data={"token": secret, "csrf": client.cookies[CSRF_COOKIE]})

@@ -48,7 +48,8 @@ async def watches_over(
     no_worker_after = timedelta(seconds=rt.settings.no_worker_after_seconds)
     feed = ChangeFeed(tail, rt.store, rt.blocking, no_worker_after=no_worker_after)
     task = asyncio.create_task(tail.run())
-    return Watches(feed, rt.store, rt.blocking, StreamRegistry(100, inbox_limit=inbox_limit)), reader, tail, task
+    registry = StreamRegistry(100, max_watched_jobs=100_000, inbox_limit=inbox_limit)
+    return Watches(feed, rt.store, rt.blocking, registry), reader, tail, task
 
 
 async def claimed(served: Served) -> worker_pb2.Lease:

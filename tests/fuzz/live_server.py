@@ -15,8 +15,17 @@ import grpc
 import sqlalchemy as sa
 from served import Served, start_server
 
-from jobwire.db.tables import artifact, job, job_day_counter, job_event, queue_limits, schedule, worker
-from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, worker_pb2_grpc
+from jobwire.db.tables import (
+    artifact,
+    job,
+    job_day_counter,
+    job_event,
+    queue_limits,
+    schedule,
+    schedule_tenant,
+    worker,
+)
+from jobwire.v1 import admin_pb2_grpc, job_pb2_grpc, schedule_pb2_grpc, worker_pb2_grpc
 
 T = TypeVar("T")
 
@@ -31,6 +40,7 @@ class LiveServer:
         self.jobs = job_pb2_grpc.JobServiceStub(self.channel)
         self.workers = worker_pb2_grpc.WorkerServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+        self.schedules = schedule_pb2_grpc.ScheduleServiceStub(self.channel)
         self._engine = self.served.runtime.store.db.engine
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
@@ -40,7 +50,7 @@ class LiveServer:
         """Row counts of every table and the sum of job versions: equal means nothing was written."""
         counts = sa.select(
             *(sa.select(sa.func.count()).select_from(t).scalar_subquery().label(t.name)
-              for t in (job, job_event, artifact, worker, job_day_counter, schedule, queue_limits)),
+              for t in (job, job_event, artifact, worker, job_day_counter, schedule, schedule_tenant, queue_limits)),
             sa.select(sa.func.coalesce(sa.func.sum(job.c.version), 0)).scalar_subquery().label("versions"),
         )  # fmt: skip
         with self._engine.connect() as conn:

@@ -122,7 +122,16 @@ def _count_rows() -> object:
     import sqlalchemy as sa
 
     from jobwire.db.tables import artifact as artifact_table
-    from jobwire.db.tables import job, job_batch, job_day_counter, job_dependency, job_event, schedule, worker
+    from jobwire.db.tables import (
+        job,
+        job_batch,
+        job_day_counter,
+        job_dependency,
+        job_event,
+        schedule,
+        schedule_tenant,
+        worker,
+    )
 
     return sa.select(
         sa.select(sa.func.count()).select_from(job).scalar_subquery().label("job"),
@@ -134,6 +143,8 @@ def _count_rows() -> object:
         sa.select(sa.func.count()).select_from(job_batch).scalar_subquery().label("job_batch"),
         sa.select(sa.func.count()).select_from(job_dependency).scalar_subquery().label("job_dependency"),
         sa.select(sa.func.count()).select_from(schedule).scalar_subquery().label("schedule"),
+        sa.select(sa.func.count()).select_from(schedule_tenant).scalar_subquery().label("schedule_tenant"),
+        # not schedule_run: the schedule loop marks it on its own, whatever a call does
     )
 
 

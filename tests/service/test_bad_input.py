@@ -50,6 +50,11 @@ class Bad:
     reason: str | None = "INVALID_ARGUMENT"  # the ErrorInfo reason; None: grpc's own status
 
 
+INT64_MAX = 2**63 - 1
+# past what a Python timedelta holds (about 8.6e13 s) and past google.protobuf.Duration's +-315,576,000,000 s
+OVERFLOWING = [10**14, INT64_MAX, -(2**63)]
+
+
 def page_token(after: object) -> str:
     return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode().rstrip("=")
 
@@ -147,6 +152,22 @@ SUBMIT = [
     submit_case("run_after before year 1", "run_after", run_after=ts(-(10**12))),
     submit_case("run_after with negative nanos", "run_after", run_after=ts(5, -5)),
     submit_case("run_after with nanos over a second", "run_after", run_after=ts(5, 10**9)),
+    *(submit_case(f"run_after of {s} s", "run_after", run_after=ts(s)) for s in OVERFLOWING),
+    *(
+        submit_case(f"{name} of {s} s", f"retry_policy.{name}", retry_policy=policy(**{name: raw_duration(s)}))
+        for name in ("initial_backoff", "max_backoff")
+        for s in OVERFLOWING
+    ),
+    *(
+        submit_case(f"{name} of {s} s", f"timeouts.{name}", timeouts=limits(**{name: raw_duration(s)}))
+        for name in ("attempt_timeout", "job_timeout", "stage_timeout")
+        for s in OVERFLOWING
+    ),
+    submit_case(
+        "job_timeout of 1 s and 2^31 ns",
+        "timeouts.job_timeout",
+        timeouts=limits(job_timeout=raw_duration(1, 2**31 - 1)),
+    ),
     submit_case("max_attempts -1", "retry_policy.max_attempts", retry_policy=policy(max_attempts=-1)),
     submit_case("max_attempts 101", "retry_policy.max_attempts", retry_policy=policy(max_attempts=101)),
     submit_case("on_lease_lost 7", "retry_policy.on_lease_lost", retry_policy=policy(on_lease_lost=7)),
@@ -477,6 +498,8 @@ CLAIM = [
     claim_case("lease_duration=-30s", "lease_duration", lease_duration=raw_duration(-30)),
     claim_case("lease_duration=3601s", "lease_duration", lease_duration=raw_duration(3601)),
     claim_case("lease_duration=10**12s", "lease_duration", lease_duration=raw_duration(10**12)),
+    *(claim_case(f"wait={s}s", "wait", wait=raw_duration(s)) for s in OVERFLOWING),
+    *(claim_case(f"lease_duration={s}s", "lease_duration", lease_duration=raw_duration(s)) for s in OVERFLOWING),
 ]
 
 
@@ -756,6 +779,15 @@ CREATE_SCHEDULE = [
     schedule_case("six-field cron", "cron", cron="0 0 2 * * *"),
     schedule_case("cron that never fires", "cron", cron="0 0 30 2 *"),
     schedule_case("every under 1 s", "every", every=duration(0.5)),
+    schedule_case("every of 367 days", "every", every=duration(367 * 86400)),
+    *(schedule_case(f"every of {s} s", "every", every=raw_duration(s)) for s in OVERFLOWING),
+    schedule_case("every of -1 s and 5e8 ns", "every", every=raw_duration(-1, 500_000_000)),
+    schedule_case("template run_after past 9999", "template.run_after", template=report(run_after=ts(10**14))),
+    schedule_case(
+        "template job_timeout of 10**14 s",
+        "template.timeouts.job_timeout",
+        template=report(timeouts=job_pb2.Timeouts(job_timeout=raw_duration(10**14))),
+    ),
     schedule_case("unknown zone", "time_zone", time_zone="Europe/Atlantis"),
     schedule_case("zone as a path", "time_zone", time_zone="../../etc/passwd"),
     Bad(
@@ -824,11 +856,13 @@ INSPECT = [
     inspect_case("stalled_after=-1ns", "stalled_after", stalled_after=raw_duration(0, -1)),
     inspect_case("stalled_after of 3000 years", "stalled_after", stalled_after=raw_duration(10**11)),
     inspect_case("stalled_after of 10000 years", "stalled_after", stalled_after=raw_duration(315_576_000_000)),
+    *(inspect_case(f"stalled_after of {s} s", "stalled_after", stalled_after=raw_duration(s)) for s in OVERFLOWING),
     inspect_case("queue with a space", "queue", queue="bad name!"),
     inspect_case("queue of 65 chars", "queue", queue="q" * 65),
     inspect_case("kinds=[42]", "kinds", kinds=[42]),
     inspect_case("kinds=[0]", "kinds", kinds=[0]),
     inspect_case("kinds=[1, -3]", "kinds", kinds=[1, -3]),
+    inspect_case("kinds of 100,000", "kinds", kinds=[1] * 100_000),  # a query per kind: one each, and few
 ]
 
 
@@ -985,6 +1019,7 @@ OPERATIONS_WAIT = [
     Bad("WaitOperation timeout=-1s", lambda c: _wait(c, raw_duration(-1)), "timeout"),
     Bad("WaitOperation timeout=-1ns", lambda c: _wait(c, raw_duration(0, -1)), "timeout"),
     Bad("WaitOperation timeout nanos=1e9", lambda c: _wait(c, raw_duration(0, 1_000_000_000)), "timeout"),
+    *(Bad(f"WaitOperation timeout={s}s", lambda c, s=s: _wait(c, raw_duration(s)), "timeout") for s in OVERFLOWING),
 ]
 # a bad name must refuse the call before any job is cancelled or deleted
 OPERATIONS_CANCEL = _operation_names(

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 from pathlib import Path
 
 import grpc
 import pytest
+import sqlalchemy as sa
 from auth_files import Token, write_auth_file
+from db_edits import db_execute
 from rich.console import Console
 from served import Served, eventually, start_server
 from service_support import artifact, claim, db_rows, events, open_stubs, rpc_failure
 from watch_support import next_job
 
 from jobwire.client.cli import run
-from jobwire.client.status import field_violations
+from jobwire.client.status import error_info, field_violations
+from jobwire.db.tables import job
+from jobwire.domain.batches import REPLY_BUDGET
 from jobwire.v1 import job_pb2, worker_pb2
 
 pytestmark = pytest.mark.timeout(180)
@@ -201,3 +206,36 @@ async def test_a_job_waiting_for_two_jobs_of_a_cancelled_batch_is_cancelled_once
     trail = await events(served, waiting.job.job_no)
     assert [e.kind for e in trail] == ["SUBMITTED", "DEPENDENCY_FAILED"]
     assert made.jobs[0].job_no in trail[-1].detail
+
+
+# -- a reply that fits (security review, issue 22, finding 7) -------------------------------
+
+# 32 labels of 120 characters: ~4.1 KB a job, and a reply of 1,000 such jobs over the 4 MiB
+# a gRPC message may carry (once committed, then its reply failed, and every replay with it).
+HEAVY_LABELS = {f"k{i:02d}": "v" * 120 for i in range(32)}
+
+
+async def test_a_batch_whose_reply_would_not_fit_is_refused_and_writes_nothing(served: Served) -> None:
+    before = await db_rows(served)
+    requests = jobs(1000, labels=HEAVY_LABELS)
+    for key in ("", "heavy"):  # with a key or without, again and again: the same refusal
+        error = await rpc_failure(submit_batch(served, requests, key))
+        assert (error.code(), error_info(error).reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "BATCH_TOO_LARGE")
+        assert "split the batch" in (error.details() or "")
+    assert await db_rows(served) == before
+    made = await submit_batch(served, requests[:500], "half")  # half of it fits
+    assert len(made.jobs) == 500 and made.jobs_omitted == 0
+
+
+async def test_a_replay_whose_jobs_grew_past_one_reply_lists_what_fits_and_counts_the_rest(served: Served) -> None:
+    made = await submit_batch(served, jobs(1000, labels={"k": "v"}), "grows")
+    assert len(made.jobs) == 1000 and made.jobs_omitted == 0
+    # Its jobs grew since (as a batch made before the rule may be): each now weighs ~4 KB.
+    await db_execute(served, sa.update(job).where(job.c.batch_id == made.batch_id).values(
+        labels=json.dumps(HEAVY_LABELS)
+    ))  # fmt: skip
+    replay = await submit_batch(served, jobs(1000, labels={"k": "v"}), "grows")
+    assert replay.batch_id == made.batch_id
+    assert 0 < replay.jobs_omitted < 1000 and len(replay.jobs) + replay.jobs_omitted == 1000
+    assert [j.job_no for j in replay.jobs] == [j.job_no for j in made.jobs[: len(replay.jobs)]]
+    assert replay.ByteSize() <= REPLY_BUDGET

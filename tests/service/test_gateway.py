@@ -4,8 +4,11 @@ evidence, errors and live updates, over HTTP to a real uvicorn (tests/gateway_su
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,7 +18,8 @@ import anyio
 import httpx
 import pytest
 from auth_files import Token, write_auth_file
-from gateway_support import hidden_rows, running_gateway, visible_actions
+from gateway_support import browser, hidden_rows, running_gateway, sign_in, visible_actions
+from result_support import chunks, open_result_files
 from served import Served, eventually, start_server
 
 from jobwire.gateway import sse
@@ -46,22 +50,10 @@ def gateway(served: Served) -> Iterator[str]:
         yield url
 
 
-async def _sign_in(client: httpx.AsyncClient, secret: str) -> httpx.Response:
-    """The sign-in form (its CSRF cookie), then its POST, as a browser sends it (with Origin)."""
-    form = await client.get("/signin")
-    assert form.status_code == 200
-    return await client.post("/signin", data={"token": secret, "csrf": client.cookies[CSRF_COOKIE]})
-
-
-def _browser(gateway: str, **headers: str) -> httpx.AsyncClient:
-    """A client that sends what a browser on the gateway's own pages sends: their Origin."""
-    return httpx.AsyncClient(base_url=gateway, headers={"Origin": gateway, **headers}, timeout=10)
-
-
 @asynccontextmanager
 async def _signed_in(gateway: str, token: Token, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with _browser(gateway, **headers) as client:
-        reply = await _sign_in(client, token.secret)
+    async with browser(gateway, **headers) as client:
+        reply = await sign_in(client, token.secret)
         assert reply.status_code == 303, reply.text
         yield client
 
@@ -81,8 +73,8 @@ async def _claim(served: Served, job_type: str = "frames", lease_s: int = 0) -> 
 
 
 async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie(gateway: str) -> None:
-    async with _browser(gateway) as client:
-        reply = await _sign_in(client, ACME.secret)
+    async with browser(gateway) as client:
+        reply = await sign_in(client, ACME.secret)
         assert reply.status_code == 303 and reply.headers["location"] == "/jobs"
         cookies = {c.split("=", 1)[0]: c.lower() for c in reply.headers.get_list("set-cookie")}
         for name in (TOKEN_COOKIE, CSRF_COOKIE):
@@ -96,9 +88,9 @@ async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie(gateway: str
 
 
 async def test_a_token_the_server_refuses_is_not_kept(gateway: str) -> None:
-    async with _browser(gateway) as client:
+    async with browser(gateway) as client:
         for token in ("nobody-gave-me-this", "  "):
-            reply = await _sign_in(client, token)
+            reply = await sign_in(client, token)
             assert reply.status_code == 401
             assert "This token was not accepted." in reply.text
             assert TOKEN_COOKIE not in client.cookies
@@ -416,7 +408,7 @@ async def test_a_post_from_another_origin_is_refused_whatever_cookies_it_carries
 async def test_sign_in_needs_the_forms_csrf_token_and_our_origin(gateway: str) -> None:
     """Finding 12: /signin had no CSRF check, so another site's form could sign a browser in
     with the attacker's token (and the person's jobs would then go to the attacker)."""
-    async with _browser(gateway) as client:
+    async with browser(gateway) as client:
         bare = await client.post("/signin", data={"token": ACME.secret})  # no form read first: no CSRF token
         assert bare.status_code == 403 and TOKEN_COOKIE not in client.cookies
         form = await client.get("/signin")
@@ -475,3 +467,63 @@ async def test_a_persons_live_streams_are_bounded_by_the_jobs_they_watch(served:
         async with _signed_in(gateway, GLOBEX) as other:  # another person's budget is their own
             theirs = (await _submit(served, GLOBEX)).job_no
             assert await _event_names(other, f"/live?job={theirs}", 1) == ["job"]
+
+
+async def _kept_result(served: Served, data: bytes) -> str:
+    job = await _submit(served, ACME)
+    lease = await _claim(served)
+    up = await served.workers.UploadResult(chunks(lease.job_no, lease.worker_token, data), metadata=WORKER.metadata)
+    await served.workers.Complete(worker_pb2.CompleteRequest(
+        job_no=lease.job_no, worker_token=lease.worker_token, upload_id=up.upload_id
+    ), metadata=WORKER.metadata)  # fmt: skip
+    return job.job_no
+
+
+def _socket_send_buffer_max() -> int:
+    """The most the kernel keeps in a TCP socket's send buffer (the gateway's, to the browser)."""
+    return int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+
+
+@asynccontextmanager
+async def _stalled_download(gateway: str, cookies: httpx.Cookies, job_no: str) -> AsyncIterator[None]:
+    """A browser that takes the headers and 64 KiB of a download, then reads nothing more."""
+    host, port = gateway.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    reader, writer = await asyncio.open_connection(sock=sock, limit=64 << 10)
+    cookie = "; ".join(f"{name}={value}" for name, value in cookies.items())
+    writer.write(f"GET /jobs/{job_no}/result HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    await reader.readexactly(64 << 10)
+    try:
+        yield
+    finally:
+        writer.close()
+
+
+async def test_a_stalled_download_holds_a_bounded_buffer_and_its_call_ends_with_it(
+    served: Served, gateway: str
+) -> None:
+    """Security review, issue 22, finding 2: 200 stalled downloads took a gateway from 280 MB
+    to 5.67 GB, and 1.26 GB stayed after they closed. The gateway reads GetResult only as the
+    browser takes the bytes, and a browser that leaves ends the call and its channel."""
+    job_no = await _kept_result(served, os.urandom(64 << 20))
+    async with _signed_in(gateway, ACME) as client:
+        cookies = client.cookies
+    read_so_far: list[int] = []
+    async with _stalled_download(gateway, cookies, job_no):
+        for _ in range(20):  # a while of the browser taking nothing
+            read_so_far.extend(open_result_files(served).values())
+            await asyncio.sleep(0.05)
+    # The server read what fits the gateway's fixed window, a few chunks, and what the kernel
+    # holds in the gateway's socket to the browser; with a window grown by BDP probing the
+    # gateway itself took in megabytes more (10 MiB within this test's second).
+    assert read_so_far and max(read_so_far) <= _socket_send_buffer_max() + (2 << 20)
+
+    async def call_ended() -> bool:
+        return served.runtime.transfers.shares.total == 0 and not open_result_files(served)
+
+    await eventually(call_ended, what="the download's GetResult ended when the browser left")

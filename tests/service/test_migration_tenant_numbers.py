@@ -1,4 +1,4 @@
-"""Migration 0014 on a database numbered the old way: one sequence a day for every tenant.
+"""Migration 0016 on a database numbered the old way: one sequence a day for every tenant.
 
 Numbers already given stay. Each tenant with jobs goes on, on the counter's two latest days,
 after the shared sequence, so no new number repeats one of its jobs; a tenant new since
@@ -51,11 +51,11 @@ def old_job(tenant: str, job_no: str) -> dict[str, object]:
 
 
 def migrate_old_database(url: str) -> dict[tuple[str, str], int]:
-    """Jobs and the shared day counter at revision 0013, then upgraded: the counters it left."""
+    """Jobs and the shared day counter at revision 0015, then upgraded: the counters it left."""
     db = Database(url)
     try:
-        upgrade(db, "0013")
-        shared = sa.table("job_day_counter", sa.column("day"), sa.column("last_seq"))  # as 0013 had it
+        upgrade(db, "0015")
+        shared = sa.table("job_day_counter", sa.column("day"), sa.column("last_seq"))  # as 0015 had it
         with db.engine.begin() as conn:
             conn.execute(sa.insert(job), [old_job(t, n) for t, n in OLD_JOBS])
             conn.execute(sa.insert(shared), [{"day": d, "last_seq": n} for d, n in OLD_COUNTER.items()])

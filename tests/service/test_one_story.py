@@ -24,9 +24,8 @@ import pytest
 import sqlalchemy as sa
 from auth_files import Token, write_auth_file
 from db_edits import db_execute
-from gateway_support import running_gateway
+from gateway_support import browser, running_gateway, sign_in
 from served import Served
-from watch_support import STEP_TIMEOUT_S
 
 from jobwire.db.tables import worker_claim
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
@@ -54,8 +53,8 @@ def gateway(served: Served) -> Iterator[str]:
 
 @asynccontextmanager
 async def signed_in(gateway: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=gateway, timeout=STEP_TIMEOUT_S) as client:
-        assert (await client.post("/signin", data={"token": CLIENT.secret})).status_code == 303
+    async with browser(gateway) as client:
+        assert (await sign_in(client, CLIENT.secret)).status_code == 303
         yield client
 
 

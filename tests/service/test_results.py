@@ -9,13 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
 import grpc
 import pytest
 from auth_files import Token, write_auth_file
+from result_support import chunks, fetch, store_files
 from served import Served
 from service_support import artifact, rpc_failure, running
 
@@ -31,32 +32,6 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture
 async def kept(serve: Callable[..., Awaitable[Served]], tmp_path: Path) -> Served:
     return await serve(result_store=str(tmp_path / "store"))
-
-
-def store_files(s: Served) -> list[Path]:
-    root = Path(s.runtime.settings.result_store_url)
-    return sorted(p for p in root.rglob("*") if p.is_file())
-
-
-async def chunks(
-    job_no: str, token: str, data: bytes, content_type: str = "application/octet-stream"
-) -> AsyncIterator[job_pb2.ResultChunk]:
-    first = True
-    for at in range(0, len(data), RESULT_CHUNK_BYTES):
-        piece = data[at : at + RESULT_CHUNK_BYTES]
-        if first:
-            yield job_pb2.ResultChunk(job_no=job_no, worker_token=token, content_type=content_type, data=piece)
-            first = False
-        else:
-            yield job_pb2.ResultChunk(data=piece)
-
-
-async def fetch(s: Served, job_no: str) -> tuple[str, bytes]:
-    content_type, out = "", bytearray()
-    async for chunk in s.jobs.GetResult(job_pb2.GetResultRequest(job_no=job_no)):
-        content_type = content_type or chunk.content_type
-        out += chunk.data
-    return content_type, bytes(out)
 
 
 async def test_an_inline_json_result_comes_back_from_get_result(kept: Served) -> None:

@@ -1,5 +1,7 @@
 """Schedules firing from live servers: once per period across two replicas, SKIP holding
-while a job runs, paused schedules silent, and catch-up after a firing no server was up for.
+while a job runs, paused schedules silent, and catch-up after a firing no server was up for;
+and, with a round driven by hand (`ScheduleLoop.tick`), one tenant's many due schedules not
+holding back another's one, and a late fire time fired while loops ran but missed when none did.
 
 Replicas are two runtimes over one database, each with its own schedule loop (a short
 interval, so the tests wait on conditions in seconds). Waits are bounded polls on what
@@ -9,15 +11,21 @@ the database holds; the every-2-s test waits for real periods.
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from auth_files import Token, write_auth_file
 from db_edits import db_execute
-from served import Served, eventually
+from served import Served, eventually, start_server
 from service_support import claim, complete_request, db_query, duration
 
-from jobwire.db.tables import job, schedule
+from jobwire.db.tables import job, schedule, schedule_run
+from jobwire.jobapi.firing import BATCH, ScheduleLoop
+from jobwire.jobapi.jobs import Jobs
 from jobwire.v1 import job_pb2, schedule_pb2
 
 pytestmark = pytest.mark.timeout(90)
@@ -85,12 +93,13 @@ async def test_skip_holds_while_the_previous_job_runs_and_fires_again_once_it_en
 
     async def skipped_twice() -> schedule_pb2.Schedule | None:
         now = await get(served, "held")
-        return now if now.skipped_firings >= 2 else None
+        # the round counts a skip once its advance has committed: the row shows it first
+        counted = served.runtime.host.metrics.firings("skipped_overlap")
+        return now if now.skipped_firings >= 2 and counted >= 2 else None
 
-    held = await eventually(skipped_twice, what="two skipped firings")
+    held = await eventually(skipped_twice, what="two skipped firings, counted")
     assert held.last_job_no == job_no
     assert len(await keys(served, "held")) == 1
-    assert served.runtime.host.metrics.firings("skipped_overlap") >= 2
     await served.workers.Complete(complete_request(lease))
 
     async def next_job() -> str | None:
@@ -131,9 +140,13 @@ async def test_a_replica_started_after_missed_firings_catches_up_per_catch_up(se
     await db_execute(quiet, sa.update(schedule).values(created_at=made, next_fire_at=made + timedelta(hours=1)))
     live = await serve(**LIVE)
 
+    outcome = "submitted" if jobs else "missed"
+
     async def advanced() -> schedule_pb2.Schedule | None:
         now = await get(live, "hourly")
-        return now if now.next_fire_time.ToDatetime() > live.runtime.store.now() else None
+        # counted once the advance has committed: the row shows it first
+        counted = live.runtime.host.metrics.firings(outcome)
+        return now if now.next_fire_time.ToDatetime() > live.runtime.store.now() and counted else None
 
     moved = await eventually(advanced, what="the schedule moved past now")
     assert moved.next_fire_time.ToDatetime() == made + timedelta(hours=4)
@@ -142,5 +155,96 @@ async def test_a_replica_started_after_missed_firings_catches_up_per_catch_up(se
     if jobs:
         assert [fire_time(k) for k in found] == [made + timedelta(hours=3)]  # the latest missed fire time
         assert moved.last_job_no and moved.last_fire_time.ToDatetime() == made + timedelta(hours=3)
-    outcome = "submitted" if jobs else "missed"
     assert live.runtime.host.metrics.firings(outcome) == 1
+
+
+# -- a round driven by hand ------------------------------------------------------------------------
+
+ACME = Token("firing-acme-client-7d2", tenant="acme")
+GLOBEX = Token("firing-globex-client-7d2", tenant="globex")
+
+
+@pytest.fixture
+async def tenants(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
+    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX])
+    served = await start_server(database_url, auth_file=auth, **QUIET)
+    try:
+        yield served
+    finally:
+        await served.close()
+
+
+def loop_of(served: Served, batch: int = BATCH) -> ScheduleLoop:
+    """A schedule loop over the server's own store, group commit and metrics, for the test to tick."""
+    rt = served.runtime
+    jobs = Jobs(
+        rt.store, rt.blocking, rt.commits, rt.wakeup,
+        no_worker_after=timedelta(minutes=5), worker_gone_after=timedelta(minutes=1),
+    )  # fmt: skip
+    return ScheduleLoop(jobs, replace(rt.settings, schedule_interval_seconds=1.0), rt.host.metrics, batch=batch)
+
+
+def now_of(served: Served) -> datetime:
+    return served.runtime.store.now().replace(microsecond=0)
+
+
+async def test_one_tenants_many_due_schedules_do_not_hold_back_anothers_one(tenants: Served) -> None:
+    for i in range(30):
+        await tenants.schedules.CreateSchedule(every(f"a{i}", 3600, overlap=S.ALLOW), metadata=ACME.metadata)
+    await tenants.schedules.CreateSchedule(every("b", 3600, overlap=S.ALLOW), metadata=GLOBEX.metadata)
+    # All due, acme's first: a round taking them oldest first would reach globex's last.
+    now = now_of(tenants)
+    due = {"acme": now - timedelta(seconds=20), "globex": now - timedelta(seconds=10)}
+    for tenant, at in due.items():
+        moved = sa.update(schedule).where(schedule.c.tenant == tenant)
+        await db_execute(tenants, moved.values(created_at=at - timedelta(hours=1), next_fire_at=at))
+    loop = loop_of(tenants, batch=5)
+    first = await loop.fire_batch(tenants.runtime.store.now())
+    assert [(d.schedule.tenant, d.schedule.schedule_id) for d in first.due][:2] == [("acme", "a0"), ("globex", "b")]
+    ref = schedule_pb2.ScheduleRef(schedule_id="b")
+    assert (await tenants.schedules.GetSchedule(ref, metadata=GLOBEX.metadata)).last_job_no  # fired in the first batch
+    await loop.tick()  # the rest of the round: batches until one comes back short
+    for schedule_id in [f"a{i}" for i in range(30)]:
+        assert await keys(tenants, schedule_id) == [f"{schedule_id}@{due['acme'].isoformat()}Z"]
+    assert await keys(tenants, "b") == [f"b@{due['globex'].isoformat()}Z"]
+    metrics = tenants.runtime.host.metrics
+    assert (metrics.firings("submitted"), metrics.firings("missed")) == (31, 0)
+
+
+async def hourly_due_minutes_ago(served: Served, minutes: int) -> datetime:
+    """An hourly schedule whose last fire time passed `minutes` ago (past the 60 s grace) unfired; that time."""
+    await served.schedules.CreateSchedule(every("hourly", 3600, overlap=S.ALLOW))
+    fire = now_of(served) - timedelta(minutes=minutes)
+    await db_execute(served, sa.update(schedule).values(created_at=fire - timedelta(hours=1), next_fire_at=fire))
+    return fire
+
+
+async def test_a_fire_time_reached_late_while_a_loop_ran_fires_and_is_not_missed(serve) -> None:  # type: ignore[no-untyped-def]
+    served = await serve(**QUIET)
+    fire = await hourly_due_minutes_ago(served, 5)
+    # Some server's loop ran all along (busy elsewhere), from an hour ago until a moment ago.
+    ran = {"started_at": fire - timedelta(hours=1), "last_at": now_of(served) - timedelta(seconds=1)}
+    await db_execute(served, sa.insert(schedule_run).values(**ran))
+    loop = loop_of(served)
+    await loop.tick()
+    assert await keys(served, "hourly") == [f"hourly@{fire.isoformat()}Z"]
+    metrics = served.runtime.host.metrics
+    assert (metrics.firings("submitted"), metrics.firings("missed")) == (1, 0)
+    assert metrics.schedule_lag_seconds() >= 300  # the round began 5 minutes behind
+    assert (await get(served, "hourly")).next_fire_time.ToDatetime() == fire + timedelta(hours=1)
+    await loop.tick()
+    assert metrics.schedule_lag_seconds() == 0  # nothing due
+
+
+async def test_a_fire_time_no_loop_ran_for_is_missed(serve) -> None:  # type: ignore[no-untyped-def]
+    served = await serve(**QUIET)
+    fire = await hourly_due_minutes_ago(served, 5)
+    # The loops last ran 20 minutes ago, long before the fire time; this one starts now.
+    down_at = now_of(served) - timedelta(minutes=20)
+    await db_execute(served, sa.insert(schedule_run).values(started_at=down_at - timedelta(hours=1), last_at=down_at))
+    await loop_of(served).tick()
+    assert await keys(served, "hourly") == []
+    assert served.runtime.host.metrics.firings("missed") == 1
+    assert (await get(served, "hourly")).next_fire_time.ToDatetime() == fire + timedelta(hours=1)
+    runs = await db_query(served, sa.select(schedule_run).order_by(schedule_run.c.id))
+    assert len(runs) == 2 and runs[1]["started_at"] > down_at  # the round began a run of its own

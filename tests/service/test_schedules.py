@@ -1,18 +1,25 @@
-"""ScheduleService over a real server and database: create, read, page, pause, resume, delete
-and tenancy. Its bad input is in the matrix of every RPC (test_bad_input.py)."""
+"""ScheduleService over a real server and database: create, read, page, pause, resume, delete,
+tenancy and the per-tenant limit. Its bad input is in the matrix of every RPC (test_bad_input.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import grpc
 import pytest
 from auth_files import Token, write_auth_file
 from served import Served, start_server
-from service_support import duration, rpc_failure
+from service_support import db_rows, duration, rpc_failure
 
-from jobwire.client.status import error_reason
+from jobwire.client.status import error_info, error_reason
+from jobwire.db import schedules as schedule_rows
+from jobwire.domain.commands import Scope
+from jobwire.domain.errors import TooManySchedules
+from jobwire.domain.schedules import CatchUp, Overlap, ScheduleRecord, timing
 from jobwire.v1 import job_pb2, schedule_pb2
 
 pytestmark = pytest.mark.timeout(60)
@@ -145,3 +152,88 @@ async def test_a_template_queue_the_token_may_not_use_is_refused_and_a_worker_ma
         tenants.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(), metadata=ACME_WORKER.metadata)
     )
     assert worker.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+LIMIT = 3
+
+
+@pytest.fixture
+async def capped(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
+    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX])
+    served = await start_server(database_url, auth_file=auth, max_schedules_per_tenant=LIMIT, **QUIET)
+    try:
+        yield served
+    finally:
+        await served.close()
+
+
+async def test_a_tenant_at_its_limit_is_refused_and_keeps_the_rest_of_its_calls(capped: Served) -> None:
+    acme, globex = ACME.metadata, GLOBEX.metadata
+    for i in range(LIMIT):
+        await capped.schedules.CreateSchedule(create(f"s{i}"), metadata=acme)
+    before = await db_rows(capped)
+    full = await rpc_failure(capped.schedules.CreateSchedule(create("one-more"), metadata=acme))
+    assert (full.code(), error_reason(full)) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_SCHEDULES")
+    assert "JOBWIRE_MAX_SCHEDULES_PER_TENANT" in (full.details() or "")
+    assert error_info(full).metadata["limit"] == str(LIMIT)
+    assert await db_rows(capped) == before  # nothing written
+    # the tenant's other calls go on, and another tenant has a limit of its own
+    listed = await capped.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(), metadata=acme)
+    assert [s.schedule_id for s in listed.schedules] == ["s0", "s1", "s2"]
+    await capped.schedules.PauseSchedule(schedule_pb2.ScheduleRef(schedule_id="s0"), metadata=acme)
+    for i in range(LIMIT):
+        await capped.schedules.CreateSchedule(create(f"s{i}"), metadata=globex)
+    # a deleted schedule gives its place back
+    await capped.schedules.DeleteSchedule(schedule_pb2.ScheduleRef(schedule_id="s1"), metadata=acme)
+    assert (await capped.schedules.CreateSchedule(create("one-more"), metadata=acme)).schedule_id == "one-more"
+
+
+async def test_concurrent_creates_never_pass_the_limit(capped: Served) -> None:
+    calls = [capped.schedules.CreateSchedule(create(f"c{i}"), metadata=ACME.metadata) for i in range(40)]
+    answers = await asyncio.gather(*calls, return_exceptions=True)
+    made = [a for a in answers if isinstance(a, schedule_pb2.Schedule)]
+    refused = [a for a in answers if isinstance(a, grpc.aio.AioRpcError)]
+    assert len(made) == LIMIT and len(refused) == 40 - LIMIT, answers
+    assert {r.code() for r in refused} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+    listed = await capped.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(), metadata=ACME.metadata)
+    assert len(listed.schedules) == LIMIT
+
+
+def record(schedule_id: str, tenant: str = "acme") -> ScheduleRecord:
+    now = datetime(2026, 12, 1)
+    when = timing(cron=None, every=timedelta(hours=1), time_zone="UTC", anchor=now)
+    return ScheduleRecord(
+        tenant=tenant, schedule_id=schedule_id, queue="default", timing=when, template=template().SerializeToString(),
+        overlap=Overlap.SKIP, catch_up=CatchUp.NONE, next_fire_at=when.next_after(now),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("tenant_seen", [False, True], ids=["first create of the tenant", "tenant seen before"])
+async def test_a_create_waits_for_one_in_flight_of_its_tenant_then_counts_it(quiet: Served, tenant_seen: bool) -> None:
+    """Two creates for the last place, the second begun while the first is uncommitted: one place taken.
+
+    Without the tenant's lock, MySQL's READ COMMITTED lets the second count without the
+    first's insert, and both would be kept."""
+    store, engine = quiet.runtime.store, quiet.runtime.store.db.engine
+    if tenant_seen:
+        store.create_schedule(record("earlier"), 2)
+    first = engine.connect().execution_options(jobwire_immediate=True)
+    in_flight = first.begin()
+    schedule_rows.create(first, record("first"), 1 + tenant_seen)  # counted, inserted, not committed
+    second: list[object] = []
+
+    def create_second() -> None:
+        try:
+            second.append(store.create_schedule(record("second"), 1 + tenant_seen))
+        except TooManySchedules as refused:
+            second.append(refused)
+
+    racer = threading.Thread(target=create_second)
+    racer.start()
+    racer.join(1.0)  # with the lock it waits for the first; without, it has counted and kept its own by now
+    in_flight.commit()
+    first.close()
+    racer.join(30)
+    assert len(second) == 1 and isinstance(second[0], TooManySchedules), second
+    listed = store.list_schedules(Scope(tenant="acme"), 10, "")[0]
+    assert sorted(s.schedule_id for s in listed) == sorted(["first", *(["earlier"] if tenant_seen else [])])

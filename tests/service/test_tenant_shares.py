@@ -116,3 +116,52 @@ def test_shares_by_tenant_count() -> None:
         with pytest.raises(Exception, match="limit"), shares.hold("b"):
             pass
     assert shares.total == 0 and shares.held("a") == 0
+
+
+async def test_a_watch_weighs_the_jobs_it_watches(database_url: str, auth_file: Path) -> None:
+    """Security review, issue 22, finding 6: a stream of 1,000 jobs weighs 1,000, not one stream."""
+    s = await start_server(database_url, auth_file=auth_file, max_streams=10, max_watched_jobs=2000)
+    try:
+        made = await s.jobs.SubmitBatch(job_pb2.SubmitBatchRequest(
+            jobs=[job_pb2.SubmitRequest(job_type="frames") for _ in range(1000)]
+        ), metadata=ACME)  # fmt: skip
+        nos = [job.job_no for job in made.jobs]
+        many = s.jobs.WatchJobs(job_pb2.WatchJobsRequest(job_nos=nos), metadata=ACME)
+        assert (await next_job(many)) is not None
+        # acme's share is 2,000 // 2 watched jobs: the 1,000-job stream holds all of it, though
+        # five of its ten streams are left.
+        one = s.jobs.WatchStatus(job_pb2.WatchStatusRequest(job_no=nos[0]), metadata=ACME)
+        assert await rpc_error(one.read()) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_WATCHED_JOBS")
+        owner = s.jobs.WatchJobs(job_pb2.WatchJobsRequest(owner="someone"), metadata=ACME)  # weighs 1,000
+        assert await rpc_error(owner.read()) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_WATCHED_JOBS")
+        theirs = (await s.jobs.Submit(job_pb2.SubmitRequest(job_type="frames"), metadata=GLOBEX)).job
+        watch = s.jobs.WatchStatus(job_pb2.WatchStatusRequest(job_no=theirs.job_no), metadata=GLOBEX)
+        assert (await next_job(watch)).job_no == theirs.job_no  # type: ignore[union-attr]
+        watch.cancel()
+        many.cancel()  # its 1,000 go back
+
+        async def acme_watches_again() -> bool:
+            again = s.jobs.WatchStatus(job_pb2.WatchStatusRequest(job_no=nos[0]), metadata=ACME)
+            try:
+                return (await next_job(again)) is not None
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                return False
+            finally:
+                again.cancel()
+
+        await eventually(acme_watches_again, what="the 1,000-job stream's share given back")
+    finally:
+        await s.channel.close()
+        await s.runtime.stop(grace=1.0)
+
+
+def test_shares_take_weights() -> None:
+    shares = TenantShares(2000, 2)
+    give_back = shares.take("a", weight=1000)
+    with pytest.raises(Exception, match="limit"):
+        shares.take("a")
+    shares.take("b", weight=1000)()
+    give_back()
+    give_back()  # once only
+    assert shares.total == 0 and shares.held("a") == 0

@@ -56,7 +56,7 @@ def test_wait_is_the_default_unset_capped_above_and_within_the_deadline() -> Non
     assert wait_seconds(wait(), 0.1) == 0.0  # a deadline already (nearly) past: answer at once
 
 
-@pytest.mark.parametrize(("seconds", "nanos"), [(-1, 0), (0, -1), (0, 1_000_000_000)])
+@pytest.mark.parametrize(("seconds", "nanos"), [(-1, 0), (0, -1), (0, 1_000_000_000), (2**63 - 1, 0), (10**14, 0)])
 def test_a_bad_timeout_is_refused_as_timeout(seconds: int, nanos: int) -> None:
     with pytest.raises(InvalidArgument) as refused:
         wait_seconds(wait(seconds, nanos), None)

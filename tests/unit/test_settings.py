@@ -19,6 +19,12 @@ def test_defaults_and_environment() -> None:
     assert Settings.from_env({"JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT": "600"}).default_attempt_timeout_seconds == 600.0
     assert Settings.from_env({}).no_worker_after_seconds == 300.0
     assert Settings.from_env({"JOBWIRE_NO_WORKER_AFTER": "60"}).no_worker_after_seconds == 60.0
+    limits = Settings.from_env({})
+    assert (limits.max_watched_jobs, limits.max_transfers, limits.stream_idle_seconds) == (100_000, 256, 60.0)
+    assert limits.max_result_bytes == 5 << 30
+    assert Settings.from_env({"JOBWIRE_MAX_RESULT_BYTES": "1000"}).max_result_bytes == 1000
+    assert Settings.from_env({}).max_schedules_per_tenant == 1000
+    assert Settings.from_env({"JOBWIRE_MAX_SCHEDULES_PER_TENANT": "50"}).max_schedules_per_tenant == 50
 
 
 @pytest.mark.parametrize(
@@ -31,6 +37,11 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_TLS_CERT": "/etc/cert.pem"}, "JOBWIRE_TLS_KEY"),
         ({"JOBWIRE_TLS_CLIENT_CA": "/etc/ca.pem"}, "JOBWIRE_TLS_CLIENT_CA"),
         ({"JOBWIRE_MAX_STREAMS": "0"}, "JOBWIRE_MAX_STREAMS"),
+        ({"JOBWIRE_MAX_WATCHED_JOBS": "0"}, "JOBWIRE_MAX_WATCHED_JOBS"),
+        ({"JOBWIRE_MAX_TRANSFERS": "0"}, "JOBWIRE_MAX_TRANSFERS"),
+        ({"JOBWIRE_STREAM_IDLE_SECONDS": "0"}, "JOBWIRE_STREAM_IDLE_SECONDS"),
+        ({"JOBWIRE_STREAM_IDLE_SECONDS": "nan"}, "JOBWIRE_STREAM_IDLE_SECONDS"),
+        ({"JOBWIRE_MAX_RESULT_BYTES": "0"}, "JOBWIRE_MAX_RESULT_BYTES"),
         ({"JOBWIRE_REAPER_INTERVAL_SECONDS": "-1"}, "JOBWIRE_REAPER_INTERVAL_SECONDS"),
         ({"JOBWIRE_RESULT_SCHEMES": "HTTPS"}, "JOBWIRE_RESULT_SCHEMES"),
         ({"JOBWIRE_RETENTION_WORKER_DAYS": "0"}, "JOBWIRE_RETENTION_WORKER_DAYS"),
@@ -46,6 +57,7 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_NO_WORKER_AFTER": "0"}, "JOBWIRE_NO_WORKER_AFTER"),
         ({"JOBWIRE_NO_WORKER_AFTER": "nan"}, "JOBWIRE_NO_WORKER_AFTER"),
         ({"JOBWIRE_NO_WORKER_AFTER": "2600000"}, "JOBWIRE_NO_WORKER_AFTER"),
+        ({"JOBWIRE_MAX_SCHEDULES_PER_TENANT": "0"}, "JOBWIRE_MAX_SCHEDULES_PER_TENANT"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names: str) -> None:

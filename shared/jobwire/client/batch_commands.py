@@ -48,7 +48,9 @@ def cmd_batch_submit(ctx: Context, args: argparse.Namespace) -> int:
         if ctx.as_json:
             ctx.emit(render.to_json(made.raw))
         else:
-            ctx.out.print(f"{made.batch_id} submitted: {len(made.jobs)} jobs", markup=False, highlight=False)
+            # jobs_omitted: a replay whose jobs no longer fit one reply lists only the first
+            made_jobs = len(made.jobs) + made.jobs_omitted
+            ctx.out.print(f"{made.batch_id} submitted: {made_jobs} jobs", markup=False, highlight=False)
         if args.watch:
             return _follow(ctx, client, made.batch_id)
     return EXIT_OK

@@ -214,13 +214,18 @@ class Batch(View[job_pb2.Batch]):
 
 
 class SubmittedBatch(View[job_pb2.SubmitBatchResponse]):
-    """`submit_batch`'s answer: the batch's id and its jobs, in request order."""
+    """`submit_batch`'s answer: the batch's id and its jobs, in request order.
+
+    A replayed batch whose jobs no longer fit one reply lists those that fit and counts the
+    rest in `jobs_omitted` (read them with `get_batch` and `watch_batch`).
+    """
 
     __slots__ = ()
     wire_type = job_pb2.SubmitBatchResponse
     shown = ("batch_id", "jobs")
     batch_id = plain(str)
     jobs = each_view(Job)
+    jobs_omitted = plain(int)
 
 
 class Schedule(View[schedule_pb2.Schedule]):

@@ -1,7 +1,8 @@
 """Batches: many jobs made in one transaction or none, a key that replays the whole batch, and counts.
 
 A SubmitBatch runs inside the group commit's transaction like any submit
-(jobwire.db.store): its key is looked up first (a replay reads the batch's jobs back), its
+(jobwire.db.store): its key is looked up first (a replay reads the batch's jobs back), a
+batch whose reply would not fit one message is refused (jobwire.domain.batches), its
 dependencies are checked before anything is written (one refusal refuses the batch), then
 the job_batch row and every job, event and edge go in one round trip. Two replays racing
 with one key: the second insert of the key is refused by its UNIQUE index, and the
@@ -51,6 +52,9 @@ async def submit_batch(
         found = await _by_key(wire, batch)
         if found is not None:
             return _replay(found, fingerprint(batch), await _jobs(wire, found["batch_id"]))
+    refused = batch.refusal()  # after the key: a batch made before this rule still replays
+    if refused is not None:
+        return refused
     for i, waits in enumerate(await dependencies.resolve(wire, [new for new, _ in numbered])):
         if isinstance(waits, JobwireError):
             return _in_batch(i, waits)

@@ -18,7 +18,7 @@ one transaction, so concurrent calls share their round trips and their COMMIT:
    again: the read that explains a refusal is only made when there is one.
 5. Jobs that ended in 1-4 may settle the jobs waiting for them (jobwire.db.dependencies):
    `follow` names those ops, which go through 1-4 themselves, round after round down a
-   chain, before anything commits.
+   chain, as many as `follow` allows one transaction, before anything commits.
 6. The events (with each version's user-visible snapshot), artifact rows and late-call
    evidence, with the COMMIT, in one round trip.
 
@@ -144,9 +144,9 @@ class _Job:
 
 
 # A job that ends may end the jobs that depend on it, which may end theirs: rounds of
-# follow-up ops in one transaction, this many at most (the rest: jobwire.db.dependencies' sweep).
-MAX_FOLLOW_ROUNDS = 8
-FollowUp = Callable[[Wire, Sequence[Row]], Awaitable[Sequence["JobOp[Any]"]]]
+# follow-up ops in one transaction, until `follow` names none (it bounds them itself:
+# jobwire.db.dependencies.FollowUps), each with the rows it read and locked for them.
+FollowUp = Callable[[Wire, Sequence[Row]], Awaitable[tuple[Sequence["JobOp[Any]"], Mapping[Name, Row]]]]
 
 
 async def apply_ops(
@@ -171,11 +171,11 @@ async def apply_ops(
     jobs = await _round(wire, ops, now, cache, rows or {})
     every = list(jobs.values())
     ended = _ended(every)
-    for _ in range(MAX_FOLLOW_ROUNDS):
-        more = await follow(wire, ended) if follow is not None and ended else []
+    while follow is not None and ended:
+        more, locked = await follow(wire, ended)
         if not more:
             break
-        followed = list((await _round(wire, more, now, cache, {})).values())
+        followed = list((await _round(wire, more, now, cache, locked)).values())
         every += followed
         ended = _ended(followed)
     await wire.commit(_records(wire, every, now, evidence) + list(extra))

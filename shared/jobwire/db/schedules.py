@@ -1,13 +1,19 @@
-"""Schedules: their rows, the rounds' scan for due ones, and the guarded advance.
+"""Schedules: their rows, the rounds' scan for due ones, the guarded advance, and when loops ran.
 
 A firing's job goes through the normal submit (its idempotency key makes it once per fire
 time); this module only keeps the schedule row. Every replica's round may find the same
 schedule due: `advance` moves next_fire_at only WHERE it still holds the value the round
 read, so one replica advances it and the others change nothing.
+
+The scan takes every tenant's oldest due schedule before anyone's second (a window
+function: SQLite 3.25+, MariaDB 10.2+, MySQL 8), so one tenant's thousands cannot hold
+another's one back for more than a batch. `mark` keeps the loops' runs
+(jobwire.domain.schedules.Run) that say whether a late fire time was missed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,20 +22,49 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from jobwire.db.reads import _page, decode_page_token, encode_page_token, scoped
-from jobwire.db.tables import job, schedule
+from jobwire.db.tables import job, schedule, schedule_run, schedule_tenant
+from jobwire.db.wire import Wire
+from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import Scope
-from jobwire.domain.errors import ScheduleExists
-from jobwire.domain.schedules import CatchUp, Due, Overlap, ScheduleRecord, Timing
+from jobwire.domain.errors import ScheduleExists, TooManySchedules
+from jobwire.domain.schedules import (
+    RUN_HISTORY,
+    Advance,
+    Backlog,
+    CatchUp,
+    Due,
+    Overlap,
+    Run,
+    ScheduleRecord,
+    Timing,
+    continues,
+)
 from jobwire.domain.states import TERMINAL
 
 Row = dict[str, Any]
 
 
-def create(conn: Connection, new: ScheduleRecord) -> None:
+def create(conn: Connection, new: ScheduleRecord, limit: int) -> None:
+    """Keep `new` unless its tenant has `limit` schedules already: exactly, under concurrent creates."""
+    _lock_tenant(conn, new.tenant)
+    held = conn.execute(sa.select(sa.func.count()).select_from(schedule).where(schedule.c.tenant == new.tenant))
+    if held.scalar_one() >= limit:
+        raise TooManySchedules(limit)
     try:
         conn.execute(sa.insert(schedule).values(**_values(new)))
     except IntegrityError:
         raise ScheduleExists() from None
+
+
+def _lock_tenant(conn: Connection, tenant: str) -> None:
+    """Hold the tenant's schedule_tenant row (made by its first create) until the transaction ends."""
+    locked = sa.select(schedule_tenant.c.tenant).where(schedule_tenant.c.tenant == tenant).with_for_update()
+    if conn.execute(locked).first() is not None:
+        return
+    try:
+        conn.execute(sa.insert(schedule_tenant).values(tenant=tenant))  # held by this transaction from now on
+    except IntegrityError:
+        raise RetryTransaction() from None  # another create made it first: lock it on the rerun
 
 
 def get(conn: Connection, scope: Scope, schedule_id: str) -> ScheduleRecord | None:
@@ -60,52 +95,91 @@ def delete(conn: Connection, scope: Scope, schedule_id: str) -> bool:
     return bool(conn.execute(sa.delete(schedule).where(*_named(scope, schedule_id))).rowcount)
 
 
-def due(conn: Connection, now: datetime, limit: int) -> list[Due]:
-    """Schedules of every tenant whose next fire time has come, with their previous job's state."""
+def due(conn: Connection, now: datetime, limit: int) -> Backlog:
+    """Up to `limit` schedules whose next fire time has come, with their previous job's state:
+    each tenant's oldest first, then each one's second, and so on."""
+    due_now = sa.and_(schedule.c.next_fire_at <= now, schedule.c.paused == sa.false())
+    ranked = (
+        sa.select(
+            schedule.c.id,
+            schedule.c.next_fire_at,
+            sa.func.row_number()
+            .over(partition_by=schedule.c.tenant, order_by=(schedule.c.next_fire_at, schedule.c.id))
+            .label("turn"),
+        )
+        .where(due_now)
+        .subquery("ranked")
+    )
+    # The batch is picked from the ids alone; only its rows are joined and read whole (a sort
+    # of every due row with its template would spill to disk).
+    picked = (
+        sa.select(ranked.c.id, ranked.c.turn)
+        .order_by(ranked.c.turn, ranked.c.next_fire_at, ranked.c.id)
+        .limit(limit)
+        .subquery("picked")
+    )
+    # An aggregate, not MIN() OVER (): MariaDB computes that one row by row over every due row.
+    every_due = schedule.alias("every_due")
+    oldest = (
+        sa.select(sa.func.min(every_due.c.next_fire_at))
+        .where(every_due.c.next_fire_at <= now, every_due.c.paused == sa.false())
+        .scalar_subquery()
+    )
     previous = job.alias("previous")
     query = (
-        sa.select(schedule, previous.c.status.label("previous_status"))
+        sa.select(schedule, previous.c.status.label("previous_status"), oldest.label("oldest"))
         .select_from(
-            schedule.outerjoin(
+            picked.join(schedule, schedule.c.id == picked.c.id).outerjoin(
                 previous, sa.and_(previous.c.tenant == schedule.c.tenant, previous.c.job_no == schedule.c.last_job_no)
             )
         )
-        .where(schedule.c.next_fire_at <= now, schedule.c.paused == sa.false())
-        .order_by(schedule.c.next_fire_at)
-        .limit(limit)
+        .order_by(picked.c.turn, schedule.c.next_fire_at, schedule.c.id)
     )
-    unfinished = {s.value for s in TERMINAL}
-    return [
-        Due(
-            from_row(dict(r)),
-            previous_unfinished=r["previous_status"] is not None and r["previous_status"] not in unfinished,
-        )
-        for r in conn.execute(query).mappings()
-    ]
+    rows = [dict(r) for r in conn.execute(query).mappings()]
+    return Backlog(due=[_due(r) for r in rows], oldest=rows[0]["oldest"] if rows else None)
 
 
-def advance(
-    conn: Connection,
-    one: ScheduleRecord,
-    *,
-    due_at: datetime,
-    next_fire_at: datetime,
-    fired: tuple[datetime, str] | None,
-    skipped: bool,
-) -> bool:
-    """Move the schedule on from `due_at`, recording the firing (fire time, job) or a skip;
-    False when another round (or a pause, resume or delete) changed it first."""
-    values: dict[str, Any] = {"next_fire_at": next_fire_at}
-    if fired is not None:
-        values["last_fire_at"], values["last_job_no"] = fired
-    if skipped:
-        values["skipped_firings"] = schedule.c.skipped_firings + 1
-    guarded = sa.update(schedule).where(
-        *_named(Scope(tenant=one.tenant), one.schedule_id),
-        schedule.c.next_fire_at == due_at,
-        schedule.c.paused == sa.false(),
-    )
-    return bool(conn.execute(guarded.values(**values)).rowcount)
+_FINISHED = frozenset(s.value for s in TERMINAL)
+
+
+def _due(row: Row) -> Due:
+    previous = row["previous_status"]
+    return Due(from_row(row), previous_unfinished=previous is not None and previous not in _FINISHED)
+
+
+async def advance(wire: Wire, moves: Sequence[Advance]) -> list[bool]:
+    """Move each schedule on from its `due_at`, recording its firing or skip, and commit; False for
+    one another round (or a pause, resume or delete) changed first."""
+    counts = await wire.run([(wire.sql.advance_schedule, _moved(move)) for move in moves])
+    await wire.commit()
+    return [bool(count) for count in counts]
+
+
+def _moved(move: Advance) -> dict[str, Any]:
+    fired_at, job_no = move.fired or (None, None)
+    one = move.schedule
+    return {
+        "next_fire_at": move.next_fire_at, "fired_at": fired_at, "job_no": job_no, "skipped": int(move.skipped),
+        "tenant": one.tenant, "schedule_id": one.schedule_id, "due_at": move.due_at,
+    }  # fmt: skip
+
+
+def mark(conn: Connection, now: datetime, gap: timedelta) -> None:
+    """A loop ran at `now`: extend the latest run, or after a silence past `gap` begin a new one
+    (and forget runs older than RUN_HISTORY). Replicas racing may begin two: both hold."""
+    latest = conn.execute(sa.select(schedule_run).order_by(schedule_run.c.id.desc()).limit(1)).mappings().first()
+    if latest is not None and continues(latest["last_at"], now, gap):
+        extend = sa.update(schedule_run).where(schedule_run.c.id == latest["id"], schedule_run.c.last_at < now)
+        conn.execute(extend.values(last_at=now))
+        return
+    conn.execute(sa.insert(schedule_run).values(started_at=now, last_at=now))
+    conn.execute(sa.delete(schedule_run).where(schedule_run.c.last_at < now - RUN_HISTORY))
+
+
+def runs(conn: Connection, since: datetime) -> list[Run]:
+    """The loops' runs that went on at or after `since`."""
+    query = sa.select(schedule_run).where(schedule_run.c.last_at >= since).order_by(schedule_run.c.id)
+    return [Run(started_at=r["started_at"], last_at=r["last_at"]) for r in conn.execute(query).mappings()]
 
 
 def from_row(row: Row) -> ScheduleRecord:

@@ -203,7 +203,7 @@ class Statements:
         self.last_number = d.text("SELECT last_seq FROM job_day_counter WHERE tenant = :tenant AND day = :day")
         self.number_shape = RowShape([], ["last_seq"], d)
         self.dependency_shape = RowShape([], ["id", "tenant", "job_no", "status"], d)
-        self.dependent_shape = RowShape([], ["tenant", "job_no"], d)
+        self.dependent_shape = RowShape([], ["id", "tenant", "job_no"], d)
         self.count_shape = RowShape([], ["tenant", "job_no", "unfinished", "failed_by", "cancelled_by"], d)
         self.insert_batch = d.text(
             _insert("job_batch", ("batch_id", "tenant", "idempotency_key", "fingerprint", "total", "created_at"))
@@ -221,6 +221,13 @@ class Statements:
         # Not versioned: nothing a person sees changes. An ending guards on the flag instead
         # (jobwire.db.changes), so a row guessed before the mark is read again.
         self.mark_depended_on = d.text("UPDATE job SET has_dependents = TRUE WHERE id = :id AND has_dependents = FALSE")
+        # A schedule moved on by a round (jobwire.db.schedules.advance), guarded by the fire time
+        # the round read: a batch's are one round trip on MySQL, each with its own count.
+        self.advance_schedule = d.text(
+            "UPDATE schedule SET next_fire_at = :next_fire_at, last_fire_at = COALESCE(:fired_at, last_fire_at),"
+            " last_job_no = COALESCE(:job_no, last_job_no), skipped_firings = skipped_firings + :skipped"
+            " WHERE tenant = :tenant AND schedule_id = :schedule_id AND next_fire_at = :due_at AND paused = FALSE"
+        )
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def rows_by_key(self, count: int) -> str:
@@ -256,16 +263,18 @@ class Statements:
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def waiting_dependents(self, count: int) -> str:
-        """The waiting jobs that depend on any of `count` job ids (`:e<i>`), locked."""
+        """At most `:limit` waiting jobs that depend on any of `count` job ids (`:e<i>`), in id
+        order after `:after`. Not locked: the caller locks the jobs it settles, then counts."""
         names = ", ".join(f":e{i}" for i in range(count))
-        # Driven from the edges (ix_job_dependency_on): a job nobody depends on costs one
+        # Driven from the edges, in order (ix_job_dependency_on: depends_on_id, job_id): a
+        # chunk reads from where the last one ended, and a job nobody depends on costs one
         # index probe that finds nothing, on every transaction that ends jobs.
         sql = (
-            "SELECT job.tenant, job.job_no FROM job_dependency JOIN job ON job.id = job_dependency.job_id"
-            f" WHERE job_dependency.depends_on_id IN ({names}) AND job.status = 'QUEUED' AND job.waiting_on > 0"
-            " ORDER BY job.id"
+            "SELECT job.id, job.tenant, job.job_no FROM job_dependency JOIN job ON job.id = job_dependency.job_id"
+            f" WHERE job_dependency.depends_on_id IN ({names}) AND job_dependency.job_id > :after"
+            " AND job.status = 'QUEUED' AND job.waiting_on > 0 ORDER BY job_dependency.job_id LIMIT :limit"
         )
-        return self.dialect.text(sql + (Lock.UPDATE if self.dialect.locks else ""))
+        return self.dialect.text(sql)
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def dependency_counts(self, count: int) -> str:

@@ -61,7 +61,7 @@ from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.results import KeptResult
-from jobwire.domain.schedules import Due, ScheduleRecord
+from jobwire.domain.schedules import Advance, Backlog, Run, ScheduleRecord
 from jobwire.domain.states import Status
 from jobwire.domain.transitions import Move, Transition
 
@@ -108,10 +108,15 @@ Work = Call | Submit | SubmitBatch | Claim
 
 
 Observer = Callable[[Sequence[Transition]], None]
+Unsettled = Callable[[Sequence[dependencies.Pending]], None]
 
 
 def _unobserved(moved: Sequence[Transition]) -> None:
     """No observer: the moves go uncounted (a store used without a server)."""
+
+
+def _left_to_sweep(left: Sequence[dependencies.Pending]) -> None:
+    """No settler: what an ending left of its dependents waits for the housekeeping sweep."""
 
 
 class JobStore:
@@ -129,6 +134,10 @@ class JobStore:
         # A COMMIT nobody can confirm (COMMIT_UNKNOWN) counts nothing. The moves come from
         # rows already in memory: no statement is added.
         self.observe: Observer = _unobserved
+        # Dependents one transaction settles at most; told, after the COMMIT, what an ending
+        # left of them (the runtime's settler: jobwire.runtime.settling).
+        self.chunk = dependencies.CHUNK
+        self.unsettled: Unsettled = _left_to_sweep
         self.limited = queue_limits.LimitedQueues()
         self.turns = Turns()  # a shared fleet's claims take turns between tenants
         self.recent_queues = standing.RecentQueues()  # queue facts for stream messages (restand)
@@ -144,12 +153,15 @@ class JobStore:
         numbered = {i: [(new, await self.job_numbers.next(new.tenant)) for new in _news(w)] for i, w in enumerate(work)
                     if isinstance(w, Submit | SubmitBatch)}  # fmt: skip
         moved: list[Transition] = []
-        results = await self.db.transact(lambda wire: self._apply(wire, work, numbered, moved))
+        left: list[dependencies.Pending] = []
+        results = await self.db.transact(lambda wire: self._apply(wire, work, numbered, moved, left))
         self.observe(moved)  # the run that committed: `transact` returns nothing else
         for claim in work:
             if isinstance(claim, Claim):
                 for queue, _ in claim.kinds:  # served now: a stream's next message of that queue reads it again
                     self.recent_queues.forget(claim.who.tenant, queue)
+        if left:
+            self.unsettled(left)
         return results
 
     async def _apply(
@@ -158,8 +170,10 @@ class JobStore:
         work: Sequence[Work],
         numbered: dict[int, list[tuple[NewJob, str]]],
         moved: list[Transition],
+        left: list[dependencies.Pending],
     ) -> list[Any]:
         moved.clear()  # a rerun of the transaction: the run before committed nothing
+        left.clear()
         now = self.db.clock.now()
         results: list[Any] = [None] * len(work)
         submits = [(i, jobs) for i, jobs in numbered.items() if isinstance(work[i], Submit)]
@@ -212,10 +226,12 @@ class JobStore:
         extra += budgets.spent(wire)
         extra += [make(wire, now) for _, call in calls for make in call.extra]
         ops = [op for _, part in parts for op in part]
+        follow = dependencies.FollowUps(self.chunk)
         outcomes = await apply_ops(
             wire, ops, now=now, cache=self.cache, evidence=self.evidence, rows=rows, extra=extra,
-            follow=dependencies.follow_up, moved=moved,
+            follow=follow, moved=moved,
         )  # fmt: skip
+        left += follow.left
         for (i, _), part in zip(parts, _split(outcomes, [len(p) for _, p in parts]), strict=True):
             results[i] = list(part)
         return results
@@ -358,9 +374,9 @@ class JobStore:
         return self.db.write(lambda c: reads.purge_workers(c, older_than))
 
     # -- schedules (jobwire.db.schedules; their firings submit through apply) --------------------
-    def create_schedule(self, new: ScheduleRecord) -> ScheduleRecord:
-        """Keep a new schedule (ALREADY_EXISTS for a taken id in its tenant)."""
-        self.db.write(lambda c: schedules.create(c, new))
+    def create_schedule(self, new: ScheduleRecord, limit: int) -> ScheduleRecord:
+        """Keep a new schedule (ALREADY_EXISTS for a taken id in its tenant, RESOURCE_EXHAUSTED past `limit`)."""
+        self.db.write(lambda c: schedules.create(c, new, limit))
         return new
 
     def get_schedule(self, scope: Scope, schedule_id: str) -> ScheduleRecord:
@@ -382,22 +398,21 @@ class JobStore:
         if not self.db.write(lambda c: schedules.delete(c, scope, schedule_id)):
             raise ScheduleNotFound()
 
-    def due_schedules(self, now: datetime, limit: int) -> list[Due]:
+    def due_schedules(self, now: datetime, limit: int) -> Backlog:
+        """Schedules due at `now`, every tenant's oldest first (jobwire.db.schedules.due)."""
         return self.db.read(lambda c: schedules.due(c, now, limit))
 
-    def advance_schedule(
-        self,
-        one: ScheduleRecord,
-        *,
-        due_at: datetime,
-        next_fire_at: datetime,
-        fired: tuple[datetime, str] | None = None,
-        skipped: bool = False,
-    ) -> bool:
-        """Move a due schedule on, guarded by the fire time read (jobwire.db.schedules.advance)."""
-        return self.db.write(
-            lambda c: schedules.advance(c, one, due_at=due_at, next_fire_at=next_fire_at, fired=fired, skipped=skipped)
-        )
+    async def advance_schedules(self, moves: Sequence[Advance]) -> list[bool]:
+        """Move due schedules on in one transaction, each guarded by the fire time it was read at
+        (jobwire.db.schedules.advance)."""
+        return await self.db.transact(lambda wire: schedules.advance(wire, moves))
+
+    def mark_schedule_round(self, now: datetime, gap: timedelta) -> None:
+        """A schedule loop ran at `now` (jobwire.db.schedules.mark)."""
+        self.db.write(lambda c: schedules.mark(c, now, gap))
+
+    def schedule_runs(self, since: datetime) -> list[Run]:
+        return self.db.read(lambda c: schedules.runs(c, since))
 
     # -- housekeeping (every server process runs it; see jobwire.runtime.housekeeping) -------------------
     async def reap_leases(self, grace: timedelta, *, by: str, read: reaper.Read) -> reaper.Reaped:
@@ -412,26 +427,33 @@ class JobStore:
         """End jobs and attempts past their time limits; mark (or fail) jobs without progress."""
         return await timeouts.sweep(read, self._run, by=by)
 
-    async def settle_dependencies(self, *, read: reaper.Read, batch: int = timeouts.BATCH) -> int:
-        """Settle waiting jobs whose dependencies ended without settling them (a chain deeper
-        than one transaction follows); how many changed."""
-        due = await read(lambda conn: dependencies.due(conn, batch))
-        if not due:
-            return 0
+    async def dependencies_due(self, *, read: reaper.Read, quiet: timedelta) -> list[dependencies.Pending]:
+        """What endings left of their dependents that nobody has settled for `quiet` (a crash
+        lost the settler's work): the sweep's work."""
+        since = self.db.clock.now() - quiet
+        due: list[dependencies.Pending] = await read(lambda conn: dependencies.due(conn, self.chunk, since))
+        return due
 
+    async def settle_dependents(self, pending: dependencies.Pending) -> tuple[int, list[dependencies.Pending]]:
+        """Settle the next `chunk` waiting dependents of `pending`, and theirs while the chunk
+        lasts, in one transaction: how many of `pending`'s changed, and what is left."""
         moved: list[Transition] = []
 
-        async def settle(wire: Wire) -> list[Any]:
+        async def settle(wire: Wire) -> tuple[list[Any], list[dependencies.Pending]]:
             moved.clear()  # a rerun: the run before committed nothing
-            ops = await dependencies.settle_due(wire, due)
-            return await apply_ops(
-                wire, ops, now=self.db.clock.now(), cache=self.cache, evidence=self.evidence,
-                follow=dependencies.follow_up, moved=moved,
+            follow = dependencies.FollowUps(self.chunk)
+            ops, rows = await follow.settle(wire, pending)
+            if not ops:
+                return [], follow.left
+            outcomes = await apply_ops(
+                wire, ops, now=self.db.clock.now(), cache=self.cache, evidence=self.evidence, rows=rows,
+                follow=follow, moved=moved,
             )  # fmt: skip
+            return outcomes, follow.left
 
-        settled = await self.db.transact(settle)
+        settled, left = await self.db.transact(settle)
         self.observe(moved)
-        return sum(kind is not None for kind in settled)
+        return sum(kind is not None for kind in settled), left
 
     async def _run(self, ops: Sequence[JobOp[Any]]) -> list[Any]:
         """Housekeeping's operations, as one call."""
@@ -484,7 +506,10 @@ def open_store(url: str, *, pool_size: int = 8, job_prefix: str = "PT", migrate:
 
 
 def _news(work: Submit | SubmitBatch) -> Sequence[NewJob]:
-    return work.news if isinstance(work, Submit) else work.batch.jobs
+    """The jobs `work` may make: none for a batch too large to make (a replay of it needs no numbers)."""
+    if isinstance(work, Submit):
+        return work.news
+    return work.batch.jobs if work.batch.refusal() is None else ()
 
 
 def _split(items: Sequence[Any], sizes: Sequence[int]) -> list[Sequence[Any]]:

@@ -158,7 +158,8 @@ Index("ix_job_batch", job.c.batch_id, job.c.status)
 Index("ix_job_waiting", job.c.status, job.c.waiting_on)
 
 # One row per dependency: `job_id` may be claimed once `depends_on_id` is READY. Read from
-# the dependency's side when it ends (ix_job_dependency_on), from the job's side for its view.
+# the dependency's side when it ends (ix_job_dependency_on: its dependents in id order, read
+# in chunks after the last one settled), from the job's side for its view.
 job_dependency = Table(
     "job_dependency",
     metadata,
@@ -168,7 +169,7 @@ job_dependency = Table(
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",
 )
-Index("ix_job_dependency_on", job_dependency.c.depends_on_id)
+Index("ix_job_dependency_on", job_dependency.c.depends_on_id, job_dependency.c.job_id)
 
 # One row per SubmitBatch: its jobs carry its batch_id; its key replays it whole.
 job_batch = Table(
@@ -341,3 +342,29 @@ schedule = Table(
     mysql_collate="utf8mb4_bin",
 )
 Index("ix_schedule_due", schedule.c.next_fire_at)  # the rounds' scan: due and not paused
+
+# A tenant's schedules are capped (JOBWIRE_MAX_SCHEDULES_PER_TENANT): each CreateSchedule
+# locks its tenant's row here, then counts and inserts, so two creates of one tenant never
+# both count the last free place (MySQL runs READ COMMITTED: a count alone would not hold).
+schedule_tenant = Table(
+    "schedule_tenant",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+
+# When the schedule loops ran (jobwire.domain.schedules.Run): a fire time is missed only if
+# no loop ran between it and the misfire grace after it. A round extends the latest run or,
+# after a silence longer than the run gap, starts a new one; runs older than a week go.
+schedule_run = Table(
+    "schedule_run",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("started_at", Timestamp, nullable=False),
+    Column("last_at", Timestamp, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)

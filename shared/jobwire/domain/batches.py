@@ -1,4 +1,11 @@
-"""Batches: jobs submitted together, all or none, and what a batch says about its jobs."""
+"""Batches: jobs submitted together, all or none, and what a batch says about its jobs.
+
+A batch's reply carries every job it made, so it must fit one gRPC message: a batch whose
+reply would not is refused before anything is written (a 4.1 MB batch once committed, then
+its 4.3 MB reply failed, and every replay of its key with it). The servicer weighs each job's
+reply before the store runs (`NewBatch.reply_bytes`); a replay's reply, read back from jobs
+that may have grown since (results, errors), lists those that fit and counts the rest.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,24 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from jobwire.domain.commands import NewJob
+from jobwire.domain.errors import ResourceExhausted
+from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.domain.states import Status
+
+# What a SubmitBatch reply may carry: the gRPC message limit, less room for its framing.
+REPLY_BUDGET = MAX_GRPC_MESSAGE_BYTES - (64 << 10)
+
+
+class BatchTooLarge(ResourceExhausted):
+    """The batch's reply would not fit one message; split the batch."""
+
+    reason = "BATCH_TOO_LARGE"
+
+    def __init__(self, reply_bytes: int) -> None:
+        super().__init__(
+            f"the reply to this batch would be about {reply_bytes:,} bytes, over the {REPLY_BUDGET:,} one"
+            " reply may carry: split the batch into smaller ones (nothing was submitted)"
+        )
 
 
 def new_batch_id() -> str:
@@ -22,6 +46,11 @@ class NewBatch:
     batch_id: str
     jobs: Sequence[NewJob]  # each carries batch_id
     idempotency_key: str | None = None
+    reply_bytes: int = 0  # what the reply listing its jobs would weigh, at most (weighed by the servicer)
+
+    def refusal(self) -> BatchTooLarge | None:
+        """Why the batch cannot be made (its reply would not fit), if it cannot; a replay is never refused."""
+        return BatchTooLarge(self.reply_bytes) if self.reply_bytes > REPLY_BUDGET else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -149,6 +149,23 @@ class ResourceExhausted(JobwireError):
     reason = "RESOURCE_EXHAUSTED"
 
 
+class TooManySchedules(ResourceExhausted):
+    """This tenant has as many schedules as the server allows."""
+
+    reason = "TOO_MANY_SCHEDULES"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"this tenant already has {limit} schedules, the most JOBWIRE_MAX_SCHEDULES_PER_TENANT allows: "
+            "delete one it no longer needs (DeleteSchedule), or ask the operator to raise the limit"
+        )
+        self.limit = limit
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {"limit": str(self.limit)}
+
+
 class StoreUnavailable(JobwireError):
     """The database is unavailable; retry later."""
 

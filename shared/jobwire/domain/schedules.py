@@ -6,11 +6,17 @@ and reads no clock. Cron expressions are read by croniter in the schedule's IANA
 follow the zone's daylight-saving changes: a wall-clock time that a spring-forward skips
 fires at the first instant after the gap, and one that a fall-back repeats fires at each
 instant it names. `every` is a fixed period, blind to zones: created_at + k * every.
+
+A fire time is missed only when no server ran at its time: no schedule loop of any server
+ran between it and the misfire grace after it. What ran is kept as `Run`s (a stretch of
+rounds, by the database clock, no two further apart than `run_gap`); a fire time a round
+finds late while loops were running (the servers were busy) fires as if on time.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -24,6 +30,10 @@ MAX_EVERY = timedelta(days=366)
 MAX_ZONE_CHARS = 64
 CRON_FIELDS = 5
 _TICK = timedelta(microseconds=1)  # croniter's get_prev is strictly before its start
+# Rounds closer than this are one run, whatever the grace: a loop's own pauses (the interval
+# between rounds, a slow batch) are not an outage.
+MIN_RUN_GAP = timedelta(seconds=5)
+RUN_HISTORY = timedelta(days=7)  # runs ended longer ago are forgotten: no fire time waits that long for a round
 
 
 class Overlap(enum.StrEnum):
@@ -93,6 +103,35 @@ def timing(*, cron: str | None, every: timedelta | None, time_zone: str, anchor:
 
 
 @dataclass(frozen=True)
+class Run:
+    """A stretch in which some server's schedule loop ran: rounds from `started_at` to `last_at`,
+    none further from the one before than `run_gap` (database clock)."""
+
+    started_at: datetime
+    last_at: datetime
+
+
+def run_gap(grace: timedelta, interval: timedelta) -> timedelta:
+    """How long a loop may go without a round and still be running: past it, the servers were down.
+
+    At least the grace (a shorter silence cannot make a fire time missed anyway) and three of
+    the loop's intervals (its rounds are jittered, and a round may be slow)."""
+    return max(grace, 3 * interval, MIN_RUN_GAP)
+
+
+def continues(last_at: datetime, now: datetime, gap: timedelta) -> bool:
+    """Whether a round at `now` continues the run last seen at `last_at` (else a new run starts)."""
+    return now - last_at <= gap
+
+
+def served(runs: Sequence[Run], fire_at: datetime, grace: timedelta) -> bool:
+    """Whether some loop ran between `fire_at` and `fire_at + grace`: a late firing was then the
+    servers' delay, not a miss."""
+    end = fire_at + grace
+    return any(run.started_at <= end and run.last_at >= fire_at for run in runs)
+
+
+@dataclass(frozen=True)
 class Firing:
     """A round's decision: the fire time to submit a job for (its key), if any, and what follows."""
 
@@ -110,21 +149,27 @@ def decide(
     catch_up: CatchUp,
     previous_unfinished: bool,
     grace: timedelta,
+    runs: Sequence[Run],
 ) -> Firing:
-    """What to do with a schedule due at `due_at` (<= now), seen at `now`.
+    """What to do with a schedule due at `due_at` (<= now), seen at `now`, given the loops' `runs`.
 
-    At most one job per round, for the latest fire time that has passed: found within
-    `grace` it is on time; later, every fire time since `due_at` was missed (no server
-    ran), and catch_up decides: NONE submits nothing, ONE submits one. Either way the
-    next fire time is the first after now, so a round never fires twice.
+    Fire times are dealt with oldest first. `due_at` found within `grace`, or later while
+    some loop ran within `grace` of it (busy servers), fires: one job, keyed by it, and next
+    comes the fire time after it (due already, the round comes back for it). Otherwise it
+    was missed, and so was every fire time after it until the first run that started later
+    (no server ran at any of them): catch_up NONE submits nothing, ONE one job keyed by the
+    latest of them; next comes the first fire time after those.
     """
-    latest = max(when.latest_at(now) or due_at, due_at)
-    upcoming = when.next_after(now)
-    if now - latest > grace and catch_up is CatchUp.NONE:
-        return Firing(None, Outcome.MISSED, upcoming)
+    fire_at = due_at
+    if now - due_at > grace and not served(runs, due_at, grace):
+        back = min((run.started_at for run in runs if run.started_at > due_at + grace), default=now)
+        fire_at = max(when.latest_at(back - grace - _TICK) or due_at, due_at)
+        if catch_up is CatchUp.NONE:
+            return Firing(None, Outcome.MISSED, when.next_after(fire_at))
+    upcoming = when.next_after(fire_at)
     if overlap is Overlap.SKIP and previous_unfinished:
         return Firing(None, Outcome.SKIPPED_OVERLAP, upcoming)
-    return Firing(latest, Outcome.SUBMITTED, upcoming)
+    return Firing(fire_at, Outcome.SUBMITTED, upcoming)
 
 
 def firing_key(schedule_id: str, fire_at: datetime) -> str:
@@ -177,3 +222,23 @@ class Due:
 
     schedule: ScheduleRecord
     previous_unfinished: bool
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """One read of a round: due schedules, each tenant's oldest first, and the oldest due fire time
+    of all (how far behind the rounds are); None when nothing is due."""
+
+    due: list[Due]
+    oldest: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Advance:
+    """Move `schedule` on from `due_at` to `next_fire_at`, recording its firing (fire time, job) or a skip."""
+
+    schedule: ScheduleRecord
+    due_at: datetime
+    next_fire_at: datetime
+    fired: tuple[datetime, str] | None = None
+    skipped: bool = False

@@ -10,6 +10,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from jobwire.domain.batches import BatchRecord
+from jobwire.domain.commands import NewJob
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import Artifact, ErrorCategory, JobRecord
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
@@ -20,6 +21,10 @@ from jobwire.domain.view import render
 from jobwire.v1 import job_pb2
 
 _EPOCH = datetime(1970, 1, 1)
+# google.protobuf.Duration's own range (duration.proto): +-10,000 years, nanos of the seconds' sign.
+# protobuf decodes any int64 and int32 without a complaint; past this, Python's timedelta overflows.
+MAX_DURATION_S = 315_576_000_000
+_NANOS = 1_000_000_000
 
 
 def timestamp(value: datetime | None) -> Timestamp | None:
@@ -40,14 +45,40 @@ def from_timestamp(ts: Timestamp, field: str = "timestamp") -> datetime:
         raise InvalidArgument(field, "is not a valid timestamp between years 1 and 9999") from None
 
 
-def seconds(duration: Duration) -> float:
-    return duration.seconds + duration.nanos / 1e9
+def seconds(duration: Duration, field: str) -> float:
+    """A caller's Duration in seconds; one outside Duration's own range is INVALID_ARGUMENT naming `field`.
+
+    Every Duration a request carries is decoded here, so none reaches a timedelta (or a
+    domain range check) as a value no Duration may hold: the domain's bounds come after.
+    """
+    whole, nanos = duration.seconds, duration.nanos
+    if abs(whole) > MAX_DURATION_S or abs(nanos) >= _NANOS or (whole and nanos and (whole < 0) != (nanos < 0)):
+        raise InvalidArgument(
+            field, f"is not a valid Duration: seconds within +-{MAX_DURATION_S} and nanos within +-999999999, one sign"
+        )
+    return whole + nanos / 1e9
 
 
 def duration(value: float) -> Duration:
     out = Duration()
     out.FromNanoseconds(int(value * 1e9))
     return out
+
+
+# What a new job's reply carries beyond what its SubmitRequest gave: its number, status,
+# progress, times, counters, its place in line and the display words (tests/service keeps
+# this an upper bound for the longest of them).
+SERVER_FIELDS_BYTES = 512
+
+
+def reply_bytes(new: NewJob) -> int:
+    """At most what `new`, once made, weighs in a reply that lists it (a SubmitBatchResponse)."""
+    given = job_pb2.Job(
+        job_type=new.job_type, queue=new.queue, owner=new.owner, labels=new.labels,
+        depends_on=new.depends_on, batch_id=new.batch_id or "",
+    )  # fmt: skip
+    waiting_for = sum(len(no) + 2 for no in new.depends_on)  # the detail names the unfinished ones
+    return given.ByteSize() + waiting_for + SERVER_FIELDS_BYTES
 
 
 def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
@@ -130,8 +161,8 @@ def retry_policy(policy: job_pb2.RetryPolicy, present: bool) -> RetryPolicy:
     _known(job_pb2.RetryPolicy.OnLeaseLost, policy.on_lease_lost, "retry_policy.on_lease_lost")
     if policy.max_attempts < 0:
         raise InvalidArgument("retry_policy.max_attempts", "must not be negative")
-    initial = seconds(policy.initial_backoff) if policy.HasField("initial_backoff") else base.initial_backoff_s
-    ceiling = seconds(policy.max_backoff) if policy.HasField("max_backoff") else base.max_backoff_s
+    initial = _backoff(policy, "initial_backoff", base.initial_backoff_s)
+    ceiling = _backoff(policy, "max_backoff", base.max_backoff_s)
     return RetryPolicy(
         max_attempts=policy.max_attempts or base.max_attempts,
         initial_backoff_s=initial,
@@ -139,6 +170,10 @@ def retry_policy(policy: job_pb2.RetryPolicy, present: bool) -> RetryPolicy:
         backoff_multiplier=policy.backoff_multiplier or base.backoff_multiplier,
         on_lease_lost=OnLeaseLost.RETRY if policy.on_lease_lost == job_pb2.RetryPolicy.RETRY else OnLeaseLost.INSPECT,
     ).validated()
+
+
+def _backoff(policy: job_pb2.RetryPolicy, name: Literal["initial_backoff", "max_backoff"], default: float) -> float:
+    return seconds(getattr(policy, name), f"retry_policy.{name}") if policy.HasField(name) else default
 
 
 def timeouts(limits: job_pb2.Timeouts, present: bool, default_attempt_s: float | None) -> Timeouts:
@@ -156,7 +191,7 @@ def timeouts(limits: job_pb2.Timeouts, present: bool, default_attempt_s: float |
 
 def _limit(limits: job_pb2.Timeouts, name: Literal["attempt_timeout", "job_timeout", "stage_timeout"]) -> float | None:
     # Zero is no limit: how a caller turns the server's default attempt_timeout off.
-    value = seconds(getattr(limits, name)) if limits.HasField(name) else 0.0
+    value = seconds(getattr(limits, name), f"timeouts.{name}") if limits.HasField(name) else 0.0
     return value or None
 
 

@@ -1,8 +1,10 @@
 """The one place errors become gRPC statuses: JobwireError -> canonical code + ErrorInfo.
 
 Anything else that escapes a handler is a server bug: it is logged with its trace and
-answered INTERNAL with a plain message, never the trace itself. jobwire.rpc.handlers
-applies this to every RPC.
+answered INTERNAL with a plain message, never the trace itself; except NotImplementedError,
+which a generated servicer base raises for a method of its service the server does not
+implement (grpc.health.v1's List): that is UNIMPLEMENTED. jobwire.rpc.handlers applies this
+to every RPC.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def status_of(exc: Exception) -> grpc.Status:
     """The status a caller gets for `exc`: its own for a JobwireError, else a logged INTERNAL."""
     if isinstance(exc, JobwireError):
         return to_status(exc)
+    if isinstance(exc, NotImplementedError):
+        message = "this server does not implement this method; see its reflection for those it does"
+        return rpc_status.to_status(status_pb2.Status(code=code_pb2.UNIMPLEMENTED, message=message))
     log.exception("unexpected error in %s", type(exc).__name__, exc_info=exc)
     status = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; the operator's logs have the details")
     return rpc_status.to_status(status)

@@ -140,6 +140,18 @@ def _ended(method: str, code: str, start: float, metrics: Metrics) -> None:
         calls.debug("%s %s in %.1f ms", method, code, duration_ms, extra={"code": code, "duration_ms": duration_ms})
 
 
+async def written(context: grpc.aio.ServicerContext, message: Any) -> None:
+    """`context.write(message)`, once the reader has room for it; a reader gone ends the call as CANCELLED.
+
+    A write to a call whose reader left fails in gRPC's core (ExecuteBatchError): that is
+    the caller leaving, not a server error to log.
+    """
+    try:
+        await context.write(message)
+    except grpc.aio.InternalError:
+        raise asyncio.CancelledError() from None
+
+
 async def decoded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
     """A client stream's messages; one whose bytes did not parse is refused like a bad request."""
     async for request in requests:

@@ -79,6 +79,11 @@ class Metrics:
             "jobwire_schedule_firings", "Schedule fire times dealt with, by outcome.",
             ["outcome"], registry=self.registry,
         )  # fmt: skip
+        self._schedule_lag = Gauge(
+            "jobwire_schedule_lag_seconds",
+            "How late the oldest due schedule was when this process's schedule loop last read them (0: none due).",
+            multiprocess_mode="livemax", registry=self.registry,
+        )  # fmt: skip
         # .labels() takes a lock and builds a key on every call: keep the children.
         self._by_call: dict[tuple[str, str], Any] = {}
         self._by_method: dict[str, tuple[Any, Any]] = {}
@@ -125,6 +130,12 @@ class Metrics:
 
     def schedule_fired(self, outcome: str) -> None:
         self._firings.labels(outcome).inc()
+
+    def schedule_lag(self, seconds: float) -> None:
+        self._schedule_lag.set(seconds)
+
+    def schedule_lag_seconds(self) -> float:
+        return float(self.registry.get_sample_value("jobwire_schedule_lag_seconds") or 0.0)
 
     def firings(self, outcome: str) -> float:
         """Schedule fire times this process dealt with as `outcome`."""

@@ -1,4 +1,4 @@
-"""Running the synchronous store off the event loop, on a pool sized to the DB pool."""
+"""Running blocking calls off the event loop: the store's on a pool sized to the DB pool, result files on their own."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ T = TypeVar("T")
 class Blocking:
     """`await blocking(fn, *args)` runs fn on a bounded thread pool."""
 
-    def __init__(self, threads: int) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="jobwire-db")
+    def __init__(self, threads: int, name: str = "jobwire-db") -> None:
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
 
     async def __call__(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()

@@ -4,7 +4,8 @@ Every `JOBWIRE_REAPER_INTERVAL_SECONDS` (jittered, so replicas do not tick in st
 reaper marks expired leases stalled and applies the lease-lost policies past
 `JOBWIRE_STALL_GRACE_SECONDS`; the timeout sweeps end jobs and attempts past their time
 limits and find jobs without progress; the dependency sweep settles waiting jobs whose
-dependencies ended without settling them (jobwire.db.dependencies); then retention purges terminal jobs past their time,
+dependencies ended without settling them (a crash lost the settler's work:
+jobwire.runtime.settling), to the end of a chain; then retention purges terminal jobs past their time,
 workers not seen (and queues and job types not claimed for) in
 `JOBWIRE_RETENTION_WORKER_DAYS`, and old commit markers
 (jobwire.db.commit_markers). Last, one reading of the database for the metrics' gauges
@@ -34,6 +35,7 @@ from sqlalchemy.engine import Connection
 from jobwire.db.retention import ArtifactDeleter, Retention, keep_files
 from jobwire.db.store import JobStore
 from jobwire.rpc.job_metrics import JobMetrics
+from jobwire.runtime import settling
 from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.results import ResultStore
 from jobwire.runtime.rounds import Rounds
@@ -107,7 +109,7 @@ class Housekeeping:
         with self.rounds.round():
             reaped = await self.store.reap_leases(self.grace, by=self.by, read=self._read)
             swept = await self.store.sweep_timeouts(by=self.by, read=self._read)
-            settled = await self.store.settle_dependencies(read=self._read)
+            settled = await settling.sweep(self.store, self._read, quiet=timedelta(seconds=self.interval))
             purged = await self.blocking(self.store.purge_expired, self.retention, self.deleter)
             await self.blocking(self.store.purge_workers, self.forget_workers_after)
             await self.blocking(self.store.purge_commit_markers)

@@ -16,11 +16,12 @@ from jobwire.db.feed import FeedReader
 from jobwire.db.store import JobStore, Work, open_store
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.server import Endpoint, ServerHost, check_exposure
-from jobwire.runtime import family, housekeeping
+from jobwire.runtime import family, housekeeping, settling
 from jobwire.runtime.blocking import Blocking
-from jobwire.runtime.results import ResultStore
+from jobwire.runtime.results import FILE_THREADS, ResultStore
 from jobwire.runtime.settings import Settings
 from jobwire.runtime.tail import EventTail
+from jobwire.runtime.transfers import Transfers
 from jobwire.runtime.wakeup import Wakeup
 
 # Write transactions in flight at once: two, so one batch is built while the other waits
@@ -35,6 +36,7 @@ class Runtime:
     store: JobStore
     blocking: Blocking
     results: ResultStore  # uploaded results (UploadResult, GetResult)
+    transfers: Transfers  # their downloads and uploads in flight, per tenant share
     commits: Batcher[Work, Any]  # every write: submits, claims and changes share transactions
     wakeup: Wakeup
     tail: EventTail  # the one reader of job_event, for watch streams and waiting claims
@@ -44,6 +46,7 @@ class Runtime:
         await self.host.stop(grace)
         await self.commits.shutdown()
         self.blocking.shutdown()
+        self.results.blocking.shutdown()
         await self.store.db.close()
 
 
@@ -53,19 +56,22 @@ def open_runtime(settings: Settings) -> Runtime:
         settings.database_url, pool_size=settings.db_pool_size, job_prefix=settings.job_prefix, migrate=settings.migrate
     )
     blocking = Blocking(settings.db_pool_size)
+    host = ServerHost(endpoint(settings), ping=store.db.ping)
     rt = Runtime(
         settings=settings,
         store=store,
         blocking=blocking,
-        results=ResultStore(settings.result_store_url, blocking),
+        results=ResultStore(settings.result_store_url, Blocking(FILE_THREADS, "jobwire-files")),
+        transfers=Transfers(settings.max_transfers, host.tenants, settings.stream_idle_seconds),
         commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH),
         wakeup=Wakeup(),
         tail=EventTail(FeedReader(store.db), settings.feed_poll_seconds),
-        host=ServerHost(endpoint(settings), ping=store.db.ping),
+        host=host,
     )
     store.observe = rt.host.metrics.jobs.moved  # every committed move, counted once (jobwire.db.store)
     rt.wakeup.heard = store.turns.heard  # which tenants have work, for a shared fleet's turns
     rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
+    rt.host.add_task(settling.start(store))  # what this process's endings leave of their dependents
     relay = family.sibling_relay(lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False))
     if relay is not None:
         rt.wakeup.relay = relay

@@ -1,35 +1,81 @@
 """The result store: where uploaded results are written, read back and removed (fsspec).
 
 JOBWIRE_RESULT_STORE is a directory or any fsspec URL (`s3://bucket/prefix` with s3fs
-installed). An upload is written to `<digest>/<upload_id>`, the digest naming its tenant, job
-and lease, so a Complete finds only an upload of its own lease; its size and sha256 go beside
-it in `<key>.sum` once every byte is written. File calls run on the blocking pool.
+installed). An upload is written to `<lease>/<upload_id>`, `<lease>` a digest of its tenant,
+job and lease token, so a Complete finds only an upload of its own lease and a lease's
+uploads can go together; its size and sha256 go beside it in `<key>.sum` once every byte is
+written. File calls run on a thread pool of their own (FILE_THREADS), so downloads never
+queue a tenant's store reads behind them.
+
+Running out of open files or of room (EMFILE, ENFILE, ENOSPC, EDQUOT) is the asking call's
+RESOURCE_EXHAUSTED, never INTERNAL: the log names the key, the caller's message names no path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, Iterator
 from typing import Any
 
 import fsspec
 
 from jobwire.db.retention import ArtifactDeleter, ExpiredArtifact
-from jobwire.domain.errors import InvalidArgument, ResultNotAvailable
-from jobwire.domain.results import RESULT_CHUNK_BYTES
+from jobwire.domain.errors import InvalidArgument, ResourceExhausted, ResultNotAvailable
+from jobwire.domain.results import DOWNLOAD_CHUNK_BYTES
 from jobwire.runtime.blocking import Blocking
 
 log = logging.getLogger(__name__)
 _SUM = ".sum"
+FILE_THREADS = 4
+_OUT_OF_FILES = {errno.EMFILE, errno.ENFILE}
+_OUT_OF_ROOM = {errno.ENOSPC, errno.EDQUOT}
+
+
+class StoreExhausted(ResourceExhausted):
+    """The server's result store cannot take this now; try again in a while."""
+
+    reason = "RESULT_STORE_EXHAUSTED"
+
+
+class ResultTooLarge(ResourceExhausted):
+    """The result is larger than this server keeps."""
+
+    reason = "RESULT_TOO_LARGE"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the result is over the {limit:,} bytes this server keeps (JOBWIRE_MAX_RESULT_BYTES):"
+            " nothing was kept; publish it yourself and complete with its uri"
+        )
+
+
+def lease_folder(tenant: str, job_no: str, token: str) -> str:
+    """Where one lease's uploads go: a digest, so the store's names say nothing of tenants or jobs."""
+    return hashlib.sha256(f"{tenant}\0{job_no}\0{token}".encode()).hexdigest()[:32]
 
 
 def upload_key(tenant: str, job_no: str, token: str, upload_id: str) -> str:
-    lease = hashlib.sha256(f"{tenant}\0{job_no}\0{token}".encode()).hexdigest()[:32]
-    return f"{lease}/{upload_id}"
+    return f"{lease_folder(tenant, job_no, token)}/{upload_id}"
+
+
+@contextlib.contextmanager
+def _refusing_exhaustion(key: str) -> Iterator[None]:
+    """An OSError for want of files or room, as the caller's RESOURCE_EXHAUSTED (the key only in the log)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _OUT_OF_FILES | _OUT_OF_ROOM:
+            raise
+        log.warning("result store: %s at %s", errno.errorcode.get(exc.errno or 0, exc.errno), key)
+        if exc.errno in _OUT_OF_FILES:
+            raise StoreExhausted("the server has no file to spare for this result now; try again in a while") from None
+        raise StoreExhausted("the server's result store is full; try again later") from None
 
 
 class ResultStore:
@@ -45,25 +91,46 @@ class ResultStore:
     def path(self, key: str) -> str:
         return f"{self.root}/{key}"
 
-    async def receive(self, key: str, chunks: AsyncIterable[bytes], content_type: str = "") -> tuple[int, str]:
-        """Write the chunks under `key`, hashing as they go; on any failure nothing is left."""
+    async def receive(
+        self, key: str, chunks: AsyncIterable[bytes], content_type: str = "", *, limit: int | None = None
+    ) -> tuple[int, str]:
+        """Write the chunks under `key`, hashing as they go; past `limit` bytes RESULT_TOO_LARGE.
+
+        On any failure nothing is left: what was written is removed.
+        """
+        try:
+            return await self._write(key, chunks, content_type, limit)
+        except BaseException:
+            await self.blocking(self._discard, key)
+            raise
+
+    async def _write(
+        self, key: str, chunks: AsyncIterable[bytes], content_type: str, limit: int | None
+    ) -> tuple[int, str]:
         digest, size = hashlib.sha256(), 0
         path = self.path(key)
-        await self.blocking(self.fs.makedirs, path.rsplit("/", 1)[0], exist_ok=True)
-        out = await self.blocking(self.fs.open, path, "wb")
-        try:
-            async for data in chunks:
-                digest.update(data)
-                size += len(data)
-                await self.blocking(out.write, data)
-            await self.blocking(out.close)
+        with _refusing_exhaustion(key):
+            await self.blocking(self.fs.makedirs, path.rsplit("/", 1)[0], exist_ok=True)
+            out = await self.blocking(self.fs.open, path, "wb")
+            try:
+                async for data in chunks:
+                    size += len(data)
+                    if limit is not None and size > limit:
+                        raise ResultTooLarge(limit)  # stop reading here: the rest is never taken
+                    digest.update(data)
+                    await self.blocking(out.write, data)
+            finally:
+                await self.blocking(out.close)
             summed = {"size_bytes": size, "sha256": digest.hexdigest(), "content_type": content_type}
             await self.blocking(self.fs.pipe_file, path + _SUM, json.dumps(summed).encode())
-        except BaseException:
-            await self.blocking(out.close)
-            await self.remove(key)
-            raise
         return size, digest.hexdigest()
+
+    def _discard(self, key: str) -> None:
+        """Remove a failed upload's bytes; a failure here is logged, never raised over the first one."""
+        try:
+            self.remove_now(key)
+        except OSError:
+            log.exception("result store: could not remove the failed upload %s", key)
 
     async def summed(self, key: str) -> tuple[int, str, str]:
         """The size, sha256 and content type of a finished upload; INVALID_ARGUMENT when there is none."""
@@ -73,15 +140,21 @@ class ResultStore:
             raise InvalidArgument("upload_id", "no finished upload of this lease has that id") from None
         return int(summed["size_bytes"]), str(summed["sha256"]), str(summed["content_type"])
 
-    async def read(self, key: str) -> AsyncIterator[bytes]:
+    async def read(self, key: str) -> AsyncGenerator[bytes, None]:
+        """The upload's bytes in DOWNLOAD_CHUNK_BYTES pieces; its file is open until the iterator is closed."""
         try:
-            src = await self.blocking(self.fs.open, self.path(key), "rb")
+            with _refusing_exhaustion(key):
+                src = await self.blocking(self.fs.open, self.path(key), "rb")
         except FileNotFoundError:
             # A server whose JOBWIRE_RESULT_STORE is not the one the upload went to.
             log.error("result %s is not in the result store %s", key, self.root)
             raise ResultNotAvailable("the result's bytes are not in this server's result store") from None
         try:
-            while data := await self.blocking(src.read, RESULT_CHUNK_BYTES):
+            while True:
+                with _refusing_exhaustion(key):
+                    data = await self.blocking(src.read, DOWNLOAD_CHUNK_BYTES)
+                if not data:
+                    return
                 yield data
         finally:
             await self.blocking(src.close)
@@ -93,6 +166,20 @@ class ResultStore:
         for path in (self.path(key), self.path(key) + _SUM):
             if self.fs.exists(path):
                 self.fs.rm_file(path)
+
+    async def remove_lease(self, folder: str, keep: str | None = None) -> None:
+        """Remove every upload of one lease (its `lease_folder`) but `keep` (an upload id)."""
+        await self.blocking(self._remove_lease_now, folder, keep)
+
+    def _remove_lease_now(self, folder: str, keep: str | None) -> None:
+        try:
+            names = self.fs.ls(self.path(folder), detail=False)
+        except FileNotFoundError:
+            return
+        kept = {keep, f"{keep}{_SUM}"} if keep else set()
+        for name in names:
+            if name.rstrip("/").rsplit("/", 1)[-1] not in kept:
+                self.fs.rm_file(name)
 
     def stale_keys(self, older_than_s: float) -> list[str]:
         """Keys of uploads last written more than `older_than_s` ago (blocking)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jobwire.domain.job import DEFAULT_RESULT_SCHEMES
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES, MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
-from jobwire.domain.results import DEFAULT_MAX_INLINE_RESULT
+from jobwire.domain.results import DEFAULT_MAX_INLINE_RESULT, DEFAULT_MAX_RESULT_BYTES
 from jobwire.observe.logs import FORMATS, LEVELS
 
 DEFAULT_DATABASE_URL = "sqlite:///var/jobwire.db"
@@ -35,14 +35,24 @@ class Settings:
     lease_seconds: float = 30.0
     reaper_interval_seconds: float = 5.0
     # schedules: how often each job-service process looks for due ones (0: never), and how
-    # late a fire time may be found and still fire (later, it was missed: see catch_up)
+    # long after a fire time some server's loop must have run for it not to be missed (a
+    # missed one is the schedule's catch_up's; one found late while loops ran fires)
     schedule_interval_seconds: float = 1.0
     schedule_misfire_grace_seconds: float = 60.0
+    # schedules one tenant may keep: a round's work grows with them (CreateSchedule past it: RESOURCE_EXHAUSTED)
+    max_schedules_per_tenant: int = 1000
     stall_grace_seconds: float | None = None  # default: one lease
     default_attempt_timeout_seconds: float | None = None  # for submits that set no attempt_timeout
     # a QUEUED job whose queue and job type no worker has claimed for this long is NO_WORKER
     no_worker_after_seconds: float = 300.0
-    max_streams: int = 4000
+    max_streams: int = 4000  # watch streams (WatchStatus, WatchJobs) per process, shared among tenants
+    # jobs those streams watch, per process, shared among tenants: a WatchJobs of 1,000 job
+    # numbers weighs 1,000 (jobwire.jobapi.watch)
+    max_watched_jobs: int = 100_000
+    # result downloads and uploads in flight per process, shared among tenants: each holds a
+    # file of the result store open (jobwire.runtime.transfers)
+    max_transfers: int = 256
+    stream_idle_seconds: float = 60.0  # a download or upload that makes no progress this long is cut
     db_pool_size: int = 8
     feed_poll_seconds: float = 0.05
     # retention of terminal jobs, in days after they finished (0: keep forever); the deleter is "module:function"
@@ -58,6 +68,7 @@ class Settings:
     # ("": var/results beside the SQLite file, else ./var/results)
     max_inline_result_bytes: int = DEFAULT_MAX_INLINE_RESULT
     result_store: str = ""
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES  # one upload; past it RESOURCE_EXHAUSTED and nothing kept
     upload_ttl_seconds: float = 86_400.0  # an upload no Complete named is removed after this long
     # serving processes on one port (JOBWIRE_PROCESSES; the entry points default to the cores)
     processes: int = 1
@@ -87,13 +98,22 @@ class Settings:
             problems.append(
                 "JOBWIRE_SCHEDULE_INTERVAL_SECONDS and JOBWIRE_SCHEDULE_MISFIRE_GRACE_SECONDS must not be negative"
             )
+        if self.max_schedules_per_tenant < 1:
+            problems.append("JOBWIRE_MAX_SCHEDULES_PER_TENANT must be at least 1")
         timeout = self.default_attempt_timeout_seconds
         if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
             problems.append("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT must be more than 0 and at most 2592000 (30 days)")
         if not 0 < self.no_worker_after_seconds <= MAX_TIMEOUT_S:
             problems.append("JOBWIRE_NO_WORKER_AFTER must be more than 0 and at most 2592000 (30 days)")
-        if self.max_streams < 1 or self.db_pool_size < 1:
-            problems.append("JOBWIRE_MAX_STREAMS and JOBWIRE_DB_POOL_SIZE must be at least 1")
+        if min(self.max_streams, self.max_watched_jobs, self.max_transfers, self.db_pool_size) < 1:
+            problems.append(
+                "JOBWIRE_MAX_STREAMS, JOBWIRE_MAX_WATCHED_JOBS, JOBWIRE_MAX_TRANSFERS and JOBWIRE_DB_POOL_SIZE"
+                " must be at least 1"
+            )
+        if not self.stream_idle_seconds > 0:
+            problems.append("JOBWIRE_STREAM_IDLE_SECONDS must be positive")
+        if self.max_result_bytes < 1:
+            problems.append("JOBWIRE_MAX_RESULT_BYTES must be at least 1")
         if not self.result_schemes or not all(URI_SCHEME.fullmatch(x) for x in self.result_schemes):
             problems.append("JOBWIRE_RESULT_SCHEMES must list URI schemes in lower case, such as https,s3")
         if not 0 <= self.max_inline_result_bytes <= MAX_INLINE_RESULT:
@@ -160,10 +180,14 @@ class Settings:
             reaper_interval_seconds=number("JOBWIRE_REAPER_INTERVAL_SECONDS", 5.0),
             schedule_interval_seconds=number("JOBWIRE_SCHEDULE_INTERVAL_SECONDS", 1.0),
             schedule_misfire_grace_seconds=number("JOBWIRE_SCHEDULE_MISFIRE_GRACE_SECONDS", 60.0),
+            max_schedules_per_tenant=int(env.get("JOBWIRE_MAX_SCHEDULES_PER_TENANT", 1000)),
             stall_grace_seconds=float(grace) if grace else None,
             default_attempt_timeout_seconds=float(attempt_timeout) if attempt_timeout else None,
             no_worker_after_seconds=number("JOBWIRE_NO_WORKER_AFTER", 300.0),
             max_streams=int(env.get("JOBWIRE_MAX_STREAMS", 4000)),
+            max_watched_jobs=int(env.get("JOBWIRE_MAX_WATCHED_JOBS", 100_000)),
+            max_transfers=int(env.get("JOBWIRE_MAX_TRANSFERS", 256)),
+            stream_idle_seconds=number("JOBWIRE_STREAM_IDLE_SECONDS", 60.0),
             db_pool_size=int(env.get("JOBWIRE_DB_POOL_SIZE", 8)),
             retention_ready_days=number("JOBWIRE_RETENTION_READY_DAYS", 30.0),
             retention_cancelled_days=number("JOBWIRE_RETENTION_CANCELLED_DAYS", 30.0),
@@ -173,6 +197,7 @@ class Settings:
             result_schemes=schemes("JOBWIRE_RESULT_SCHEMES"),
             max_inline_result_bytes=int(env.get("JOBWIRE_MAX_INLINE_RESULT", DEFAULT_MAX_INLINE_RESULT)),
             result_store=env.get("JOBWIRE_RESULT_STORE", ""),
+            max_result_bytes=int(env.get("JOBWIRE_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES)),
             upload_ttl_seconds=number("JOBWIRE_UPLOAD_TTL_SECONDS", 86_400.0),
             processes=int(env.get("JOBWIRE_PROCESSES") or os.cpu_count() or 1),
             migrate=flag("JOBWIRE_MIGRATE", True),

@@ -1,17 +1,20 @@
-"""Per-tenant shares of a server's capacity: watch streams, long-polling claims.
+"""Per-tenant shares of a server's capacity: watch streams and the jobs they watch, transfers, claims.
 
 One tenant's burst must not lock the others out (with three streams allowed, one tenant's
 three WatchJobs made another's WatchStatus fail). A tenant may hold at most
 capacity / min(tenants, 4) of it: half with two tenants, a quarter from four on, so a few
 busy tenants still leave room. A server with one tenant (no auth file,
 or an auth file naming one) gives it everything.
+
+A holder takes as many units as it weighs: a stream of 1,000 watched jobs takes 1,000
+units of the job-watch share, where a WatchStatus takes one.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from jobwire.domain.errors import ResourceExhausted
 
@@ -32,17 +35,35 @@ class TenantShares:
     def held(self, tenant: str) -> int:
         return self._held[tenant]
 
-    @contextlib.contextmanager
-    def hold(self, tenant: str, full: type[ResourceExhausted] = ResourceExhausted) -> Iterator[None]:
-        """One unit of capacity for `tenant` while the block runs; `full` when none is left to it."""
-        if self._total >= self.capacity or self._held[tenant] >= self.per_tenant:
+    def take(
+        self, tenant: str, full: Callable[[], ResourceExhausted] = ResourceExhausted, weight: int = 1
+    ) -> Callable[[], None]:
+        """`weight` units for `tenant`, and the call that gives them back (once); `full()` when they do not fit."""
+        if self._total + weight > self.capacity or self._held[tenant] + weight > self.per_tenant:
             raise full()
-        self._held[tenant] += 1
-        self._total += 1
+        self._held[tenant] += weight
+        self._total += weight
+        given_back = False
+
+        def give_back() -> None:
+            nonlocal given_back
+            if given_back:
+                return
+            given_back = True
+            self._total -= weight
+            self._held[tenant] -= weight
+            if not self._held[tenant]:
+                del self._held[tenant]
+
+        return give_back
+
+    @contextlib.contextmanager
+    def hold(
+        self, tenant: str, full: Callable[[], ResourceExhausted] = ResourceExhausted, weight: int = 1
+    ) -> Iterator[None]:
+        """`weight` units for `tenant` while the block runs; `full()` is raised when they do not fit."""
+        give_back = self.take(tenant, full, weight)
         try:
             yield
         finally:
-            self._total -= 1
-            self._held[tenant] -= 1
-            if not self._held[tenant]:
-                del self._held[tenant]
+            give_back()

@@ -30,12 +30,14 @@ CASES = [
     (e.ResultNotAvailable, "FAILED_PRECONDITION", "RESULT_NOT_AVAILABLE"),
     (e.ScheduleNotFound, "NOT_FOUND", "SCHEDULE_NOT_FOUND"),
     (e.ScheduleExists, "ALREADY_EXISTS", "SCHEDULE_EXISTS"),
+    (e.TooManySchedules, "RESOURCE_EXHAUSTED", "TOO_MANY_SCHEDULES"),
 ]
+ARGS: dict[type[e.JobwireError], tuple[object, ...]] = {e.TooManySchedules: (1000,)}  # those with arguments
 
 
 @pytest.mark.parametrize(("cls", "code", "reason"), CASES, ids=[c[0].__name__ for c in CASES])
 def test_code_and_reason(cls: type[e.JobwireError], code: str, reason: str) -> None:
-    exc = cls("f", "bad") if issubclass(cls, e.InvalidArgument) else cls()
+    exc = cls("f", "bad") if issubclass(cls, e.InvalidArgument) else cls(*ARGS.get(cls, ()))  # type: ignore[arg-type]
     assert isinstance(exc, e.JobwireError)
     assert exc.code == code
     assert exc.reason == reason
@@ -68,3 +70,9 @@ def test_invalid_argument_carries_field() -> None:
     assert exc.message == "retry_policy.max_attempts: must be between 1 and 100"
     assert exc.reason == "INVALID_ARGUMENT"
     assert e.InvalidArgument("result", "x", reason="DELIVERABLE_INVALID").reason == "DELIVERABLE_INVALID"
+
+
+def test_too_many_schedules_names_the_setting_and_the_limit() -> None:
+    exc = e.TooManySchedules(1000)
+    assert "JOBWIRE_MAX_SCHEDULES_PER_TENANT" in exc.message and "1000" in exc.message
+    assert exc.metadata == {"limit": "1000"}

@@ -7,7 +7,20 @@ from datetime import datetime, timedelta
 import pytest
 
 from jobwire.domain.errors import InvalidArgument
-from jobwire.domain.schedules import CatchUp, Outcome, Overlap, Timing, decide, firing_key, timing
+from jobwire.domain.schedules import (
+    MIN_RUN_GAP,
+    CatchUp,
+    Outcome,
+    Overlap,
+    Run,
+    Timing,
+    continues,
+    decide,
+    firing_key,
+    run_gap,
+    served,
+    timing,
+)
 
 ANCHOR = datetime(2026, 3, 1, 0, 0, 0)  # naive UTC, as the store keeps times
 GRACE = timedelta(seconds=30)
@@ -88,35 +101,94 @@ def test_bad_timings_are_refused_naming_the_field(
 EVERY_MINUTE = timing(cron=None, every=timedelta(minutes=1), time_zone="UTC", anchor=ANCHOR)
 
 
-def decided(now: datetime, *, catch_up: CatchUp = CatchUp.NONE, running: bool = False, overlap: Overlap = Overlap.SKIP):  # type: ignore[no-untyped-def]
-    due = ANCHOR + timedelta(minutes=1)
-    return decide(EVERY_MINUTE, due, now, overlap=overlap, catch_up=catch_up, previous_unfinished=running, grace=GRACE)
+DUE = ANCHOR + timedelta(minutes=1)
 
 
-def test_a_fire_time_found_within_the_grace_fires_and_the_next_is_the_first_after_now() -> None:
+def at(minutes: float) -> datetime:
+    return ANCHOR + timedelta(minutes=minutes)
+
+
+def decided(  # type: ignore[no-untyped-def]
+    now: datetime,
+    *,
+    catch_up: CatchUp = CatchUp.NONE,
+    running: bool = False,
+    overlap: Overlap = Overlap.SKIP,
+    runs: tuple[Run, ...] = (),
+):
+    return decide(
+        EVERY_MINUTE, DUE, now, overlap=overlap, catch_up=catch_up, previous_unfinished=running, grace=GRACE,
+        runs=runs,
+    )  # fmt: skip
+
+
+def test_a_fire_time_found_within_the_grace_fires_and_the_next_is_the_one_after_it() -> None:
     firing = decided(ANCHOR + timedelta(minutes=1, seconds=3))
-    assert (firing.fire_at, firing.outcome) == (ANCHOR + timedelta(minutes=1), Outcome.SUBMITTED)
-    assert firing.next_fire_at == ANCHOR + timedelta(minutes=2)
+    assert (firing.fire_at, firing.outcome) == (DUE, Outcome.SUBMITTED)
+    assert firing.next_fire_at == at(2)
 
 
 def test_missed_fire_times_submit_nothing_with_catch_up_none_and_one_job_with_one() -> None:
-    later = ANCHOR + timedelta(minutes=10, seconds=31)  # ten fire times passed, the last 31 s ago
+    later = ANCHOR + timedelta(minutes=10, seconds=31)  # ten fire times passed, the last 31 s ago; no loop ran
     none = decided(later)
-    assert (none.fire_at, none.outcome, none.next_fire_at) == (None, Outcome.MISSED, ANCHOR + timedelta(minutes=11))
+    assert (none.fire_at, none.outcome, none.next_fire_at) == (None, Outcome.MISSED, at(11))
     one = decided(later, catch_up=CatchUp.ONE)
-    assert (one.fire_at, one.outcome, one.next_fire_at) == (
-        ANCHOR + timedelta(minutes=10), Outcome.SUBMITTED, ANCHOR + timedelta(minutes=11),
+    assert (one.fire_at, one.outcome, one.next_fire_at) == (at(10), Outcome.SUBMITTED, at(11))
+
+
+def test_a_fire_time_found_late_while_a_loop_ran_fires_as_if_on_time_whatever_catch_up_says() -> None:
+    # The loops ran all along, but the round reached this schedule 80 s late: the servers were busy.
+    busy = (Run(started_at=ANCHOR - timedelta(hours=1), last_at=at(2)),)
+    late = DUE + timedelta(seconds=80)
+    for catch_up in CatchUp:
+        firing = decided(late, catch_up=catch_up, runs=busy)
+        # the next fire time (minute 2) is due too: the round comes back for it
+        assert (firing.fire_at, firing.outcome, firing.next_fire_at) == (DUE, Outcome.SUBMITTED, at(2))
+    assert decided(late, runs=busy, running=True).outcome is Outcome.SKIPPED_OVERLAP
+
+
+def test_a_loop_that_ran_at_the_fire_time_and_then_stopped_served_it() -> None:
+    died = (Run(started_at=ANCHOR - timedelta(hours=1), last_at=DUE + timedelta(seconds=10)),)
+    assert decided(at(30), runs=died).fire_at == DUE
+
+
+def test_after_an_outage_the_fire_times_it_covered_are_missed_together_and_the_rest_fire() -> None:
+    # Loops ran until minute 0.5 and again from minute 5.25: the fire times at minutes 1 to 4
+    # had no server within the grace (30 s) after them; minute 5 (a run began 15 s after it) did.
+    runs = (Run(ANCHOR - timedelta(hours=1), at(0.5)), Run(at(5.25), at(7)))
+    none = decided(at(7), runs=runs)
+    assert (none.fire_at, none.outcome, none.next_fire_at) == (None, Outcome.MISSED, at(5))
+    one = decided(at(7), catch_up=CatchUp.ONE, runs=runs)
+    assert (one.fire_at, one.outcome, one.next_fire_at) == (at(4), Outcome.SUBMITTED, at(5))
+    after = decide(
+        EVERY_MINUTE, at(5), at(7), overlap=Overlap.SKIP, catch_up=CatchUp.NONE, previous_unfinished=False,
+        grace=GRACE, runs=runs,
     )  # fmt: skip
+    assert (after.fire_at, after.outcome, after.next_fire_at) == (at(5), Outcome.SUBMITTED, at(6))
+
+
+def test_a_run_covers_a_fire_time_when_it_overlaps_the_grace_after_it() -> None:
+    fire = at(1)
+    assert served([Run(at(0), at(1))], fire, GRACE)  # ran up to the fire time itself
+    assert served([Run(at(1.5), at(3))], fire, GRACE)  # started within the grace
+    assert not served([Run(at(1.6), at(3))], fire, GRACE)  # started after it
+    assert not served([Run(at(0), at(0.99))], fire, GRACE)  # ended before the fire time
+    assert not served([], fire, GRACE)
+
+
+def test_a_run_continues_across_silences_up_to_its_gap() -> None:
+    second = timedelta(seconds=1)
+    assert run_gap(timedelta(seconds=60), second) == timedelta(seconds=60)
+    assert run_gap(timedelta(0), timedelta(seconds=30)) == timedelta(seconds=90)
+    assert run_gap(timedelta(0), second) == MIN_RUN_GAP
+    assert continues(at(0), at(1), timedelta(seconds=60))
+    assert not continues(at(0), at(1) + second, timedelta(seconds=60))
 
 
 def test_skip_holds_while_the_previous_job_is_unfinished_and_allow_does_not() -> None:
     now = ANCHOR + timedelta(minutes=1, seconds=1)
     held = decided(now, running=True)
-    assert (held.fire_at, held.outcome, held.next_fire_at) == (
-        None,
-        Outcome.SKIPPED_OVERLAP,
-        ANCHOR + timedelta(minutes=2),
-    )
+    assert (held.fire_at, held.outcome, held.next_fire_at) == (None, Outcome.SKIPPED_OVERLAP, at(2))
     assert decided(now, running=True, overlap=Overlap.ALLOW).outcome is Outcome.SUBMITTED
 
 

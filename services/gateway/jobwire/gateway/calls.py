@@ -7,7 +7,7 @@ per page or live stream: a person's token never rides on anyone else's calls.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Iterable, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Self, TypeVar
@@ -17,6 +17,7 @@ import grpc
 import grpc.aio
 
 from jobwire.client import ChannelConfig, aio_channel
+from jobwire.client.channel import FIXED_WINDOW_OPTIONS
 from jobwire.client.errors import PermissionDeniedError, from_rpc_error
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
@@ -28,8 +29,10 @@ PAGE_SIZE = 100
 class Calls:
     """The calls the pages make, with `token` on each. Use as `async with Calls(...) as calls:`."""
 
-    def __init__(self, service: ChannelConfig, token: str, locale: str) -> None:
-        self._channel = aio_channel(replace(service, token=token))
+    def __init__(self, service: ChannelConfig, token: str, locale: str, *, fixed_window: bool = False) -> None:
+        """`fixed_window`: for a download, whose browser may stall (jobwire.client.channel.FIXED_WINDOW_OPTIONS)."""
+        options = FIXED_WINDOW_OPTIONS if fixed_window else ()
+        self._channel = aio_channel(replace(service, token=token), options)
         self._jobs = job_pb2_grpc.JobServiceStub(self._channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self.locale = locale
@@ -105,7 +108,7 @@ class Calls:
         reply = await self._unary(self._admin.ListWorkers(request, timeout=CALL_TIMEOUT_S))
         return list(reply.workers)
 
-    async def result(self, job_no: str) -> tuple[str, AsyncIterator[bytes]]:
+    async def result(self, job_no: str) -> tuple[str, AsyncGenerator[bytes, None]]:
         """The result's content type and its bytes; an error before the first chunk is raised here."""
         stream = self._jobs.GetResult(job_pb2.GetResultRequest(job_no=job_no))
         chunks = aiter(stream)
@@ -116,7 +119,7 @@ class Calls:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
-        async def rest() -> AsyncIterator[bytes]:
+        async def rest() -> AsyncGenerator[bytes, None]:
             yield first.data
             async for chunk in chunks:
                 yield chunk.data

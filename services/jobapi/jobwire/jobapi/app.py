@@ -31,12 +31,14 @@ def add_jobapi(rt: Runtime) -> None:
     watches = add_watching(rt, no_worker_after)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
-        JobServicer(jobs, watches, rt.settings, ResultReader(rt.store, rt.blocking, rt.results)),
+        JobServicer(jobs, watches, rt.settings, ResultReader(rt.store, rt.blocking, rt.results), rt.transfers),
         job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     )
     rt.host.add_servicer(
         schedule_pb2_grpc.add_ScheduleServiceServicer_to_server,
-        ScheduleServicer(Schedules(rt.store, rt.blocking), rt.settings),
+        ScheduleServicer(
+            Schedules(rt.store, rt.blocking, max_per_tenant=rt.settings.max_schedules_per_tenant), rt.settings
+        ),
         schedule_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
     )
     schedules = firing.start(jobs, rt.settings, rt.host.metrics)  # stopped with the host
@@ -57,6 +59,8 @@ def add_jobapi(rt: Runtime) -> None:
 def add_watching(rt: Runtime, no_worker_after: timedelta) -> Watches:
     """The streams' view of the process's event tail, and their registry."""
     feed = ChangeFeed(rt.tail, rt.store, rt.blocking, no_worker_after=no_worker_after)
-    registry = StreamRegistry(rt.settings.max_streams, tenants=rt.host.tenants)
+    registry = StreamRegistry(
+        rt.settings.max_streams, max_watched_jobs=rt.settings.max_watched_jobs, tenants=rt.host.tenants
+    )
     rt.host.add_stop_hook(registry.stop)  # streams end UNAVAILABLE before the server drains
     return Watches(feed, rt.store, rt.blocking, registry)

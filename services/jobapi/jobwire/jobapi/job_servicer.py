@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import replace
 
 import grpc
 
 from jobwire.domain import limits
-from jobwire.domain.batches import NewBatch, new_batch_id
+from jobwire.domain.batches import REPLY_BUDGET, NewBatch, new_batch_id
 from jobwire.domain.commands import JobFilter
 from jobwire.domain.errors import InvalidArgument
+from jobwire.domain.job import JobRecord
 from jobwire.jobapi.decode import decode_submit, within
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.results import ResultReader
 from jobwire.jobapi.watch import Watches
 from jobwire.observe import logs
 from jobwire.rpc import auth, convert
+from jobwire.rpc.handlers import written
 from jobwire.runtime.settings import Settings
+from jobwire.runtime.transfers import Transfers
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
 
@@ -33,24 +37,47 @@ def decode_batch(request: job_pb2.SubmitBatchRequest, tenant: str, default_attem
             if one.idempotency_key:
                 raise InvalidArgument("idempotency_key", "a batch's jobs have none: the batch's key replays them all")
             jobs.append(replace(decode_submit(one, tenant, default_attempt_s), batch_id=batch_id))
-    return NewBatch(tenant=tenant, batch_id=batch_id, jobs=jobs, idempotency_key=key)
+    reply_bytes = sum(convert.reply_bytes(new) for new in jobs)
+    return NewBatch(tenant=tenant, batch_id=batch_id, jobs=jobs, idempotency_key=key, reply_bytes=reply_bytes)
+
+
+def batch_reply(batch_id: str, jobs: Sequence[JobRecord]) -> job_pb2.SubmitBatchResponse:
+    """The reply listing `jobs` while they fit one message; a replay's jobs past that are counted, not listed."""
+    reply = job_pb2.SubmitBatchResponse(batch_id=batch_id)
+    used = reply.ByteSize()
+    for i, job in enumerate(jobs):
+        message = convert.job_to_proto(job)
+        used += message.ByteSize() + 8  # and its field's tag and length
+        if used > REPLY_BUDGET:
+            reply.jobs_omitted = len(jobs) - i
+            break
+        reply.jobs.append(message)
+    return reply
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
-    def __init__(self, jobs: Jobs, watches: Watches, settings: Settings, results: ResultReader) -> None:
+    def __init__(
+        self, jobs: Jobs, watches: Watches, settings: Settings, results: ResultReader, transfers: Transfers
+    ) -> None:
         self.jobs = jobs
         self.watches = watches
         self.settings = settings
         self.results = results
+        self.transfers = transfers
 
-    async def GetResult(
+    # Writes with context.write, whose wait a stalled reader's idle cut can bound (a yield's cannot).
+    async def GetResult(  # type: ignore[override]
         self, request: job_pb2.GetResultRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[job_pb2.ResultChunk]:
-        content_type, chunks = await self.results.open(auth.current(), limits.job_no(request.job_no))
-        first = True
-        async for data in chunks:
-            yield job_pb2.ResultChunk(data=data, content_type=content_type if first else "")
-            first = False
+    ) -> None:
+        who, job_no = auth.current(), limits.job_no(request.job_no)
+        # Held until gRPC has ended the call, a cut one included (jobwire.runtime.transfers).
+        give_back = self.transfers.take(who.tenant)
+        context.add_done_callback(lambda _: give_back())
+        content_type, chunks = await self.results.open(who, job_no)
+        async with aclosing(chunks):  # the file closes now, cut or not, never when collected
+            async for data in chunks:
+                await self.transfers.sent(written(context, job_pb2.ResultChunk(data=data, content_type=content_type)))
+                content_type = ""  # on the first chunk only
 
     async def Submit(self, request: job_pb2.SubmitRequest, context: grpc.aio.ServicerContext) -> job_pb2.SubmitResponse:
         who = auth.current()
@@ -65,7 +92,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         who = auth.current()
         batch = decode_batch(request, who.tenant, self.settings.default_attempt_timeout_seconds)
         batch_id, jobs = await self.jobs.submit_batch(who, batch)
-        return job_pb2.SubmitBatchResponse(batch_id=batch_id, jobs=[convert.job_to_proto(job) for job in jobs])
+        return batch_reply(batch_id, jobs)
 
     async def GetBatch(self, request: job_pb2.GetBatchRequest, context: grpc.aio.ServicerContext) -> job_pb2.Batch:
         batch = await self.jobs.get_batch(auth.current(), limits.batch_id(request.batch_id))

@@ -31,9 +31,10 @@ def wait_seconds(request: operations_pb2.WaitOperationRequest, time_remaining: f
     """How long WaitOperation may wait: `timeout` (unset: the default), capped, within the deadline."""
     wanted = MAX_WAIT_S
     if request.HasField("timeout"):
-        if request.timeout.seconds < 0 or request.timeout.nanos < 0 or request.timeout.nanos >= 1_000_000_000:
+        timeout = convert.seconds(request.timeout, "timeout")
+        if timeout < 0:
             raise InvalidArgument("timeout", "must be a non-negative duration")
-        wanted = min(convert.seconds(request.timeout), MAX_WAIT_S)
+        wanted = min(timeout, MAX_WAIT_S)
     if time_remaining is not None:
         wanted = min(wanted, max(time_remaining - DEADLINE_MARGIN_S, 0.0))
     return wanted

@@ -1,11 +1,16 @@
-"""GetResult's use case: the bytes of a READY job's result the server keeps, in chunks."""
+"""GetResult's use case: the bytes of a READY job's result the server keeps, in chunks.
+
+The servicer writes each chunk only when gRPC has taken the one before (the reader's flow
+control), so a download holds one chunk at a time, never the result read ahead.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 from jobwire.db.store import JobStore
-from jobwire.domain.results import RESULT_CHUNK_BYTES, KeptResult
+from jobwire.domain.results import DOWNLOAD_CHUNK_BYTES, KeptResult
 from jobwire.rpc.auth import Principal
 from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.results import ResultStore
@@ -17,17 +22,18 @@ class ResultReader:
         self.blocking = blocking
         self.results = results
 
-    async def open(self, who: Principal, job_no: str) -> tuple[str, AsyncIterator[bytes]]:
+    async def open(self, who: Principal, job_no: str) -> tuple[str, AsyncGenerator[bytes, None]]:
         """The content type and the bytes; NOT_FOUND for a job the caller does not see (another
         tenant's, a queue its token may not use), FAILED_PRECONDITION without one."""
         content_type, kept = await self.blocking(self.store.kept_result, who.scope, job_no)
         return content_type, self._chunks(kept)
 
-    async def _chunks(self, kept: KeptResult) -> AsyncIterator[bytes]:
+    async def _chunks(self, kept: KeptResult) -> AsyncGenerator[bytes, None]:
         if kept.inline is not None:
-            for at in range(0, max(len(kept.inline), 1), RESULT_CHUNK_BYTES):
-                yield kept.inline[at : at + RESULT_CHUNK_BYTES]
+            for at in range(0, max(len(kept.inline), 1), DOWNLOAD_CHUNK_BYTES):
+                yield kept.inline[at : at + DOWNLOAD_CHUNK_BYTES]
             return
         assert kept.stored_key is not None
-        async for data in self.results.read(kept.stored_key):
-            yield data
+        async with aclosing(self.results.read(kept.stored_key)) as read:
+            async for data in read:
+                yield data

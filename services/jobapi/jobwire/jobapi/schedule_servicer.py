@@ -80,7 +80,7 @@ class ScheduleServicer(schedule_pb2_grpc.ScheduleServiceServicer):
         kind = request.WhichOneof("timing")
         when = timing(
             cron=request.cron if kind == "cron" else None,
-            every=timedelta(seconds=convert.seconds(request.every)) if kind == "every" else None,
+            every=timedelta(seconds=convert.seconds(request.every, "every")) if kind == "every" else None,
             time_zone=limits.short_text("time_zone", request.time_zone),
             anchor=self.schedules.now(),
         )

@@ -16,17 +16,19 @@ from jobwire.runtime.blocking import Blocking
 
 
 class Schedules:
-    def __init__(self, store: JobStore, blocking: Blocking) -> None:
+    def __init__(self, store: JobStore, blocking: Blocking, *, max_per_tenant: int) -> None:
         self.store = store
         self.blocking = blocking
+        self.max_per_tenant = max_per_tenant  # JOBWIRE_MAX_SCHEDULES_PER_TENANT
 
     def now(self) -> datetime:
         """The database clock (no round trip): a new schedule's created_at, from which it counts."""
         return self.store.now().replace(microsecond=0)
 
     async def create(self, new: ScheduleRecord) -> ScheduleRecord:
-        """Keep `new` (its template already decoded as Submit would); it fires first at next_fire_at."""
-        return await self.blocking(self.store.create_schedule, new)
+        """Keep `new` (its template already decoded as Submit would); it fires first at next_fire_at.
+        A tenant at its limit of schedules is refused (RESOURCE_EXHAUSTED) and nothing is written."""
+        return await self.blocking(self.store.create_schedule, new, self.max_per_tenant)
 
     async def get(self, who: Principal, schedule_id: str) -> ScheduleRecord:
         return await self.blocking(self.store.get_schedule, who.scope, schedule_id)

@@ -16,7 +16,10 @@ def add_worker_service(rt: Runtime) -> None:
     leasing = Leasing(
         rt.store, rt.commits, rt.wakeup, blocking=rt.blocking, metrics=rt.host.metrics, tenants=rt.host.tenants
     )
-    kept = Results(rt.store, rt.blocking, rt.results, leasing, max_inline=rt.settings.max_inline_result_bytes)
-    servicer = WorkerServicer(leasing, rt.settings, kept)
+    kept = Results(
+        rt.store, rt.blocking, rt.results, leasing,
+        max_inline=rt.settings.max_inline_result_bytes, max_bytes=rt.settings.max_result_bytes,
+    )  # fmt: skip
+    servicer = WorkerServicer(leasing, rt.settings, kept, rt.transfers)
     name = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
     rt.host.add_servicer(worker_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, name)

@@ -1,43 +1,101 @@
 """Use cases behind a worker's kept results: UploadResult, and a Complete that names its bytes.
 
-Fenced like every worker call: the lease is checked before the first byte is kept, and the
-Complete that names the upload is the guarded write that checks it again. An upload refused,
-broken off or from a lost lease leaves nothing in the result store.
+Fenced like every worker call: the lease is checked before the first byte is kept and again
+after the last, and the Complete that names the upload is the guarded write that checks it
+once more. An upload refused, broken off, over JOBWIRE_MAX_RESULT_BYTES or from a lease lost
+meanwhile leaves nothing in the result store.
+
+A lease has one upload in flight in a process: a later UploadResult of the same lease
+replaces an earlier one still going (which ends ABORTED, UPLOAD_REPLACED, its bytes removed),
+so a worker that retries after a broken connection is never refused for its own first try.
+A Complete that names an upload removes the lease's other uploads (superseded); an upload
+that ends after its lease was revoked or ended is removed at once (WORKER_LEASE_LOST).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Iterator
 
 from jobwire.db.store import JobStore
-from jobwire.domain.errors import InvalidArgument, WorkerLeaseLost
+from jobwire.domain.errors import InvalidArgument, JobwireError, WorkerLeaseLost
 from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.results import KeptResult, kept_artifact
 from jobwire.runtime.blocking import Blocking
-from jobwire.runtime.results import ResultStore, new_upload_id, upload_key
+from jobwire.runtime.results import ResultStore, lease_folder, new_upload_id
 from jobwire.worker.server.leasing import Leasing
+
+
+class UploadReplaced(JobwireError):
+    """A later UploadResult of this lease replaced this one; nothing of this one was kept."""
+
+    code = "ABORTED"
+    reason = "UPLOAD_REPLACED"
 
 
 class Results:
     def __init__(
-        self, store: JobStore, blocking: Blocking, results: ResultStore, leasing: Leasing, *, max_inline: int
+        self,
+        store: JobStore,
+        blocking: Blocking,
+        results: ResultStore,
+        leasing: Leasing,
+        *,
+        max_inline: int,
+        max_bytes: int,
     ) -> None:
         self.store = store
         self.blocking = blocking
         self.results = results
         self.leasing = leasing
         self.max_inline = max_inline
+        self.max_bytes = max_bytes  # JOBWIRE_MAX_RESULT_BYTES
+        self._uploading: dict[str, asyncio.Future[None]] = {}  # lease folder -> its upload's early end
 
     async def upload(
-        self, tenant: str, job_no: str, token: str, content_type: str, chunks: AsyncIterable[bytes]
+        self,
+        tenant: str,
+        job_no: str,
+        token: str,
+        content_type: str,
+        chunks: AsyncIterable[bytes],
+        stop: asyncio.Future[None],
     ) -> tuple[str, int, str]:
-        """(upload_id, size_bytes, sha256) of the bytes written, once the lease is known to be held."""
+        """(upload_id, size_bytes, sha256) of the bytes written while the lease was held.
+
+        `stop` is how a later upload of the lease ends this one: it raises UPLOAD_REPLACED
+        where `chunks` are read (jobwire.runtime.transfers.Transfers.arriving).
+        """
         if not await self.blocking(self.store.lease_held, tenant, job_no, token):
             raise WorkerLeaseLost()
-        upload_id = new_upload_id()
-        size, sha256 = await self.results.receive(upload_key(tenant, job_no, token, upload_id), chunks, content_type)
+        folder, upload_id = lease_folder(tenant, job_no, token), new_upload_id()
+        with self._only_upload(folder, stop):
+            size, sha256 = await self.results.receive(
+                f"{folder}/{upload_id}", chunks, content_type, limit=self.max_bytes
+            )
+        if not await self.blocking(self.store.lease_held, tenant, job_no, token):
+            # Revoked or ended meanwhile: no Complete can name it now. Only this upload goes:
+            # another of the lease may be the result its Complete kept.
+            await self.results.remove(f"{folder}/{upload_id}")
+            raise WorkerLeaseLost()
         return upload_id, size, sha256
+
+    @contextlib.contextmanager
+    def _only_upload(self, folder: str, stop: asyncio.Future[None]) -> Iterator[None]:
+        """While the block runs, the lease's one upload in flight here is this one."""
+        earlier = self._uploading.get(folder)
+        if earlier is not None and not earlier.done():
+            earlier.set_exception(UploadReplaced())
+        self._uploading[folder] = stop
+        try:
+            yield
+        finally:
+            if self._uploading.get(folder) is stop:
+                del self._uploading[folder]
+            if stop.done() and not stop.cancelled():
+                stop.exception()  # replaced just as it finished: seen, so asyncio does not warn
 
     async def complete_inline(
         self, tenant: str, job_no: str, token: str, data: bytes, claimed: Artifact | None
@@ -52,7 +110,8 @@ class Results:
     async def complete_upload(
         self, tenant: str, job_no: str, token: str, upload_id: str, claimed: Artifact | None
     ) -> JobRecord:
-        key = upload_key(tenant, job_no, token, upload_id)
+        folder = lease_folder(tenant, job_no, token)
+        key = f"{folder}/{upload_id}"
         size, sha256, content_type = await self.results.summed(key)
         if claimed is None or not claimed.content_type:
             claimed = Artifact(
@@ -60,7 +119,9 @@ class Results:
             )
         result = kept_artifact(job_no, claimed, size, sha256)
         try:
-            return await self.leasing.complete(tenant, job_no, token, result, KeptResult(stored_key=key))
+            job = await self.leasing.complete(tenant, job_no, token, result, KeptResult(stored_key=key))
         except WorkerLeaseLost:
-            await self.results.remove(key)  # this lease will never complete: its upload goes now
+            await self.results.remove(key)  # this lease will never complete with it: it goes now
             raise
+        await self.results.remove_lease(folder, keep=upload_id)  # the lease's uploads it did not name: superseded
+        return job

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
@@ -17,6 +18,7 @@ from jobwire.rpc import auth, convert
 from jobwire.rpc.errors import status_proto
 from jobwire.rpc.handlers import decoded
 from jobwire.runtime.settings import Settings
+from jobwire.runtime.transfers import Transfers
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
 from jobwire.worker.server.results import Results
@@ -82,10 +84,14 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
         )
     if not 0 <= request.max_jobs <= MAX_JOBS_PER_CLAIM:
         raise InvalidArgument("max_jobs", f"must be between 0 and {MAX_JOBS_PER_CLAIM}")
-    wait = convert.seconds(request.wait)
+    wait = convert.seconds(request.wait, "wait")
     if not 0 <= wait <= MAX_WAIT_S:
         raise InvalidArgument("wait", f"must be between 0 and {MAX_WAIT_S:.0f} s")
-    lease = convert.seconds(request.lease_duration) if request.HasField("lease_duration") else settings.lease_seconds
+    lease = (
+        convert.seconds(request.lease_duration, "lease_duration")
+        if request.HasField("lease_duration")
+        else settings.lease_seconds
+    )
     claimant = Claimant(
         tenant=who.tenant, worker_id=_worker_id(request.worker_id), queues=queues, plans=plans,
         lease_seconds=limits.lease_seconds(lease),
@@ -149,10 +155,11 @@ def report_result(outcome: LeaseStatus | JobwireError) -> worker_pb2.ReportStage
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, leasing: Leasing, settings: Settings, kept: Results) -> None:
+    def __init__(self, leasing: Leasing, settings: Settings, kept: Results, transfers: Transfers) -> None:
         self.leasing = leasing
         self.settings = settings
         self.results = kept
+        self.transfers = transfers
 
     async def Claim(
         self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext
@@ -223,14 +230,19 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def UploadResult(
         self, request_iterator: AsyncIterator[job_pb2.ResultChunk], context: grpc.aio.ServicerContext
     ) -> worker_pb2.UploadResultResponse:
-        chunks = aiter(decoded(request_iterator))
+        tenant = auth.current().tenant
+        # Held until gRPC has ended the call (jobwire.runtime.transfers).
+        give_back = self.transfers.take(tenant)
+        context.add_done_callback(lambda _: give_back())
+        stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # a later upload of the lease
+        chunks = aiter(self.transfers.arriving(decoded(request_iterator), stop))
         first = await anext(chunks, None)
         if first is None:
             raise InvalidArgument("job_no", "the first chunk must name the job, its worker_token and content_type")
         job_no, token = limits.job_no(first.job_no), _token(first.worker_token)
         content_type = limits.short_text("content_type", first.content_type, MAX_CONTENT_TYPE_CHARS)
         upload_id, size, sha256 = await self.results.upload(
-            auth.current().tenant, job_no, token, content_type, _upload_data(first, chunks)
+            tenant, job_no, token, content_type, _upload_data(first, chunks), stop
         )
         return worker_pb2.UploadResultResponse(upload_id=upload_id, size_bytes=size, sha256=sha256)
 

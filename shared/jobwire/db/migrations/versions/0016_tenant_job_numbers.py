@@ -1,7 +1,7 @@
 """Job numbers per tenant: UNIQUE(job_no, tenant) and a day counter per tenant
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-02 10:00:00
 
 Numbers already given stay as they are. Each tenant's sequence for the counter's two latest
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
-down_revision = "0013"
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -25,7 +25,7 @@ from wall_clock import Clock, numbering_clock
 from watch_support import next_job
 
 from jobwire.client.status import error_reason
-from jobwire.db import changes
+from jobwire.db import dependencies
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
 pytestmark = pytest.mark.timeout(120)
@@ -241,13 +241,13 @@ async def test_dependencies_and_batches_resolve_numbers_within_the_tenant(tenant
 
 
 async def test_the_sweep_settles_each_tenants_chain_of_the_same_numbers(tenants: tuple[Tenant, Tenant]) -> None:
-    """Chains longer than one transaction follows, one per tenant, numbered alike: the sweep
-    (jobwire.db.dependencies.settle_due) ends each down to its last job, and only its own."""
+    """Chains longer than one transaction follows, one per tenant, numbered alike: what the
+    ending leaves (jobwire.runtime.settling) ends each down to its last job, and only its own."""
     acme, globex = tenants
     chains: dict[str, list[str]] = {}
     for who in (acme, globex):
         chain = [(await who.submit(queue="parked")).job_no]
-        for _ in range(changes.MAX_FOLLOW_ROUNDS + 3):
+        for _ in range(dependencies.MAX_ROUNDS + 3):
             chain.append((await who.submit(queue="parked", depends_on=[chain[-1]])).job_no)
         chains[who.name] = chain
     assert chains["acme"] == chains["globex"]

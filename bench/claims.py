@@ -304,13 +304,15 @@ def fill(database: str, size: int, queued: int, template_nos: list[str]) -> Fill
             days = [(d, min(per_day, finished - d * per_day)) for d in range(FILL_DAYS) if d * per_day < finished]
             counted = "ON DUPLICATE KEY UPDATE last_seq = GREATEST(last_seq, VALUES(last_seq))"
             cur.executemany(
-                "INSERT INTO job_day_counter (day, last_seq)"
-                f" VALUES (DATE_FORMAT({day0} + INTERVAL %s DAY, '%%Y%%m%%d'), %s) {counted}",
-                days,
+                "INSERT INTO job_day_counter (tenant, day, last_seq)"
+                f" VALUES (%s, DATE_FORMAT({day0} + INTERVAL %s DAY, '%%Y%%m%%d'), %s) {counted}",
+                [(TENANT, d, last) for d, last in days],
             )
             # Queued jobs: submitted over the last hour of today, numbered after what the server reserved.
             day = today.strftime("%Y%m%d")
-            cur.execute("SELECT COALESCE(MAX(last_seq), 0) FROM job_day_counter WHERE day = %s", (day,))
+            cur.execute(
+                "SELECT COALESCE(MAX(last_seq), 0) FROM job_day_counter WHERE tenant = %s AND day = %s", (TENANT, day)
+            )
             (reserved,) = cur.fetchone()
             since = max(now.replace(hour=0, minute=0, second=0, microsecond=0), now - timedelta(hours=1))
             q_step = int((now - since).total_seconds() * 1e6) // max(1, to_queue)
@@ -320,7 +322,8 @@ def fill(database: str, size: int, queued: int, template_nos: list[str]) -> Fill
             for first, last in _chunks(to_queue):
                 cur.execute(f"{q_insert} FROM seq_{first}_to_{last} s JOIN jwbench_tpl t ON t.k = {KINDS['QUEUED']}")
             cur.execute(
-                f"INSERT INTO job_day_counter (day, last_seq) VALUES (%s, %s) {counted}", (day, reserved + to_queue)
+                f"INSERT INTO job_day_counter (tenant, day, last_seq) VALUES (%s, %s, %s) {counted}",
+                (TENANT, day, reserved + to_queue),
             )
             out.parts["job"] = time.monotonic() - t_job - t_artifact
             out.parts["artifact"] = t_artifact

@@ -1,56 +1,37 @@
 """Job numbers across a day change, with the clock the numbering reads under the test's control.
 
-A number is PREFIX-YYYYMMDD-NNN (DESIGN.md §4): the UTC day, then a sequence per day kept in
-`job_day_counter`. So at midnight (UTC) the day part turns over and the sequence starts again
-at 001; a day's sequence never repeats a number, even when a process whose clock lags
-numbers under the day before again. `jobwire.db.job_numbers` reads the process's own UTC
-wall clock (`datetime.now(UTC)`), not the database clock, so that is the clock replaced here.
+A number is PREFIX-YYYYMMDD-NNN (DESIGN.md §4): the UTC day, then a sequence per tenant and
+day kept in `job_day_counter`. So at midnight (UTC) the day part turns over and the sequence
+starts again at 001; a day's sequence never repeats a number, even when a process whose clock
+lags numbers under the day before again. The clock replaced is the one numbering reads
+(tests/service/wall_clock.py). These tests submit as one tenant (no auth file: "default");
+tests/service/test_tenant_numbers.py has two.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from datetime import timedelta, timezone
 
 import pytest
 import sqlalchemy as sa
 from db_edits import db_execute
 from served import Served
 from service_support import db_query, submit
+from wall_clock import EVE, Clock, numbering_clock
 
-from jobwire.db import job_numbers
 from jobwire.db.tables import job, job_day_counter
 from jobwire.v1 import job_pb2
 
 pytestmark = pytest.mark.timeout(60)
 
 NUMBER = re.compile(r"PT-(\d{8})-(\d{3,12})")
-# One tenth of a second before midnight UTC at the end of a year: the day, the month and the year turn.
-EVE = datetime(2031, 12, 31, 23, 59, 59, 900_000, tzinfo=UTC)
-
-
-class Clock:
-    """The wall clock job numbering reads: set by the test, never moved by itself."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def datetime_class(self) -> type[datetime]:
-        clock = self
-
-        class Controlled(datetime):
-            @classmethod
-            def now(cls, tz: tzinfo | None = None) -> datetime:  # type: ignore[override]
-                return clock.now.astimezone(tz) if tz is not None else clock.now.replace(tzinfo=None)
-
-        return Controlled
+TENANT = "default"  # every call of a server without an auth file
 
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    controlled = Clock(EVE)
-    monkeypatch.setattr(job_numbers, "datetime", controlled.datetime_class())
-    return controlled
+    return numbering_clock(monkeypatch)
 
 
 def parts(job_no: str) -> tuple[str, int]:
@@ -64,7 +45,9 @@ async def numbers(s: Served, n: int) -> list[tuple[str, int]]:
 
 
 async def counters(s: Served) -> dict[str, int]:
-    rows = await db_query(s, sa.select(job_day_counter.c.day, job_day_counter.c.last_seq))
+    rows = await db_query(
+        s, sa.select(job_day_counter.c.day, job_day_counter.c.last_seq).where(job_day_counter.c.tenant == TENANT)
+    )
     return {r["day"]: r["last_seq"] for r in rows}
 
 
@@ -119,7 +102,7 @@ async def test_replicas_crossing_midnight_never_share_a_number(serve, clock: Clo
 async def test_a_sequence_past_999_widens_and_still_names_its_job(serve, clock: Clock) -> None:  # type: ignore[no-untyped-def]
     s = await serve()
     clock.now = EVE + timedelta(days=3)
-    await db_execute(s, sa.insert(job_day_counter).values(day="20320103", last_seq=998))  # 998 numbered already
+    await db_execute(s, sa.insert(job_day_counter).values(tenant=TENANT, day="20320103", last_seq=998))  # 998 taken
     made = await numbers(s, 3)
     assert made == [("20320103", 999), ("20320103", 1000), ("20320103", 1001)]
     for day, seq in made:

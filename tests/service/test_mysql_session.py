@@ -35,6 +35,7 @@ SETTINGS_SQL = (
 STRICT = {"STRICT_TRANS_TABLES", "STRICT_ALL_TABLES"}
 HELD = 3  # connections of each pool looked at together
 TOO_LONG_DAY = "123456789"  # job_day_counter.day is VARCHAR(8)
+TOO_LONG_INSERT = f"INSERT INTO job_day_counter (tenant, day, last_seq) VALUES ('default', '{TOO_LONG_DAY}', 1)"
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def commit_counter(url: sa.URL, day: str, value: int) -> None:
         with engine.begin() as conn:
             conn.execute(
                 sa.text(
-                    "INSERT INTO job_day_counter (day, last_seq) VALUES (:d, :v)"
+                    "INSERT INTO job_day_counter (tenant, day, last_seq) VALUES ('default', :d, :v)"
                     " ON DUPLICATE KEY UPDATE last_seq = VALUES(last_seq)"
                 ),
                 {"d": day, "v": value},
@@ -103,9 +104,7 @@ async def test_engine_connections_read_committed_and_strict(served_mysql: Served
                 refused = None
                 try:
                     with conn.begin():
-                        conn.exec_driver_sql(
-                            f"INSERT INTO job_day_counter (day, last_seq) VALUES ('{TOO_LONG_DAY}', 1)"
-                        )
+                        conn.exec_driver_sql(TOO_LONG_INSERT)
                 except sa.exc.DataError as exc:
                     refused = exc.orig.args[0]  # type: ignore[union-attr]
                 out.append({"variables": variables, "first": first, "again": seen_again, "refused": refused})
@@ -142,7 +141,7 @@ async def test_write_pool_connections_read_committed_and_strict(served_mysql: Se
             (again,) = await cursor.fetchone()
             refused = None
             try:
-                await cursor.execute(f"INSERT INTO job_day_counter (day, last_seq) VALUES ('{TOO_LONG_DAY}', 1)")
+                await cursor.execute(TOO_LONG_INSERT)
             except Exception as exc:  # noqa: BLE001 - asyncmy's DataError; its code is what matters
                 refused = exc.args[0] if exc.args else repr(exc)
             await wire.connection.rollback()

@@ -3,7 +3,8 @@
 Two tenants, acme and globex, with the same owner name and the same job types. A globex
 stream for owner "alice" sees only globex's alice; a globex stream that names acme's job
 numbers is NOT_FOUND exactly as for numbers that do not exist (DESIGN.md §4: "another
-tenant's" job answers as one that does not exist), before sending anything. Acme's own
+tenant's" job answers as one that does not exist), before sending anything. Numbers are per
+tenant, so a number both have names, in each tenant's stream, that tenant's own job. Acme's own
 stream is the control: it shows that acme's changes did reach the change feed. A stream
 has no "nothing more" message, so each check ends on a change of globex's own, made after
 acme's: the feed delivers in order, so anything of acme's would have come before it.
@@ -102,8 +103,10 @@ async def test_naming_another_tenants_owner_shows_only_your_own_jobs(tenants: Se
 
 async def test_naming_another_tenants_job_numbers_is_not_found_and_sends_nothing(tenants: Served) -> None:
     s = tenants
-    a1, a2 = await submit(s, ACME), await submit(s, ACME, queue="parked")
+    both = await submit(s, ACME, queue="parked")
+    a1, a2 = await submit(s, ACME), await submit(s, ACME, queue="parked")  # numbers globex has none of
     g1 = await submit(s, GLOBEX, queue="parked")
+    assert g1 == both  # each tenant's first number of the day
     missing = "PT-20990101-999"  # well formed, never issued
 
     async def refusal(*job_nos: str) -> tuple[grpc.StatusCode, str | None, str | None]:
@@ -125,6 +128,7 @@ async def test_naming_another_tenants_job_numbers_is_not_found_and_sends_nothing
     # A globex stream of its own job, while acme's named jobs change: only globex's job on it.
     theirs = watch_jobs(s, GLOBEX, job_nos=(g1,))
     assert seen([await next_job(theirs)]) == [(g1, Q)]  # type: ignore[list-item]
+    await cancel(s, ACME, both)  # acme's job of globex's number: not globex's to see
     refused_while_watching = await refusal(a1, g1)  # a refused stream leaves no subscription behind
     assert refused_while_watching == nowhere
     await run_to_ready(s, a1)

@@ -6,6 +6,9 @@ A guess is only ever the starting point of a guarded UPDATE (jobwire.db.changes)
 job changed meanwhile the UPDATE matches nothing and the row is read again. A stale
 entry therefore costs a read, never a wrong write.
 
+Rows are kept by name, (tenant, job_no): two tenants' jobs may have one number. A shared
+fleet's call names only the number; `holder` finds the row its token leases.
+
 Only leased jobs are kept (a guess is offered to the token that holds the lease), and
 at most `capacity` of them, least recently used out first.
 """
@@ -17,8 +20,7 @@ from collections import OrderedDict
 from collections.abc import Collection
 from typing import Any
 
-from jobwire.db.sql import BLOBS
-from jobwire.domain.commands import may_act_for
+from jobwire.db.sql import BLOBS, Name
 from jobwire.domain.states import LEASED
 
 _LEASED = frozenset(s.value for s in LEASED)
@@ -28,36 +30,48 @@ CAPACITY = 20_000
 
 class RowCache:
     def __init__(self, capacity: int = CAPACITY) -> None:
-        self._rows: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._rows: OrderedDict[Name, dict[str, Any]] = OrderedDict()
+        self._holders: dict[str, Name] = {}  # each kept row's lease token: the job it leases
         self._capacity = capacity
         self._lock = threading.Lock()  # the store's transactions run on several threads
 
-    def guess(self, job_no: str, tenant: str, tokens: Collection[str | None]) -> dict[str, Any] | None:
-        """The row last seen for `job_no`, if every caller in `tokens` holds its lease."""
+    def guess(self, name: Name, tokens: Collection[str | None]) -> dict[str, Any] | None:
+        """The row last seen for the job `name`, if every caller in `tokens` holds its lease."""
         with self._lock:
-            row = self._rows.get(job_no)
-            if row is None or not may_act_for(tenant, row["tenant"]) or any(t != row["worker_token"] for t in tokens):
+            row = self._rows.get(name)
+            if row is None or any(t != row["worker_token"] for t in tokens):
                 return None
-            self._rows.move_to_end(job_no)
+            self._rows.move_to_end(name)
             return row
+
+    def holder(self, job_no: str, token: str | None) -> Name | None:
+        """The job numbered `job_no` whose lease `token` is, if its row is kept."""
+        with self._lock:
+            name = self._holders.get(token) if token is not None else None
+            return name if name is not None and name[1] == job_no else None
 
     def put(self, row: dict[str, Any]) -> None:
         """Keep `row` (a leased job's, without its blobs); any other row leaves the cache."""
-        job_no = row["job_no"]
+        name = (row["tenant"], row["job_no"])
         if not _BLOBS.isdisjoint(row):
             row = {k: v for k, v in row.items() if k not in _BLOBS}
         with self._lock:
+            self._pop(name)
             if row["status"] not in _LEASED or row["worker_token"] is None:
-                self._rows.pop(job_no, None)
                 return
-            self._rows[job_no] = row
-            self._rows.move_to_end(job_no)
+            self._rows[name] = row
+            self._holders[row["worker_token"]] = name
             if len(self._rows) > self._capacity:
-                self._rows.popitem(last=False)
+                self._pop(next(iter(self._rows)))
 
-    def drop(self, job_no: str) -> None:
+    def drop(self, name: Name) -> None:
         with self._lock:
-            self._rows.pop(job_no, None)
+            self._pop(name)
+
+    def _pop(self, name: Name) -> None:
+        row = self._rows.pop(name, None)
+        if row is not None:
+            self._holders.pop(row["worker_token"], None)
 
     def __len__(self) -> int:
         return len(self._rows)

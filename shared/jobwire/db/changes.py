@@ -4,9 +4,11 @@ An operation (`JobOp`: a report, a Complete, a user's Cancel, a reaper's mark) l
 the job's row and decides a `Change`, or refuses. `apply_ops` runs any number of them in
 one transaction, so concurrent calls share their round trips and their COMMIT:
 
-1. Rows. A worker's lease is usually written by this process just before (its claim, its
-   last report), so the row it left in the `RowCache` is taken as a guess. Other rows are
-   read in one SELECT, locked (`FOR UPDATE`).
+1. Rows. A job is named by its tenant and number (numbers are per tenant); a shared fleet's
+   call names only the number, and its token tells which tenant's job it means (`_names`).
+   A worker's lease is usually written by this process just before (its claim, its last
+   report), so the row it left in the `RowCache` is taken as a guess. Other rows are read
+   in one SELECT, locked (`FOR UPDATE`).
 2. Decisions, in call order per job, in memory; the transition table checks each one.
 3. One guarded UPDATE per job, from the row it read or guessed to where its calls took it:
    the UPDATE matches only if id, version and status (and for worker calls the token and
@@ -37,10 +39,10 @@ from typing import Any, Generic, TypeVar
 from jobwire.db.cache import RowCache
 from jobwire.db.evidence_limit import EvidenceLimit
 from jobwire.db.rows import ARTIFACT_COLUMNS, snapshot
-from jobwire.db.sql import Lock
+from jobwire.db.sql import Lock, Name, name_params
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.db.writer import RetryTransaction
-from jobwire.domain.commands import may_act_for
+from jobwire.domain.commands import EVERY_TENANT, may_act_for
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact
@@ -101,6 +103,12 @@ class JobOp(ABC, Generic[T]):
         """Whether this caller may act on `row`; a row it may not is decided as absent (no oracle)."""
         return may_act_for(self.tenant, row["tenant"])
 
+    def names(self, row: Row) -> bool:
+        """Whether `row`, a job with this call's number, is the job this call means: its
+        tenant's (a shared fleet's call, tenant "*", is told by its token: jobwire.db.leases)."""
+        tenant: str = row["tenant"]
+        return tenant == self.tenant
+
     @abstractmethod
     def decide(self, row: Row | None, now: datetime) -> Change | None:
         """The change to make, None for nothing; raise a JobwireError to refuse."""
@@ -124,7 +132,7 @@ class _Step:
 
 @dataclass(slots=True)
 class _Job:
-    job_no: str
+    name: Name
     ops: list[int]
     base: Row | None = None
     guessed: bool = False
@@ -138,7 +146,7 @@ class _Job:
 # A job that ends may end the jobs that depend on it, which may end theirs: rounds of
 # follow-up ops in one transaction, until `follow` names none (it bounds them itself:
 # jobwire.db.dependencies.FollowUps), each with the rows it read and locked for them.
-FollowUp = Callable[[Wire, Sequence[Row]], Awaitable[tuple[Sequence["JobOp[Any]"], Mapping[str, Row]]]]
+FollowUp = Callable[[Wire, Sequence[Row]], Awaitable[tuple[Sequence["JobOp[Any]"], Mapping[Name, Row]]]]
 
 
 async def apply_ops(
@@ -148,14 +156,14 @@ async def apply_ops(
     now: datetime,
     cache: RowCache,
     evidence: EvidenceLimit,
-    rows: Mapping[str, Row] | None = None,
+    rows: Mapping[Name, Row] | None = None,
     extra: Sequence[Statement] = (),
     follow: FollowUp | None = None,
     moved: list[Transition] | None = None,
 ) -> list[Outcome]:
     """Run `ops` in this transaction and commit; one outcome per op, in order.
 
-    `rows` are rows the caller has just read and locked (a claim's candidates); `extra`
+    `rows` are rows the caller has just read and locked (a claim's candidates), by name; `extra`
     statements ride with the COMMIT (a worker's last-seen time). `follow` names the ops
     that the jobs ended here cause (their dependents), run in the same transaction.
     `moved` gets the counted moves (jobwire.domain.transitions), once the COMMIT stands.
@@ -178,19 +186,20 @@ async def apply_ops(
 
 
 async def _round(
-    wire: Wire, ops: Sequence[JobOp[Any]], now: datetime, cache: RowCache, rows: Mapping[str, Row]
-) -> dict[str, _Job]:
+    wire: Wire, ops: Sequence[JobOp[Any]], now: datetime, cache: RowCache, rows: Mapping[Name, Row]
+) -> dict[Name, _Job]:
     """Decide `ops` and write their guarded UPDATEs; the events wait for the COMMIT."""
-    jobs: dict[str, _Job] = {}
-    for i, op in enumerate(ops):
-        jobs.setdefault(op.job_no, _Job(op.job_no, [])).ops.append(i)
-    await _bases(wire, ops, jobs.values(), cache, rows)
+    names, found = await _names(wire, ops, cache)
+    jobs: dict[Name, _Job] = {}
+    for i, name in enumerate(names):
+        jobs.setdefault(name, _Job(name, [])).ops.append(i)
+    await _bases(wire, ops, jobs.values(), cache, {**rows, **found})
     recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
     written = [job for job in jobs.values() if job.changes and job not in recheck]
     counts = await wire.run([_update(wire, job) for job in written])
     recheck += [job for job, matched in zip(written, counts, strict=True) if matched != 1]
     if recheck:
-        await _read(wire, ops, recheck, Lock.UPDATE)
+        await _read(wire, recheck, Lock.UPDATE)
         for job in recheck:
             _decide(job, ops, now)
         again = [job for job in recheck if job.changes]
@@ -210,18 +219,48 @@ def _ended(jobs: Iterable[_Job]) -> list[Row]:
     return out
 
 
+async def _names(wire: Wire, ops: Sequence[JobOp[Any]], cache: RowCache) -> tuple[list[Name], dict[Name, Row | None]]:
+    """Each op's job as (tenant, job_no), and the rows read, locked, to tell some of them.
+
+    A shared fleet's call (tenant "*") names only a number, which several tenants' jobs may
+    have: it means the job its token is a lease of. The row this process last left for
+    that token says which (`RowCache.holder`); else every job of the number is read and
+    the op picks its own (`JobOp.names`). A token none of them issued names no job: the
+    op is decided on no row (WORKER_LEASE_LOST, as for any token nobody holds).
+    """
+    names: list[Name] = []
+    unknown: list[int] = []
+    for i, op in enumerate(ops):
+        held = cache.holder(op.job_no, op.token) if op.tenant == EVERY_TENANT else (op.tenant, op.job_no)
+        names.append(held or (EVERY_TENANT, op.job_no))
+        if held is None:
+            unknown.append(i)
+    found: dict[Name, Row | None] = {}
+    if unknown:
+        numbers = sorted({ops[i].job_no for i in unknown})
+        params = {f"n{i}": number for i, number in enumerate(numbers)}
+        # Locked as a worker's call reads its row (JobOp.lock): they are the bases of its ops.
+        rows = await wire.fetch(wire.sql.rows_by_job_no(len(numbers), Lock.UPDATE), params, wire.sql.row_shape)
+        found.update(((r["tenant"], r["job_no"]), r) for r in rows)
+        for i in unknown:
+            mine = next((r for r in rows if r["job_no"] == ops[i].job_no and ops[i].names(r)), None)
+            if mine is not None:
+                names[i] = (mine["tenant"], mine["job_no"])
+            found[names[i]] = mine
+    return names, found
+
+
 async def _bases(
-    wire: Wire, ops: Sequence[JobOp[Any]], jobs: Iterable[_Job], cache: RowCache, rows: Mapping[str, Row]
+    wire: Wire, ops: Sequence[JobOp[Any]], jobs: Iterable[_Job], cache: RowCache, rows: Mapping[Name, Row | None]
 ) -> None:
     """Each job's starting row: given, guessed from the cache, or read."""
     unread = []
     for job in jobs:
-        if job.job_no in rows:
-            job.base = rows[job.job_no]
+        if job.name in rows:
+            job.base = rows[job.name]
             continue
-        first = ops[job.ops[0]]
         tokens = {ops[i].token for i in job.ops}
-        guess = None if any(ops[i].fresh for i in job.ops) else cache.guess(job.job_no, first.tenant, tokens)
+        guess = None if any(ops[i].fresh for i in job.ops) else cache.guess(job.name, tokens)
         if guess is not None:
             job.base, job.guessed = guess, True
         else:
@@ -230,16 +269,16 @@ async def _bases(
     for job in unread:
         by_lock.setdefault(ops[job.ops[0]].lock, []).append(job)
     for lock, group in by_lock.items():
-        await _read(wire, ops, group, lock)
+        await _read(wire, group, lock)
 
 
-async def _read(wire: Wire, ops: Sequence[JobOp[Any]], jobs: Sequence[_Job], lock: str) -> None:
-    """Read (and lock) the rows of `jobs` in one statement (whose they are is each op's to check)."""
-    params = {f"n{i}": job.job_no for i, job in enumerate(jobs)}
-    rows = await wire.fetch(wire.sql.rows_by_job_no(len(jobs), lock), params, wire.sql.row_shape)
-    found = {r["job_no"]: r for r in rows}
+async def _read(wire: Wire, jobs: Sequence[_Job], lock: str) -> None:
+    """Read (and lock) the rows of `jobs` by name in one statement (what each op may do is its own to check)."""
+    params = name_params([job.name for job in jobs])
+    rows = await wire.fetch(wire.sql.rows_by_name(len(jobs), lock), params, wire.sql.row_shape)
+    found = {(r["tenant"], r["job_no"]): r for r in rows}
     for job in jobs:
-        job.base = found.get(job.job_no)
+        job.base = found.get(job.name)
         job.guessed = False
 
 
@@ -386,7 +425,7 @@ def _remember(cache: RowCache, jobs: Iterable[_Job]) -> None:
     for job in jobs:
         row = job.steps[-1].after if job.steps else job.base
         if row is None:
-            cache.drop(job.job_no)
+            cache.drop(job.name)
         else:
             cache.put(row)
 

@@ -4,7 +4,8 @@ A job submitted with `depends_on` is QUEUED with `waiting_on` = how many of them
 READY yet; the claim takes only jobs with `waiting_on = 0` (jobwire.db.sql `claim`, on the
 claim index), so a job is never leased while a dependency is unfinished.
 
-- At submit (`resolve`): each dependency must exist in the tenant and must not have ended
+- At submit (`resolve`): each dependency must exist in the tenant (numbers are per tenant:
+  a number names the submitting tenant's job of that number) and must not have ended
   FAILED or CANCELLED. The dependencies are read locked, so one still running cannot end
   between that read and the commit of the new job and its `job_dependency` rows, and each is
   marked `has_dependents`: its ending, guarded on that flag, then reads the new edges and
@@ -40,7 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.changes import Change, JobOp, Row
-from jobwire.db.sql import Lock
+from jobwire.db.sql import Lock, Name, name_params
 from jobwire.db.tables import job, job_dependency
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.commands import NewJob
@@ -61,20 +62,19 @@ class Waits:
 
 async def resolve(wire: Wire, news: Sequence[NewJob]) -> list[Waits | JobwireError]:
     """Each new job's `Waits`, or why it is refused; read (share-locked) in one statement."""
-    names = sorted({n for new in news for n in new.depends_on})
-    found: dict[str, Row] = {}
+    names = sorted({(new.tenant, n) for new in news for n in new.depends_on})
+    found: dict[Name, Row] = {}
     if names:
-        params = {f"n{i}": n for i, n in enumerate(names)}
-        rows = await wire.fetch(wire.sql.dependencies(len(names)), params, wire.sql.dependency_shape)
-        found = {r["job_no"]: r for r in rows}
+        rows = await wire.fetch(wire.sql.dependencies(len(names)), name_params(names), wire.sql.dependency_shape)
+        found = {(r["tenant"], r["job_no"]): r for r in rows}
     return [_waits(new, found) for new in news]
 
 
-def _waits(new: NewJob, found: dict[str, Row]) -> Waits | JobwireError:
+def _waits(new: NewJob, found: dict[Name, Row]) -> Waits | JobwireError:
     rows = []
     for job_no in new.depends_on:
-        row = found.get(job_no)
-        if row is None or row["tenant"] != new.tenant:  # another tenant's job is no more known than none
+        row = found.get((new.tenant, job_no))
+        if row is None:  # another tenant's job of that number is not this one's to name
             return InvalidArgument("depends_on", f"{job_no} is not a job of yours")
         if row["status"] in ENDED:
             return DependencyEnded(job_no, row["status"])
@@ -89,9 +89,12 @@ def row_values(new: NewJob, waits: Waits | None) -> dict[str, Any]:
     return {"depends_on": json.dumps(list(new.depends_on)), "waiting_on": waits.waiting_on}
 
 
-def edges(wire: Wire, job_no: str, waits: Waits) -> list[Statement]:
+def edges(wire: Wire, name: Name, waits: Waits) -> list[Statement]:
     """The new job's edges, and the mark on each dependency that its ending has dependents."""
-    out: list[Statement] = [(wire.sql.insert_dependency, {"job_no": job_no, "depends_on_id": i}) for i in waits.ids]
+    tenant, job_no = name
+    out: list[Statement] = [
+        (wire.sql.insert_dependency, {"tenant": tenant, "job_no": job_no, "depends_on_id": i}) for i in waits.ids
+    ]
     return out + [(wire.sql.mark_depended_on, {"id": i}) for i in waits.ids]
 
 
@@ -103,7 +106,7 @@ CHUNK = 50
 MAX_ROUNDS = 8
 
 
-Settling = tuple[list[JobOp[Any]], dict[str, Row]]  # Settle ops, and the rows they decide on (locked)
+Settling = tuple[list[JobOp[Any]], dict[Name, Row]]  # Settle ops, and the rows they decide on (locked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,24 +248,23 @@ def _settled_since(ids: set[int], since: datetime) -> sa.Select[tuple[int]]:
     )
 
 
-async def _settle_locked(wire: Wire, jobs: Sequence[tuple[str, str]]) -> Settling:
+async def _settle_locked(wire: Wire, jobs: Sequence[Name]) -> Settling:
     """One `Settle` per (tenant, job_no), and its row, read and locked first: counted after the
     lock, the counts are no older than the row (two dependencies ending at once see each other's end)."""
     if not jobs:
         return [], {}
-    params = {f"n{i}": job_no for i, (_, job_no) in enumerate(jobs)}
-    rows = await wire.fetch(wire.sql.rows_by_job_no(len(jobs), Lock.UPDATE), params, wire.sql.row_shape)
-    counts = {
-        r["job_no"]: r for r in await wire.fetch(wire.sql.dependency_counts(len(jobs)), params, wire.sql.count_shape)
-    }
+    params = name_params(jobs)
+    rows = await wire.fetch(wire.sql.rows_by_name(len(jobs), Lock.UPDATE), params, wire.sql.row_shape)
+    counted = await wire.fetch(wire.sql.dependency_counts(len(jobs)), params, wire.sql.count_shape)
+    counts = {(r["tenant"], r["job_no"]): r for r in counted}
     ops: list[JobOp[Any]] = [
         Settle(
             tenant=tenant,
             job_no=job_no,
-            unfinished=int(counts[job_no]["unfinished"]),
-            ended_by=_ended_by(counts[job_no]),
+            unfinished=int(counts[tenant, job_no]["unfinished"]),
+            ended_by=_ended_by(counts[tenant, job_no]),
         )
         for tenant, job_no in jobs
-        if job_no in counts
+        if (tenant, job_no) in counts
     ]
-    return ops, {r["job_no"]: r for r in rows}
+    return ops, {(r["tenant"], r["job_no"]): r for r in rows}

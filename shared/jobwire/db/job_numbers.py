@@ -1,21 +1,25 @@
-"""Day-sequenced job numbers ("PT-20261129-001"), reserved in blocks outside the submit.
+"""Job numbers per tenant and day ("PT-20261129-001"), reserved in blocks outside the submit.
 
-Taking the next number inside every Submit's transaction made all submits queue on one
-counter row for the whole transaction (measured: one lock wait per Submit, ~80 ms each at
-32 clients). Here a process reserves a block in a tiny transaction of its own and hands
-numbers out from memory. Blocks grow while numbers go fast and shrink back to one when
-they do not, so a quiet single process numbers 001, 002, 003 without gaps; numbers a
+Each tenant has its own sequence per UTC day, so a tenant's numbers say nothing of another
+tenant's traffic, and a job is named by its tenant and number (two tenants both have
+PT-20261129-001). Taking the next number inside every Submit's transaction made all submits
+queue on one counter row for the whole transaction (measured: one lock wait per Submit,
+~80 ms each at 32 clients). Here a process reserves a block of a tenant's day in a tiny
+transaction of its own and hands numbers out from memory. Blocks grow while a tenant's
+numbers go fast and shrink back to one when they do not, so a quiet single process numbers
+a tenant's jobs 001, 002, 003 without gaps, whatever other tenants submit; numbers a
 process reserved but never used (it stopped, or an idempotent replay needed none) leave a
-gap. Numbers are unique and increase per process, not dense across processes: a family of
-serving processes or several replicas interleave their blocks (001, 002, 004, 003).
-The day is the process's UTC clock's; the counter row per day keeps numbers unique even
-when two processes' clocks straddle midnight.
+gap. Numbers are unique and increase per tenant and process, not dense across processes: a
+family of serving processes or several replicas interleave their blocks (001, 002, 004,
+003). The day is the process's UTC clock's; the counter row per tenant and day keeps
+numbers unique even when two processes' clocks straddle midnight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from jobwire.db.engine import Database
@@ -25,42 +29,51 @@ MAX_BLOCK = 64
 FAST_S = 1.0  # a block used up faster than this doubles the next one
 
 
-async def reserve(wire: Wire, day: str, count: int) -> int:
-    """Reserve `count` numbers of `day`; the last one reserved."""
-    await wire.run([(wire.sql.reserve_numbers, {"day": day, "last_seq": count})])
-    (row,) = await wire.fetch(wire.sql.last_number, {"day": day}, wire.sql.number_shape)
+async def reserve(wire: Wire, tenant: str, day: str, count: int) -> int:
+    """Reserve `count` numbers of `tenant`'s `day`; the last one reserved."""
+    key = {"tenant": tenant, "day": day}
+    await wire.run([(wire.sql.reserve_numbers, {**key, "last_seq": count})])
+    (row,) = await wire.fetch(wire.sql.last_number, key, wire.sql.number_shape)
     await wire.commit()
     return int(row["last_seq"])
+
+
+@dataclass(slots=True)
+class _Block:
+    """One tenant's numbers in this process: those of `day` from `next` to `last` are its own."""
+
+    day: str = ""
+    next: int = 1
+    last: int = 0
+    size: int = 1
+    reserved_at: float = 0.0
 
 
 class JobNumbers:
     def __init__(self, db: Database, prefix: str) -> None:
         self._db = db
         self._prefix = prefix
-        self._lock: asyncio.Lock | None = None
+        self._blocks: dict[str, _Block] = {}  # by tenant: as many as the auth file names
+        self._locks: dict[str, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._day = ""
-        self._next = 1
-        self._last = 0
-        self._block = 1
-        self._reserved_at = 0.0
 
-    async def next(self) -> str:
+    async def next(self, tenant: str) -> str:
         day = datetime.now(UTC).strftime("%Y%m%d")
         loop = asyncio.get_running_loop()
-        if self._lock is None or loop is not self._loop:
-            self._lock, self._loop = asyncio.Lock(), loop
-        async with self._lock:
-            if day != self._day or self._next > self._last:
-                await self._reserve(day)
-            number = self._next
-            self._next += 1
+        if loop is not self._loop:
+            self._locks, self._loop = {}, loop
+        block = self._blocks.setdefault(tenant, _Block())
+        async with self._locks.setdefault(tenant, asyncio.Lock()):  # one tenant's reservation waits for no other's
+            if day != block.day or block.next > block.last:
+                await self._reserve(tenant, block, day)
+            number = block.next
+            block.next += 1
         return f"{self._prefix}-{day}-{number:03d}"
 
-    async def _reserve(self, day: str) -> None:
+    async def _reserve(self, tenant: str, block: _Block, day: str) -> None:
         now = time.monotonic()
-        fast = day == self._day and now - self._reserved_at < FAST_S
-        self._block = min(self._block * 2, MAX_BLOCK) if fast else 1
-        count = self._block
-        last = await self._db.transact(lambda wire: reserve(wire, day, count))
-        self._day, self._next, self._last, self._reserved_at = day, last - count + 1, last, now
+        fast = day == block.day and now - block.reserved_at < FAST_S
+        block.size = min(block.size * 2, MAX_BLOCK) if fast else 1
+        count = block.size
+        last = await self._db.transact(lambda wire: reserve(wire, tenant, day, count))
+        block.day, block.next, block.last, block.reserved_at = day, last - count + 1, last, now

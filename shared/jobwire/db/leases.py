@@ -33,10 +33,11 @@ from jobwire.db.rows import (
     review_of,
     review_values,
 )
+from jobwire.db.sql import Name
 from jobwire.db.turns import Turns
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.domain import stages as stage_plans
-from jobwire.domain.commands import Claimant, Failure, ProgressReport
+from jobwire.domain.commands import EVERY_TENANT, Claimant, Failure, ProgressReport
 from jobwire.domain.endings import on_fail
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
@@ -75,6 +76,14 @@ def was_issued(row: Row, token: str, epoch: int) -> bool:
     return hmac.compare_digest(token.partition(".")[2], _signature(key, epoch))
 
 
+def issued(row: Row, token: str) -> bool:
+    """True when `token` is or was a lease of this job: the one held, the one that ended it, or one it signed."""
+    if token in (row["worker_token"], row["ended_token"]):
+        return True
+    epoch = token_epoch(token)
+    return epoch is not None and was_issued(row, token, epoch)
+
+
 def token_epoch(token: str) -> int | None:
     head, _, secret = token.partition(".")
     # ASCII digits only: str.isdigit() also accepts "²" or "١", which int() refuses or reads as 1.
@@ -110,11 +119,11 @@ Lane = tuple[str, str]  # (tenant, queue): what one index-ordered claim scan rea
 
 
 async def candidates(
-    wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str], budgets: Budgets, turns: Turns
+    wire: Wire, who: Claimant, max_jobs: int, taken: Collection[Name], budgets: Budgets, turns: Turns
 ) -> list[Row]:
     """Up to `max_jobs` runnable jobs for `who`, best priority first, oldest first, locked.
 
-    `taken`: job numbers another claim of this transaction has (locked by us, so SKIP
+    `taken`: the jobs (tenant, job_no) another claim of this transaction has (locked by us, so SKIP
     LOCKED does not skip them): read past them. `budgets`: a limited queue gives no more
     than it has left (jobwire.db.queue_limits); a paused one or one at its limit, nothing.
     A shared fleet's worker takes turns between tenants (`turns`, jobwire.db.turns).
@@ -140,7 +149,7 @@ async def candidates(
 
 
 async def _shared_candidates(
-    wire: Wire, who: Claimant, max_jobs: int, taken: Collection[str], budgets: Budgets, turns: Turns
+    wire: Wire, who: Claimant, max_jobs: int, taken: Collection[Name], budgets: Budgets, turns: Turns
 ) -> list[Row]:
     """A shared fleet's claim: round-robin across the tenants with runnable jobs, queue by
     queue, from the tenant after the one served last; the best jobs of each tenant first."""
@@ -176,7 +185,7 @@ async def _shared_candidates(
     return found
 
 
-async def _scan(wire: Wire, lane: Lane, types: Sequence[str], wanted: int, taken: Collection[str]) -> list[Row]:
+async def _scan(wire: Wire, lane: Lane, types: Sequence[str], wanted: int, taken: Collection[Name]) -> list[Row]:
     """The best runnable jobs of one lane, locked: enough for `wanted` past those in `taken`."""
     tenant, queue = lane
     params: dict[str, Any] = {"tenant": tenant, "queue": queue, "limit": wanted + len(taken)}
@@ -184,8 +193,8 @@ async def _scan(wire: Wire, lane: Lane, types: Sequence[str], wanted: int, taken
     return await wire.fetch(wire.sql.claim(len(types)), params, wire.sql.claim_shape)
 
 
-def _past(rows: Sequence[Row], taken: Collection[str], wanted: int) -> list[Row]:
-    return [r for r in rows if r["job_no"] not in taken][:wanted]
+def _past(rows: Sequence[Row], taken: Collection[Name], wanted: int) -> list[Row]:
+    return [r for r in rows if (r["tenant"], r["job_no"]) not in taken][:wanted]
 
 
 async def _within_limits(wire: Wire, budgets: Budgets, by_lane: dict[Lane, list[Row]]) -> dict[Lane, list[Row]]:
@@ -210,8 +219,9 @@ def _best(row: Row) -> tuple[int, int]:
 
 
 def claim_ops(who: Claimant, rows: Sequence[Row]) -> list[JobOp[Lease]]:
-    """The operations that lease `rows` (read and locked by `candidates`) to `who`."""
-    return [_Claim(tenant=who.tenant, job_no=row["job_no"], who=who) for row in rows]
+    """The operations that lease `rows` (read and locked by `candidates`) to `who`: each names
+    its row's job (a shared fleet claims every tenant's)."""
+    return [_Claim(tenant=row["tenant"], job_no=row["job_no"], who=who) for row in rows]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,6 +351,11 @@ class _OnLease(JobOp[T]):
     tenant: str
     job_no: str
     token: str
+
+    def names(self, row: Row) -> bool:
+        # A shared fleet's call names a number several tenants' jobs may have: its job is the
+        # one its token is a lease of (tokens are signed per job, so no other job's matches).
+        return issued(row, self.token) if self.tenant == EVERY_TENANT else super().names(row)
 
 
 def _status(row: Row | None) -> LeaseStatus:

@@ -24,7 +24,7 @@ from jobwire.db.sql import BLOBS
 from jobwire.db.tables import artifact, job, job_event, worker_claim
 from jobwire.db.tables import worker as worker_table
 from jobwire.domain.census import Census, JobCount
-from jobwire.domain.commands import EVERY_TENANT, JobFilter, Scope, may_act_for
+from jobwire.domain.commands import EVERY_TENANT, JobFilter, Scope
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import JobEvent, WorkerInfo
 from jobwire.domain.states import LEASED, Status
@@ -70,7 +70,7 @@ def clock(conn: Connection) -> datetime:
 
 
 def visible_jobs(conn: Connection, scope: Scope, job_nos: Sequence[str]) -> set[str]:
-    """Those of `job_nos` that `scope` sees (uq_job_job_no)."""
+    """Those of `job_nos` that `scope` sees (uq_job_tenant_job_no)."""
     query = sa.select(job.c.job_no).where(job.c.job_no.in_(list(job_nos)), *scoped(scope))
     return set(conn.execute(query).scalars())
 
@@ -377,15 +377,13 @@ def kept_result(conn: Connection, scope: Scope, job_no: str) -> KeptRow | None:
 
 
 def lease_held(conn: Connection, tenant: str, job_no: str, token: str) -> bool:
-    """True while `token` is the current lease of the job (an upload is fenced on it)."""
-    query = sa.select(job.c.tenant, job.c.worker_token, job.c.status).where(job.c.job_no == job_no)
-    found = conn.execute(query).mappings().first()
-    return (
-        found is not None
-        and may_act_for(tenant, found["tenant"])
-        and found["worker_token"] == token
-        and Status(found["status"]) in LEASED
-    )
+    """True while `token` is the current lease of the job `job_no` of `tenant` (an upload is
+    fenced on it); a shared fleet's (tenant "*"): of the tenant whose job of that number it leases."""
+    where = [job.c.job_no == job_no, job.c.worker_token == token]
+    if tenant != EVERY_TENANT:
+        where.append(job.c.tenant == tenant)
+    found = conn.execute(sa.select(job.c.status).where(*where)).first()
+    return found is not None and Status(found.status) in LEASED
 
 
 def stored_keys(conn: Connection, keys: Sequence[str]) -> set[str]:

@@ -194,17 +194,17 @@ class Statements:
             self.worker_claim_tail = (
                 " ON CONFLICT (tenant, queue, job_type) DO UPDATE SET claimed_at = MAX(claimed_at, excluded.claimed_at)"
             )
-        counter = _insert("job_day_counter", ("day", "last_seq"))
+        counter = _insert("job_day_counter", ("tenant", "day", "last_seq"))
         if d.name == "mysql":
             counter += " ON DUPLICATE KEY UPDATE last_seq = last_seq + VALUES(last_seq)"
         else:
-            counter += " ON CONFLICT (day) DO UPDATE SET last_seq = last_seq + excluded.last_seq"
+            counter += " ON CONFLICT (tenant, day) DO UPDATE SET last_seq = last_seq + excluded.last_seq"
         self.reserve_numbers = d.text(counter)
-        self.last_number = d.text("SELECT last_seq FROM job_day_counter WHERE day = :day")
+        self.last_number = d.text("SELECT last_seq FROM job_day_counter WHERE tenant = :tenant AND day = :day")
         self.number_shape = RowShape([], ["last_seq"], d)
         self.dependency_shape = RowShape([], ["id", "tenant", "job_no", "status"], d)
         self.dependent_shape = RowShape([], ["id", "tenant", "job_no"], d)
-        self.count_shape = RowShape([], ["job_no", "unfinished", "failed_by", "cancelled_by"], d)
+        self.count_shape = RowShape([], ["tenant", "job_no", "unfinished", "failed_by", "cancelled_by"], d)
         self.insert_batch = d.text(
             _insert("job_batch", ("batch_id", "tenant", "idempotency_key", "fingerprint", "total", "created_at"))
         )
@@ -213,10 +213,10 @@ class Statements:
             "SELECT batch_id, fingerprint FROM job_batch WHERE tenant = :tenant AND idempotency_key = :key"
         )
         self.rows_by_batch = d.text(self._row_select + " WHERE job.batch_id = :batch_id ORDER BY job.id")
-        # The edges of a job inserted by this transaction: its id is found by its number.
+        # The edges of a job inserted by this transaction: its id is found by its name.
         self.insert_dependency = d.text(
             "INSERT INTO job_dependency (job_id, depends_on_id)"
-            " SELECT id, :depends_on_id FROM job WHERE job_no = :job_no"
+            " SELECT id, :depends_on_id FROM job WHERE job_no = :job_no AND tenant = :tenant"
         )
         # Not versioned: nothing a person sees changes. An ending guards on the flag instead
         # (jobwire.db.changes), so a row guessed before the mark is read again.
@@ -236,10 +236,17 @@ class Statements:
         return self.dialect.text(self._row_select + f" WHERE job.tenant = :tenant AND job.idempotency_key IN ({names})")
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
-    def rows_by_job_no(self, count: int, lock: str) -> str:
-        """Job rows (with artifact and the clock) for `count` job numbers, in id order.
+    def rows_by_name(self, count: int, lock: str) -> str:
+        """Job rows (with artifact and the clock) for `count` jobs named (`:t<i>`, `:n<i>`), in id order."""
+        where = f" WHERE {named(count)} ORDER BY job.id"
+        return self.dialect.text(self._row_select + where + (lock if self.dialect.locks else ""))
 
-        Any tenant's: job numbers are unique, and the caller checks the tenant of each.
+    @functools.cache  # noqa: B019 - two module-level instances, kept for the process
+    def rows_by_job_no(self, count: int, lock: str) -> str:
+        """Job rows (with artifact and the clock) for `count` job numbers (`:n<i>`), in id order.
+
+        Every tenant's job of each number: a shared fleet's call names no tenant, and its
+        token tells which of them is its own (jobwire.db.changes).
         """
         names = ", ".join(f":n{i}" for i in range(count))
         where = f" WHERE job.job_no IN ({names}) ORDER BY job.id"
@@ -247,12 +254,11 @@ class Statements:
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def dependencies(self, count: int) -> str:
-        """The jobs a submit names in depends_on (any tenant's: the caller checks), locked for
-        the `mark_depended_on` that follows: one that is still running cannot end until the
-        new job and its edges are committed. FOR UPDATE from the start, in id order: two
-        submits that took a share lock each and then both marked the row would deadlock."""
-        names = ", ".join(f":n{i}" for i in range(count))
-        sql = f"SELECT id, tenant, job_no, status FROM job WHERE job_no IN ({names}) ORDER BY id"
+        """The jobs submits name in depends_on (`:t<i>`, `:n<i>`: each submit's own tenant),
+        locked for the `mark_depended_on` that follows: one that is still running cannot end
+        until the new job and its edges are committed. FOR UPDATE from the start, in id order:
+        two submits that took a share lock each and then both marked the row would deadlock."""
+        sql = f"SELECT id, tenant, job_no, status FROM job WHERE {named(count)} ORDER BY id"
         return self.dialect.text(sql + (Lock.UPDATE if self.dialect.locks else ""))
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
@@ -272,14 +278,13 @@ class Statements:
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def dependency_counts(self, count: int) -> str:
-        """Per job (`:n<i>`): its dependencies not READY, and the first that ended FAILED, CANCELLED."""
-        names = ", ".join(f":n{i}" for i in range(count))
+        """Per job (`:t<i>`, `:n<i>`): its dependencies not READY, and the first that ended FAILED, CANCELLED."""
         sql = (
-            "SELECT j.job_no, SUM(CASE WHEN p.status <> 'READY' THEN 1 ELSE 0 END),"
+            "SELECT j.tenant, j.job_no, SUM(CASE WHEN p.status <> 'READY' THEN 1 ELSE 0 END),"
             " MIN(CASE WHEN p.status = 'FAILED' THEN p.job_no END),"
             " MIN(CASE WHEN p.status = 'CANCELLED' THEN p.job_no END)"
             " FROM job j JOIN job_dependency d ON d.job_id = j.id JOIN job p ON p.id = d.depends_on_id"
-            f" WHERE j.job_no IN ({names}) GROUP BY j.job_no"
+            f" WHERE {named(count, 'j')} GROUP BY j.tenant, j.job_no"
         )
         return self.dialect.text(sql)
 
@@ -311,6 +316,22 @@ class Statements:
             sets += [f"lease_expires_at = {self.dialect.lease_until}", f"heartbeat_at = {self.dialect.now}"]
         where = [g if " " in g else f"{g} = :g_{g}" for g in guards]
         return self.dialect.text(f"UPDATE job SET {', '.join(sets)} WHERE {' AND '.join(where)}")
+
+
+Name = tuple[str, str]  # (tenant, job_no): what names a job, its number being its tenant's
+
+
+def named(count: int, table: str = "job") -> str:
+    """The WHERE of `count` jobs by name, `:t<i>` and `:n<i>` (`name_params`): an equality on
+    both columns of UNIQUE(job_no, tenant) each, so every one is an index probe."""
+    return " OR ".join(f"({table}.job_no = :n{i} AND {table}.tenant = :t{i})" for i in range(count))
+
+
+def name_params(names: Sequence[Name]) -> dict[str, str]:
+    params = {}
+    for i, (tenant, job_no) in enumerate(names):
+        params[f"t{i}"], params[f"n{i}"] = tenant, job_no
+    return params
 
 
 def _insert(table: str, columns: Sequence[str]) -> str:

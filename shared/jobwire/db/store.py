@@ -42,6 +42,7 @@ from jobwire.db.job_numbers import JobNumbers
 from jobwire.db.migrate import check_current, upgrade
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
+from jobwire.db.sql import Name
 from jobwire.db.turns import Turns, runnable_tenants
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.batches import BatchRecord, NewBatch
@@ -149,7 +150,7 @@ class JobStore:
         answer, a Claim's leases.
         """
         # Numbers are reserved outside the transaction (see job_numbers): a rerun keeps them.
-        numbered = {i: [(new, await self.job_numbers.next()) for new in _news(w)] for i, w in enumerate(work)
+        numbered = {i: [(new, await self.job_numbers.next(new.tenant)) for new in _news(w)] for i, w in enumerate(work)
                     if isinstance(w, Submit | SubmitBatch)}  # fmt: skip
         moved: list[Transition] = []
         left: list[dependencies.Pending] = []
@@ -204,7 +205,7 @@ class JobStore:
         if not (claims or calls):
             await wire.commit()
             return results
-        rows: dict[str, Row] = {}
+        rows: dict[Name, Row] = {}
         parts: list[tuple[int, Sequence[JobOp[Any]]]] = []  # each call's ops, in order
         extra: list[Statement] = []
         budgets = queue_limits.Budgets(self.limited, now)
@@ -215,7 +216,7 @@ class JobStore:
             budgets.take(found)
             claim.held.clear()  # a transaction run again decides again
             claim.held.update(budgets.held(claim.who.tenant, claim.who.queues))
-            rows.update((r["job_no"], r) for r in found)
+            rows.update(((r["tenant"], r["job_no"]), r) for r in found)
             parts.append((i, leases.claim_ops(claim.who, found)))
             if claim.seen:
                 extra.append(leases.seen(wire, claim.who, now))

@@ -121,7 +121,7 @@ def _inserts(wire: Wire, rows: Sequence[Row], waits: Sequence[Waited], now: date
         out.append((wire.sql.insert_job, values))
         out.append((wire.sql.insert_first_event, event_values(row, EventKind.SUBMITTED, now, None)))
         if isinstance(found, dependencies.Waits):
-            out += dependencies.edges(wire, row["job_no"], found)
+            out += dependencies.edges(wire, (row["tenant"], row["job_no"]), found)
     return out
 
 

@@ -116,7 +116,10 @@ job = Table(
     Column("finished_at", Timestamp, nullable=True),
     Column("run_after", Timestamp, nullable=False),
     Column("version", BigInteger, nullable=False, server_default="1"),
-    UniqueConstraint("job_no", name="uq_job_job_no"),
+    # Job numbers are per tenant: a job is named by (tenant, job_no). job_no leads, so a shared
+    # fleet's call, which names only the number (its token tells the tenant), finds its
+    # candidates on this index too (jobwire.db.changes).
+    UniqueConstraint("job_no", "tenant", name="uq_job_tenant_job_no"),
     UniqueConstraint("tenant", "idempotency_key", name="uq_job_idempotency"),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
@@ -233,9 +236,11 @@ artifact = Table(
 
 Index("ix_artifact_stored_key", artifact.c.stored_key)  # housekeeping: is an upload named by any result?
 
+# The last job number reserved per tenant and UTC day (jobwire.db.job_numbers).
 job_day_counter = Table(
     "job_day_counter",
     metadata,
+    Column("tenant", String(64), primary_key=True),
     Column("day", String(8), primary_key=True),
     Column("last_seq", BigInteger, nullable=False),
     mysql_engine="InnoDB",

@@ -59,10 +59,13 @@ def make_lease(
     stages: Sequence[str] = (),
     heartbeat_s: float = 0.2,
     deadline_in: float | None = None,
+    tenant: str = "",
 ) -> worker_pb2.Lease:
+    """A lease as Claim grants it; its token `tok-<job_no>`, or `tok-<tenant>-<job_no>` with a tenant."""
     lease = worker_pb2.Lease(
         job_no=job_no,
-        worker_token=f"tok-{job_no}",
+        tenant=tenant,
+        worker_token=f"tok-{tenant}-{job_no}" if tenant else f"tok-{job_no}",
         job_type=job_type,
         payload=payload,
         attempt=attempt,

@@ -44,10 +44,10 @@ async def test_one_heartbeat_carries_every_lease(fake: FakeWorkerService) -> Non
 async def test_the_interval_is_the_shortest_a_lease_asks_for(fake: FakeWorkerService) -> None:
     keeper = LeaseKeeper(fake, worker_id="w1", default_interval=10.0)
     assert keeper.interval() == 10.0
-    keeper.add("A", "t", interval=5.0, on_stop=lambda r: None)
-    keeper.add("B", "t", interval=2.0, on_stop=lambda r: None)
+    keeper.add("A", "t-A", interval=5.0, on_stop=lambda r: None)
+    keeper.add("B", "t-B", interval=2.0, on_stop=lambda r: None)
     assert keeper.interval() == 2.0
-    keeper.remove("B")
+    keeper.remove("B", "t-B")
     assert keeper.interval() == 5.0
 
 
@@ -74,3 +74,33 @@ async def test_no_leases_no_heartbeats(fake: FakeWorkerService) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class _ByToken:
+    """A WorkerService whose Heartbeat answers each lease by its token, in the request's order."""
+
+    def __init__(self, states: dict[str, int]) -> None:
+        self.states = states
+
+    async def Heartbeat(
+        self, request: worker_pb2.HeartbeatRequest, *, timeout: float | None = None
+    ) -> worker_pb2.HeartbeatResponse:
+        return worker_pb2.HeartbeatResponse(
+            leases=[
+                worker_pb2.LeaseState(job_no=ref.job_no, state=self.states[ref.worker_token]) for ref in request.leases
+            ]
+        )
+
+
+async def test_two_leases_of_one_number_are_both_renewed_and_told_apart() -> None:
+    """Numbers are per tenant: a shared fleet's worker may hold acme's and globex's PT-1 at once."""
+    stub = _ByToken({"t-acme": worker_pb2.LeaseState.OK, "t-globex": worker_pb2.LeaseState.LOST})
+    keeper = LeaseKeeper(stub, worker_id="w1", default_interval=10.0)  # type: ignore[arg-type]
+    stops: dict[str, list[StopReason]] = {"t-acme": [], "t-globex": []}
+    for token in stops:
+        keeper.add("PT-1", token, interval=5.0, on_stop=stops[token].append)
+    assert keeper.held == 2
+    await keeper.beat()
+    assert stops == {"t-acme": [], "t-globex": [StopReason.LOST]}
+    keeper.remove("PT-1", "t-globex")
+    assert keeper.held == 1

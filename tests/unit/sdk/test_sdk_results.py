@@ -22,7 +22,7 @@ def test_a_results_url_replaces_the_worker_path(tmp_path: Path, base: str) -> No
     env = JobEnvironment(results_dir=results, results_url=base, job_no="PT-20260101-007", attempt=2)
     outcome = env.run(lambda ctx: Result.from_bytes(b"x", filename="report.html"))
     assert outcome.kind is EndKind.COMPLETE and outcome.artifact is not None
-    assert outcome.artifact.uri == base.rstrip("/") + "/PT-20260101-007/attempt-2/report.html"
+    assert outcome.artifact.uri == base.rstrip("/") + "/default/PT-20260101-007/attempt-2/report.html"
     assert str(tmp_path) not in outcome.artifact.uri and "secret-worker-dir" not in outcome.artifact.uri
     assert outcome.read_result() == b"x"  # still written below results_dir
 
@@ -64,3 +64,21 @@ def test_a_dict_that_is_not_json_is_result_invalid() -> None:
     assert outcome.kind is EndKind.FAIL and outcome.failure is not None
     assert outcome.failure.category is ErrorCategory.RESULT_INVALID
     assert outcome.failure.message == "the handler returned a dict that is not JSON"
+
+
+def test_two_tenants_results_of_one_number_and_attempt_are_kept_apart(tmp_path: Path) -> None:
+    """Numbers are per tenant: a shared fleet's worker may deliver acme's and globex's PT-1."""
+    store = ResultStore(tmp_path / "results", base_url="https://files.example/r/")
+    made = {
+        tenant: store.deliver(
+            Result.from_bytes(tenant.encode(), filename="out.txt"), tenant=tenant, job_no="PT-1", attempt=1,
+            tmp_dir=tmp_path,
+        )
+        for tenant in ("acme", "globex", "acme/eu", "..")
+    }  # fmt: skip
+    assert {t: d.path.read_bytes() for t, d in made.items()} == {t: t.encode() for t in made}
+    assert made["acme"].artifact.uri == "https://files.example/r/acme/PT-1/attempt-1/out.txt"
+    for delivered in made.values():  # any tenant's name is one folder below the root
+        assert delivered.path.relative_to(store.root).parts[1:] == ("PT-1", "attempt-1", "out.txt")
+    store.discard(made["globex"].path)
+    assert sorted(p.name for p in store.root.iterdir()) == sorted(["acme", "acme%2Feu", "%2E%2E"])

@@ -344,6 +344,48 @@ async def test_heartbeats_batch_all_running_jobs(config: WorkerConfig, fake: Fak
     assert fake.ended == {"PT-0": "Release", "PT-1": "Release"}
 
 
+async def test_a_fleet_worker_runs_two_tenants_jobs_of_one_number_side_by_side(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    """Numbers are per tenant: a shared fleet's worker may hold acme's and globex's PT-1 at once."""
+    fake.pending += [make_lease("PT-1", "endless", heartbeat_s=0.05, tenant=t) for t in ("acme", "globex")]
+    tokens = ["tok-acme-PT-1", "tok-globex-PT-1"]
+    async with running(config, fake) as (worker, task):
+
+        async def both_in_one_heartbeat() -> bool:
+            return any(sorted(ref.worker_token for ref in b.leases) == tokens for b in fake.of("Heartbeat"))
+
+        await eventually(both_in_one_heartbeat, what="one Heartbeat for both leases of PT-1")
+        assert worker.running == 2
+        reported = {r.worker_token for r in fake.of("ReportStage")}
+        worker.shutdown()
+        assert await asyncio.wait_for(task, 5) == 0
+    assert reported <= set(tokens)
+    assert sorted(r.worker_token for r in fake.of("Release")) == tokens
+
+
+async def test_two_tenants_results_of_one_number_are_delivered_apart(
+    config: WorkerConfig, fake: FakeWorkerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_runner, "REPORT_INTERVAL_S", 60.0)
+    stages = ["PROCESSING", "DELIVERING"]
+    fake.pending += [
+        make_lease("PT-1", "write", f'{{"n": {n}}}'.encode(), stages=stages, tenant=t)
+        for t, n in (("acme", 2), ("globex", 3))
+    ]
+    async with running(config, fake) as (worker, task):
+        completes = await fake.wait_for("Complete", 2)
+        worker.shutdown()
+        assert await task == 0
+    uris = {c.worker_token: c.result.uri for c in completes}
+    delivered = {p.relative_to(config.results_dir).as_posix(): p.read_bytes() for p in results(config)}
+    assert delivered == {"acme/PT-1/attempt-1/out.txt": b"1\n2\n", "globex/PT-1/attempt-1/out.txt": b"1\n2\n3\n"}
+    assert uris == {
+        f"tok-{t}-PT-1": (config.results_dir / t / "PT-1" / "attempt-1" / "out.txt").as_uri()
+        for t in ("acme", "globex")
+    }
+
+
 async def test_the_checkpoint_of_the_last_attempt_reaches_the_handler(
     config: WorkerConfig, fake: FakeWorkerService
 ) -> None:

@@ -1,6 +1,8 @@
 """One batched Heartbeat per worker, for every lease it holds.
 
-The reply's CANCEL_REQUESTED, LOST and TIMED_OUT reach each handler's next safe point. A failed
+The reply's CANCEL_REQUESTED, LOST and TIMED_OUT reach each handler's next safe point. Leases
+are kept by (job_no, worker_token) and the reply read in the request's order: a shared fleet's
+worker may hold two tenants' jobs of one number (numbers are per tenant). A failed
 heartbeat is retried sooner than the interval (with backoff) but never faster than it
 helps: the lease lasts three intervals, so one missed beat costs nothing.
 """
@@ -27,9 +29,11 @@ _STATE_STOPS = {
 }
 
 
+Ref = tuple[str, str]  # (job_no, worker_token): one lease
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Held:
-    token: str
     interval: float
     on_stop: Callable[[StopReason], None]
 
@@ -41,17 +45,17 @@ class LeaseKeeper:
         self._stub = stub
         self._worker_id = worker_id
         self._default_interval = default_interval
-        self._held: dict[str, _Held] = {}
+        self._held: dict[Ref, _Held] = {}
         self._changed = asyncio.Event()
         self._backoff = Pauses(Backoff(initial=0.5, maximum=default_interval, jitter=0.5))
 
     def add(self, job_no: str, token: str, *, interval: float, on_stop: Callable[[StopReason], None]) -> None:
-        """Keep renewing `job_no` until `remove`; `on_stop` hears CANCEL_REQUESTED, LOST and TIMED_OUT."""
-        self._held[job_no] = _Held(token=token, interval=interval or self._default_interval, on_stop=on_stop)
+        """Keep renewing the lease until `remove`; `on_stop` hears CANCEL_REQUESTED, LOST and TIMED_OUT."""
+        self._held[job_no, token] = _Held(interval=interval or self._default_interval, on_stop=on_stop)
         self._changed.set()
 
-    def remove(self, job_no: str) -> None:
-        self._held.pop(job_no, None)
+    def remove(self, job_no: str, token: str) -> None:
+        self._held.pop((job_no, token), None)
 
     @property
     def held(self) -> int:
@@ -80,7 +84,7 @@ class LeaseKeeper:
             return self.interval()
         request = worker_pb2.HeartbeatRequest(
             worker_id=self._worker_id,
-            leases=[worker_pb2.LeaseRef(job_no=no, worker_token=h.token) for no, h in held.items()],
+            leases=[worker_pb2.LeaseRef(job_no=no, worker_token=token) for no, token in held],
         )
         try:
             reply = await self._stub.Heartbeat(request, timeout=self.interval())
@@ -89,9 +93,8 @@ class LeaseKeeper:
             log.warning("heartbeat for %d lease(s) failed (%s); again in %.1fs", len(held), describe(exc), delay)
             return delay
         self._backoff.reset()
-        for state in reply.leases:
+        for entry, state in zip(held.values(), reply.leases, strict=False):  # one state per lease, in order
             stop = _STATE_STOPS.get(state.state)
-            entry = held.get(state.job_no)
-            if stop is not None and entry is not None:
+            if stop is not None:
                 entry.on_stop(stop)
         return self.interval()

@@ -51,6 +51,7 @@ class JobReporter:
     ) -> None:
         self._sender = sender
         self.job_no, self._token = job_no, token
+        self.ref = (job_no, token)  # the lease it reports on: a fleet may hold two tenants' jobs of one number
         self._on_stop = on_stop
         # Claim already put the job in its first stage, so that is what the server holds.
         self._sent_stage = first_stage
@@ -177,7 +178,7 @@ class ReportSender:
     ) -> None:
         self._stub = stub
         self._interval, self._clock = interval, clock
-        self._reporters: dict[str, JobReporter] = {}
+        self._reporters: dict[tuple[str, str], JobReporter] = {}
         self._wake = asyncio.Event()
         self._now = asyncio.Event()  # a flush: do not wait for the interval
         self._backoff = Pauses(Backoff(initial=interval, maximum=5.0, jitter=0.5))
@@ -185,11 +186,11 @@ class ReportSender:
         self.calls = 0  # BatchReportStage calls made, for tests and logs
 
     def add(self, reporter: JobReporter) -> None:
-        self._reporters[reporter.job_no] = reporter
+        self._reporters[reporter.ref] = reporter
 
     def remove(self, reporter: JobReporter) -> None:
-        if self._reporters.get(reporter.job_no) is reporter:
-            del self._reporters[reporter.job_no]
+        if self._reporters.get(reporter.ref) is reporter:
+            del self._reporters[reporter.ref]
 
     def wake(self, *, now: bool = False) -> None:
         self._wake.set()

@@ -101,7 +101,11 @@ def check_base_url(url: str) -> str:
 
 
 class ResultStore:
-    """A folder of delivered results: `<root>/<job_no>/attempt-<n>/<filename>`.
+    """A folder of delivered results: `<root>/<tenant>/<job_no>/attempt-<n>/<filename>`.
+
+    Job numbers are per tenant, so the tenant comes first: a shared fleet's worker may deliver
+    two tenants' jobs of one number. Any tenant name is one safe folder (percent-encoded, its
+    dots too); a lease that names no tenant delivers to `<root>/<job_no>/...`.
 
     Args:
         root: The results folder on this machine.
@@ -122,14 +126,14 @@ class ResultStore:
         relative = path.relative_to(self.root).as_posix()
         return f"{self.base_url.rstrip('/')}/{quote(relative)}"
 
-    def deliver(self, result: object, *, job_no: str, attempt: int, tmp_dir: Path) -> Delivered:
+    def deliver(self, result: object, *, tenant: str, job_no: str, attempt: int, tmp_dir: Path) -> Delivered:
         """Copy, hash and verify `result`; ResultInvalid or DependencyFailed if it cannot be.
 
         A dict or list is taken as a JSON document (`Result.from_json`).
         """
         result = as_result(result)
         name = _safe_name(result, job_no)
-        final = self.root / job_no / f"attempt-{attempt}" / name
+        final = self.root / quote(tenant, safe="").replace(".", "%2E") / job_no / f"attempt-{attempt}" / name
         with open_source(result, tmp_dir) as src:
             sha256, size = _copy(src, final)
         artifact = Artifact(
@@ -148,9 +152,9 @@ class ResultStore:
     def discard(self, path: Path) -> None:
         """Remove a delivered file whose job was not completed by this worker."""
         path.unlink(missing_ok=True)
-        for folder in (path.parent, path.parent.parent):
+        for folder in path.relative_to(self.root).parents[:-1]:  # its attempt's, job's and tenant's; never root
             try:
-                folder.rmdir()  # only when empty: another attempt's result stays
+                (self.root / folder).rmdir()  # only when empty: another attempt's result stays
             except OSError:
                 break
 

@@ -132,7 +132,7 @@ class JobRunner:
         finally:
             if time_limit is not None:
                 time_limit.cancel()
-            self._deps.keeper.remove(lease.job_no)
+            self._deps.keeper.remove(lease.job_no, lease.worker_token)
             await reporter.close()
             await _remove_folder(tmp)  # an ending call removed it already (see _end), unless none was made
 
@@ -252,6 +252,7 @@ class _Finisher:
                 asyncio.to_thread(
                     self._deps.store.deliver,
                     result,
+                    tenant=self._lease.tenant,
                     job_no=self._lease.job_no,
                     attempt=self._lease.attempt,
                     tmp_dir=state.info.tmp_dir,

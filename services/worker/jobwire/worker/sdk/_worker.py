@@ -73,7 +73,8 @@ class Worker:
         self._store = (
             ResultStore(config.results_dir, base_url=config.results_url) if config.results_dir is not None else None
         )
-        self._running: dict[str, _Running] = {}
+        # By (tenant, job_no): a shared fleet's worker may run two tenants' jobs of one number.
+        self._running: dict[tuple[str, str], _Running] = {}
         self._stopping = False
         self._deadline = float("inf")
         self._stop = asyncio.Event()
@@ -268,11 +269,11 @@ class Worker:
         else:
             runner = JobRunner(deps, lease, spec)
             task = asyncio.create_task(runner.run(), name=f"job {lease.job_no}", context=job)
-        self._running[lease.job_no] = _Running(job_no=lease.job_no, runner=runner, task=task)
-        task.add_done_callback(functools.partial(self._finished, lease.job_no))
+        self._running[lease.tenant, lease.job_no] = _Running(job_no=lease.job_no, runner=runner, task=task)
+        task.add_done_callback(functools.partial(self._finished, lease.tenant, lease.job_no))
 
-    def _finished(self, job_no: str, task: asyncio.Task[object]) -> None:
-        self._running.pop(job_no, None)
+    def _finished(self, tenant: str, job_no: str, task: asyncio.Task[object]) -> None:
+        self._running.pop((tenant, job_no), None)
         self._slot.set()
         if not task.cancelled() and task.exception() is not None:
             # A bug in the runtime itself: say so loudly; the lease expires and the policy decides.

@@ -273,7 +273,7 @@ class JobEnvironment:
         # report interval (what users could see), and the harness delivers at once.
         try:
             delivered = self.store.deliver(
-                ending.result, job_no=self.job_no, attempt=self.attempt, tmp_dir=state.info.tmp_dir
+                ending.result, tenant=self.tenant, job_no=self.job_no, attempt=self.attempt, tmp_dir=state.info.tmp_dir
             )
         except Exception as exc:  # noqa: BLE001 - an undeliverable result is reported as a failure
             return Outcome(kind=EndKind.FAIL, failure=failure_of(exc))

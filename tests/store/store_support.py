@@ -119,7 +119,9 @@ def complete(lease: Lease) -> leases.Complete:
     return leases.Complete(tenant=lease.tenant, job_no=lease.job_no, token=lease.worker_token, result=RESULT)
 
 
-def fail(lease: Lease, *, retryable: bool = True, category: ErrorCategory = ErrorCategory.PROCESSING_ERROR) -> leases.Fail:
+def fail(
+    lease: Lease, *, retryable: bool = True, category: ErrorCategory = ErrorCategory.PROCESSING_ERROR
+) -> leases.Fail:
     failure = Failure(category=category, message="the input was odd", retryable=retryable, detail="trace")
     return leases.Fail(tenant=lease.tenant, job_no=lease.job_no, token=lease.worker_token, failure=failure)
 

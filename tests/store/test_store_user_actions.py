@@ -50,7 +50,9 @@ async def waiting(store: JobStore) -> JobRecord:
     """A job its worker handed to a person (WAITING)."""
     job, lease = await leased(store)
     request = ReviewRequest(assignee="ana")
-    await one(store, leases.AwaitReview(tenant=lease.tenant, job_no=job.job_no, token=lease.worker_token, request=request))
+    await one(
+        store, leases.AwaitReview(tenant=lease.tenant, job_no=job.job_no, token=lease.worker_token, request=request)
+    )
     return get(store, job.job_no)
 
 

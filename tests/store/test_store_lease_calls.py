@@ -11,6 +11,7 @@ import pytest
 from clocks import MovableClock
 from store_support import (
     A_LEASE,
+    cancel,
     claim,
     complete,
     confirm_cancel,
@@ -18,14 +19,13 @@ from store_support import (
     get,
     leased,
     one,
+    reap,
     refusal,
     release,
     renew,
-    reap,
     report,
     retrying,
     submit,
-    cancel,
     worker,
 )
 
@@ -121,7 +121,7 @@ async def test_complete_ends_ready_with_the_result(store: JobStore, clock: Movab
 
 
 async def test_a_replayed_ending_answers_the_job_as_it_is(store: JobStore) -> None:
-    job, lease = await leased(store)
+    _job, lease = await leased(store)
     done = await one(store, complete(lease))
     again = await one(store, complete(lease))
     assert again == done  # the same version: nothing written twice

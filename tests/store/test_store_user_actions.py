@@ -145,7 +145,7 @@ async def test_resolve_approve_queues_and_reject_fails(store: JobStore) -> None:
 
 
 async def test_requeue_refuses_a_live_lease(store: JobStore, clock: MovableClock) -> None:
-    job, lease = await leased(store)
+    job, _lease = await leased(store)
     refused = await refusal(store, requeue(job.job_no))
     assert isinstance(refused, InvalidTransition) and refused.reason == "LEASE_ACTIVE"
     clock.advance(A_LEASE - timedelta(seconds=1))

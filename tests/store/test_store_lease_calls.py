@@ -227,3 +227,11 @@ async def test_a_submitted_job_is_not_leased(store: JobStore) -> None:
     job = await submit(store)
     made_up = leases.Renew(tenant=job.tenant, job_no=job.job_no, token="1.x")
     assert isinstance(await refusal(store, made_up), WorkerLeaseLost)
+
+
+async def test_await_review_after_a_cancel_request_ends_cancelled(store: JobStore) -> None:
+    job, lease = await leased(store)
+    await one(store, cancel(job.job_no))
+    request = ReviewRequest(assignee="ana")
+    op = leases.AwaitReview(tenant=lease.tenant, job_no=job.job_no, token=lease.worker_token, request=request)
+    assert (await one(store, op)).status is Status.CANCELLED  # nobody needs to review a job that is ending

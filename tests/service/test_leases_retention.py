@@ -130,10 +130,9 @@ async def test_retention_purges_only_what_is_due_in_batches_while_claims_continu
 
 async def test_every_server_purges_by_the_configured_retention(serve) -> None:  # type: ignore[no-untyped-def]
     deleted_by_setting.clear()
-    one_second = 1 / 86_400
-    s = await serve(
+    s = await serve(  # the server's own housekeeping loop, on a day's retention and moved time
         reaper_interval_seconds=0.2,
-        retention_ready_days=one_second,
+        retention_ready_days=1,
         artifact_deleter="test_leases_retention:record_deletion",
     )
     job = await submit(s)
@@ -147,6 +146,8 @@ async def test_every_server_purges_by_the_configured_retention(serve) -> None:  
     async def purged() -> bool:
         return await _get_code(s, job.job_no) is grpc.StatusCode.NOT_FOUND
 
+    assert not await purged()
+    s.clock.advance(timedelta(days=1, seconds=1))
     await eventually(purged, what="the READY job purged by the server's own housekeeping")
     assert [d.job_no for d in deleted_by_setting] == [job.job_no]
     assert (await s.jobs.Get(job_pb2.GetRequest(job_no=failing.job_no))).status == job_pb2.Job.FAILED

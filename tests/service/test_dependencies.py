@@ -97,14 +97,6 @@ async def test_a_chain_longer_than_one_transaction_follows_is_ended_right_after_
     assert f"{chain[-2]} ended CANCELLED" in (await events(served, chain[-1]))[-1].detail
 
 
-async def test_a_cancelled_dependency_cancels_its_dependents(served: Served) -> None:
-    a = await submit(served)
-    b = await submit(served, depends_on=[a.job_no])
-    await served.jobs.Cancel(job_pb2.CancelRequest(job_no=a.job_no))
-    assert (await get(served, b.job_no)).status == CANCELLED  # in the same transaction as the cancel
-    assert f"{a.job_no} ended CANCELLED" in (await events(served, b.job_no))[-1].detail
-
-
 async def test_unknown_and_ended_dependencies_are_refused_and_create_nothing(served: Served) -> None:
     a = await submit(served)
     unknown = a.job_no[:-3] + "999"
@@ -116,15 +108,6 @@ async def test_unknown_and_ended_dependencies_are_refused_and_create_nothing(ser
     assert a.job_no in (error.details() or "") and "depends_on" in (error.details() or "")
     listed = await served.jobs.ListJobs(job_pb2.ListJobsRequest())
     assert [j.job_no for j in listed.jobs] == [a.job_no]
-
-
-async def test_a_ready_dependency_waits_for_nothing(served: Served) -> None:
-    a = await submit(served)
-    (lease,) = await claim(served)
-    await complete(served, lease)
-    b = await submit(served, depends_on=[a.job_no])
-    assert b.queue_position == 0
-    assert [lease.job_no for lease in await claim(served)] == [b.job_no]
 
 
 async def test_a_dependent_submitted_while_its_dependency_runs_is_released_by_its_ending(serve) -> None:  # type: ignore[no-untyped-def]

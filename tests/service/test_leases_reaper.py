@@ -1,23 +1,23 @@
-"""Leases that expire: stalled jobs, the lease-lost policies, fencing of late workers.
+"""Leases that expire: stalled jobs, the lease-lost policies, fencing of late workers, over
+real gRPC on SQLite and MariaDB.
 
-Short leases (1 s, the minimum) and a fast reaper (every 0.2 s, grace 0.5 s), over real
-gRPC on SQLite and MariaDB. Waits poll with a deadline. A check that something did *not*
-happen waits until the reaper has provably run a whole round past the moment that matters
-(`a_whole_reaper_round`: witness leases of its own), never for a time thought long enough.
+Time is moved past a lease and its grace (`served.clock`, tests/clocks.py), never slept
+through, and housekeeping runs when the test says (`housekeeping_round`; the server's own
+loop is off): a check that something did *not* happen looks right after a whole round that
+began past the moment that matters.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
-from served import eventually
+from served import housekeeping_round
 from service_support import (
     LEASE_LOST,
     artifact,
@@ -26,21 +26,20 @@ from service_support import (
     counted,
     events,
     get,
-    heartbeat,
     kinds,
     rpc_error,
     submit,
-    when,
 )
 
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
 pytestmark = pytest.mark.timeout(60)
 
-INTERVAL_S = 0.2
-GRACE_S = 0.5
-FAST = {"reaper_interval_seconds": INTERVAL_S, "stall_grace_seconds": GRACE_S}
-LEASE_S = 1.0
+GRACE_S = 30
+LEASE_S = 30.0
+ROUNDS_ON_CALL = {"reaper_interval_seconds": 0, "stall_grace_seconds": GRACE_S}  # rounds run by the test
+PAST_THE_LEASE = timedelta(seconds=LEASE_S + 1)
+PAST_THE_GRACE = timedelta(seconds=GRACE_S + 1)
 T = TypeVar("T")
 
 
@@ -59,19 +58,10 @@ def statements_of(engine: sa.Engine) -> Iterator[list[str]]:
         sa.event.remove(engine, "before_cursor_execute", record)
 
 
-async def a_whole_reaper_round(s: Any) -> None:
-    """Until the reaper has run one whole round that began at least a lease after this call.
-
-    A witness lease taken now is marked stalled by a round that began after it expired; a
-    second one, taken once the first shows stalled, by a later round, so the first of those
-    rounds had ended (rounds follow one another). It began more than LEASE_S (> GRACE_S)
-    after anything this test saw expire, so that was past its grace there too.
-    """
-    for _ in range(2):
-        witness = await submit(s, "witness")
-        [lease] = await claim(s, "witness", worker_id="witness", lease=LEASE_S)
-        assert lease.job_no == witness.job_no
-        await eventually(when(s, witness.job_no, lambda j: j.stalled), what="the reaper marks a witness lease stalled")
+async def later(s: Any, by: timedelta) -> None:
+    """`by` later on the server's clock, and a whole round of housekeeping run then."""
+    s.clock.advance(by)
+    await housekeeping_round(s)
 
 
 def retry_policy(max_attempts: int) -> job_pb2.RetryPolicy:
@@ -93,13 +83,14 @@ async def assert_lease_lost(call: Any) -> None:
 
 
 async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
+    s = await serve(**ROUNDS_ON_CALL)
     job = await submit(s)
     [lease] = await claim(s, lease=LEASE_S)
     await report(s, lease, stage="PROCESSING", processed_units=3, total_units=10, checkpoint=b"cp-3")
 
-    stalled = await eventually(when(s, job.job_no, lambda j: j.stalled), what="the job shows stalled")
-    assert stalled.status == job_pb2.Job.RUNNING and stalled.stage == "PROCESSING"
+    await later(s, PAST_THE_LEASE)
+    stalled = await get(s, job.job_no)
+    assert stalled.stalled and stalled.status == job_pb2.Job.RUNNING and stalled.stage == "PROCESSING"
     with statements_of(s.runtime.store.db.engine) as sent:
         found = (await s.admin.Inspect(admin_pb2.InspectRequest(kinds=[admin_pb2.Finding.STALLED]))).findings
     # Security review, finding 12: Inspect read whole rows, payload and checkpoint blobs included.
@@ -118,7 +109,7 @@ async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None
     assert all(fact in expired.detail for fact in facts), expired.detail
 
     # INSPECT waits for an operator: never re-run by itself.
-    await a_whole_reaper_round(s)
+    await later(s, PAST_THE_GRACE)
     assert await claim(s, worker_id="w2") == []
     still = await get(s, job.job_no)
     assert still.status == job_pb2.Job.RUNNING and still.stalled and still.version == stalled.version
@@ -137,29 +128,16 @@ async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None
     await assert_invariants(s)
 
 
-async def test_a_stalled_lease_revives_when_its_holder_speaks_again(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
-    job = await submit(s)
-    [lease] = await claim(s, lease=LEASE_S)
-    await eventually(when(s, job.job_no, lambda j: j.stalled), what="the job shows stalled")
-
-    state = await heartbeat(s, lease)  # a worker back from a long GC pause
-    assert state.state == worker_pb2.LeaseState.OK
-    revived = await get(s, job.job_no)
-    assert revived.status == job_pb2.Job.RUNNING and not revived.stalled
-    assert (await complete(s, lease)).status == job_pb2.Job.READY  # expiry alone revoked nothing
-    trail = await kinds(s, job.job_no)
-    assert trail.index("LEASE_EXPIRED") < trail.index("LEASE_REVIVED") < trail.index("COMPLETED")
-
-
 async def test_retry_policy_requeues_then_fails_worker_lost(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
+    s = await serve(**ROUNDS_ON_CALL)
     job = await submit(s, retry_policy=retry_policy(max_attempts=2))
     [first] = await claim(s, lease=LEASE_S)
     await report(s, first, stage="PROCESSING", processed_units=5, total_units=10, checkpoint=b"cp-5")
 
-    queued = await eventually(when(s, job.job_no, lambda j: j.status == job_pb2.Job.QUEUED), what="requeued")
-    assert queued.attempt == 1 and not queued.stalled and queued.stage == ""
+    await later(s, PAST_THE_LEASE)  # stalled
+    await later(s, PAST_THE_GRACE)  # requeued by its RETRY policy
+    queued = await get(s, job.job_no)
+    assert queued.status == job_pb2.Job.QUEUED and queued.attempt == 1 and not queued.stalled and queued.stage == ""
     [second] = await claim(s, worker_id="w2", lease=LEASE_S)
     assert second.job_no == job.job_no and second.attempt == 2
     assert second.worker_token != first.worker_token
@@ -173,8 +151,14 @@ async def test_retry_policy_requeues_then_fails_worker_lost(serve) -> None:  # t
     assert len(late) == 2 and "epoch" in late[0].detail
 
     # The second worker dies too, with no attempts left.
-    failed = await eventually(when(s, job.job_no, lambda j: j.status == job_pb2.Job.FAILED), what="failed")
-    assert failed.error.category == job_pb2.JobError.WORKER_LOST and failed.error.retryable
+    await later(s, PAST_THE_LEASE)
+    await later(s, PAST_THE_GRACE)
+    failed = await get(s, job.job_no)
+    assert (
+        failed.status == job_pb2.Job.FAILED
+        and failed.error.category == job_pb2.JobError.WORKER_LOST
+        and failed.error.retryable
+    )
     assert failed.error.stage == "PREPARING" and failed.attempt == 2 and failed.HasField("finished_at")
     assert "w2" not in failed.error.message  # users see a plain message, never a worker name
     await assert_lease_lost(complete(s, second))
@@ -194,22 +178,20 @@ async def test_retry_policy_requeues_then_fails_worker_lost(serve) -> None:  # t
 
 
 async def test_heartbeats_every_third_of_a_lease_keep_a_job_alive_for_ten_leases(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
+    s = await serve(**ROUNDS_ON_CALL)
     jobs = [await submit(s, retry_policy=retry_policy(max_attempts=1)) for _ in range(3)]
     leases = await claim(s, lease=LEASE_S, max_jobs=3)
     assert len(leases) == 3
     assert leases[0].heartbeat_interval.ToTimedelta().total_seconds() == pytest.approx(LEASE_S / 3)
     refs = [worker_pb2.LeaseRef(job_no=lease.job_no, worker_token=lease.worker_token) for lease in leases]
-    start = time.monotonic()
-    while time.monotonic() - start < 10 * LEASE_S:
+    for _ in range(30):  # a heartbeat every third of a lease, for ten leases, each followed by a reaper's round
         # One heartbeat covers all of a worker's leases.
         reply = await s.workers.Heartbeat(worker_pb2.HeartbeatRequest(worker_id="w1", leases=refs))
         assert [state.state for state in reply.leases] == [worker_pb2.LeaseState.OK] * 3, "a lease was lost"
+        await later(s, timedelta(seconds=LEASE_S / 3))
         for job in jobs:
             current = await get(s, job.job_no)
             assert current.status == job_pb2.Job.RUNNING and not current.stalled
-        # Time passing is what is tested: a heartbeat every third of a lease, for ten leases.
-        await asyncio.sleep(LEASE_S / 3 - (time.monotonic() - start) % (LEASE_S / 3))
     for lease in leases:
         assert (await complete(s, lease)).status == job_pb2.Job.READY
     for job in jobs:
@@ -218,14 +200,16 @@ async def test_heartbeats_every_third_of_a_lease_keep_a_job_alive_for_ten_leases
 
 
 async def test_cancel_requested_with_a_dead_worker_ends_cancelled(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
+    s = await serve(**ROUNDS_ON_CALL)
     job = await submit(s)  # INSPECT: a pending cancel ends CANCELLED whatever the policy
     [lease] = await claim(s, lease=LEASE_S)
     stopping = await s.jobs.Cancel(job_pb2.CancelRequest(job_no=job.job_no))
     assert stopping.status == job_pb2.Job.CANCEL_REQUESTED
 
-    done = await eventually(when(s, job.job_no, lambda j: j.status == job_pb2.Job.CANCELLED), what="cancelled")
-    assert not done.stalled and done.HasField("finished_at")
+    await later(s, PAST_THE_LEASE)
+    await later(s, PAST_THE_GRACE)
+    done = await get(s, job.job_no)
+    assert done.status == job_pb2.Job.CANCELLED and not done.stalled and done.HasField("finished_at")
     confirm = worker_pb2.ConfirmCancelRequest(job_no=job.job_no, worker_token=lease.worker_token)
     await assert_lease_lost(s.workers.ConfirmCancel(confirm))
     await assert_lease_lost(complete(s, lease))
@@ -234,14 +218,3 @@ async def test_cancel_requested_with_a_dead_worker_ends_cancelled(serve) -> None
     assert trail.index("LEASE_EXPIRED") < trail.index("LEASE_REVOKED_CANCELLED")
     assert (counted(s, "lease_expired"), counted(s, "cancelled")) == (1, 1)
     await assert_invariants(s)
-
-
-async def test_a_stalled_job_keeps_its_lease_until_the_grace_is_over(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(reaper_interval_seconds=INTERVAL_S, stall_grace_seconds=30)
-    job = await submit(s, retry_policy=retry_policy(max_attempts=3))
-    [lease] = await claim(s, lease=LEASE_S)
-    await eventually(when(s, job.job_no, lambda j: j.stalled), what="the job shows stalled")
-    await a_whole_reaper_round(s)  # past the expiry, not past the grace
-    assert (await get(s, job.job_no)).status == job_pb2.Job.RUNNING  # RETRY waits for the grace
-    assert (await report(s, lease, stage="PROCESSING", processed_units=1)).lease_expires_at.seconds > 0
-    assert not (await get(s, job.job_no)).stalled

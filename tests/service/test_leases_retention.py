@@ -18,7 +18,6 @@ import sqlalchemy as sa
 from served import eventually
 from service_support import artifact, claim, submit
 
-from jobwire.db.reads import clock
 from jobwire.db.retention import ExpiredArtifact, Retention
 from jobwire.db.store import JobStore, Submit
 from jobwire.db.tables import artifact as artifact_table
@@ -45,7 +44,7 @@ async def finished_jobs(store: JobStore, status: str, age_days: float, n: int, *
     (answers,) = await store.apply([Submit([new] * n)])
     nos = [job.job_no for job, _ in answers]
     with store.db.engine.begin() as conn:
-        ended = clock(conn) - timedelta(days=age_days)
+        ended = store.now() - timedelta(days=age_days)
         conn.execute(sa.update(job).where(job.c.job_no.in_(nos)).values(status=status, finished_at=ended))
         if status == "READY":
             ids = conn.execute(sa.select(job.c.id, job.c.job_no).where(job.c.job_no.in_(nos))).all()
@@ -130,10 +129,9 @@ async def test_retention_purges_only_what_is_due_in_batches_while_claims_continu
 
 async def test_every_server_purges_by_the_configured_retention(serve) -> None:  # type: ignore[no-untyped-def]
     deleted_by_setting.clear()
-    one_second = 1 / 86_400
-    s = await serve(
+    s = await serve(  # the server's own housekeeping loop, on a day's retention and moved time
         reaper_interval_seconds=0.2,
-        retention_ready_days=one_second,
+        retention_ready_days=1,
         artifact_deleter="test_leases_retention:record_deletion",
     )
     job = await submit(s)
@@ -147,6 +145,8 @@ async def test_every_server_purges_by_the_configured_retention(serve) -> None:  
     async def purged() -> bool:
         return await _get_code(s, job.job_no) is grpc.StatusCode.NOT_FOUND
 
+    assert not await purged()
+    s.clock.advance(timedelta(days=1, seconds=1))
     await eventually(purged, what="the READY job purged by the server's own housekeeping")
     assert [d.job_no for d in deleted_by_setting] == [job.job_no]
     assert (await s.jobs.Get(job_pb2.GetRequest(job_no=failing.job_no))).status == job_pb2.Job.FAILED
@@ -184,7 +184,7 @@ async def test_purged_jobs_leave_no_dependency_edges(serve) -> None:  # type: ig
         assert (await s.workers.Complete(request)).status == job_pb2.Job.READY
     nos = [first.job_no, then.job_no]
     with store.db.engine.begin() as conn:
-        conn.execute(sa.update(job).where(job.c.job_no.in_(nos)).values(finished_at=clock(conn) - timedelta(days=31)))
+        conn.execute(sa.update(job).where(job.c.job_no.in_(nos)).values(finished_at=store.now() - timedelta(days=31)))
         assert conn.execute(sa.select(sa.func.count()).select_from(job_dependency)).scalar_one() == 1
     purged = await asyncio.to_thread(store.purge_expired, Retention(), lambda expired: None)
     assert purged.jobs == 2

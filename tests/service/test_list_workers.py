@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import grpc
 import sqlalchemy as sa
 from db_edits import db_execute
 from service_support import artifact, claim, spec, submit
 
-from jobwire.db import reads
 from jobwire.db.tables import worker
 from jobwire.v1 import admin_pb2, worker_pb2
 
@@ -182,11 +180,7 @@ async def test_a_worker_is_gone_once_unseen_for_a_lease_and_the_stall_grace(serv
     await claim(served, "frames", worker_id="quiet")
     await claim(served, "frames", worker_id="edge")
 
-    def read_clock() -> datetime:
-        with served.runtime.store.db.engine.connect() as conn:
-            return reads.clock(conn)
-
-    now = await asyncio.to_thread(read_clock)  # the clock that decides, as leases use it
+    now = served.runtime.store.now()  # the clock that decides, as leases use it
     for worker_id, unseen in (("quiet", 16), ("edge", 10)):
         edit = sa.update(worker).where(worker.c.worker_id == worker_id)
         await db_execute(served, edit.values(last_seen_at=now - timedelta(seconds=unseen)))

@@ -1,8 +1,10 @@
 """Time limits over real gRPC on SQLite and MariaDB: attempts, whole jobs, and jobs without progress.
 
-Limits of fractions of a second and a fast sweep (every 0.1 s); leases of 30 s so the
-lease reaper never acts first. Waits poll with a deadline; the one check that something
-did *not* happen (units that keep rising) runs for a bounded number of sweeps.
+Time is moved past each limit (`served.clock`, tests/clocks.py) and a whole round of the
+sweeps runs right after (`housekeeping_round`; the server's own loop is off), so a check
+that something did *not* happen looks right after a round. Leases of 30 s, renewed by the
+calls, so the lease reaper never acts first. Only the replicas test runs on real time: two
+servers' own sweep loops racing is what it tests.
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import grpc
 import pytest
 import sqlalchemy as sa
-from served import Served, eventually
+from served import Served, eventually, housekeeping_round
 from service_support import (
     FORGED_TOKEN,
     LEASE_LOST,
@@ -41,7 +44,8 @@ from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 pytestmark = pytest.mark.timeout(90)
 
 SWEEP_S = 0.1
-FAST = {"reaper_interval_seconds": SWEEP_S}
+FAST = {"reaper_interval_seconds": SWEEP_S}  # two replicas' own loops, racing (the replicas test)
+ROUNDS_ON_CALL = {"reaper_interval_seconds": 0}  # the other tests run each round after moving time
 LEASE_S = 30.0
 TIMEOUT = job_pb2.JobError.TIMEOUT
 
@@ -59,6 +63,12 @@ def retries(max_attempts: int) -> job_pb2.RetryPolicy:
 
 def status_is(status: job_pb2.Job.Status.ValueType) -> Any:
     return lambda job: job.status == status
+
+
+async def later(s: Served, seconds: float) -> None:
+    """`seconds` later on the server's clock, and a whole round of the sweeps run then."""
+    s.clock.advance(timedelta(seconds=seconds))
+    await housekeeping_round(s)
 
 
 async def report(s: Served, lease: worker_pb2.Lease, stage: str, units: int) -> Any:
@@ -84,14 +94,15 @@ async def assert_invariants_hold(s: Served) -> None:
 
 
 async def test_an_attempt_past_its_timeout_loses_its_lease_is_retried_then_fails(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
-    job = await submit(s, retry_policy=retries(2), timeouts=limits(attempt_timeout=0.5))
+    s = await serve(**ROUNDS_ON_CALL)
+    job = await submit(s, retry_policy=retries(2), timeouts=limits(attempt_timeout=20))
     [first] = await claim(s, lease=LEASE_S)
     assert first.HasField("attempt_deadline")
     await report(s, first, "PROCESSING", 3)
 
-    queued = await eventually(when(s, job.job_no, status_is(job_pb2.Job.QUEUED)), what="the first attempt timed out")
-    assert queued.attempt == 1 and queued.stage == ""
+    await later(s, 21)
+    queued = await get(s, job.job_no)
+    assert queued.status == job_pb2.Job.QUEUED and queued.attempt == 1 and queued.stage == ""
     # The timed-out worker learns it at its next call; every other call of its lease is refused.
     assert (await heartbeat(s, first)).state == worker_pb2.LeaseState.TIMED_OUT
     refused = await rpc_failure(report(s, first, "PROCESSING", 4))
@@ -105,7 +116,9 @@ async def test_an_attempt_past_its_timeout_loses_its_lease_is_retried_then_fails
 
     [second] = await claim(s, worker_id="w2", lease=LEASE_S)
     assert second.attempt == 2 and int(second.worker_token.split(".")[0]) > int(first.worker_token.split(".")[0])
-    failed = await eventually(when(s, job.job_no, status_is(job_pb2.Job.FAILED)), what="the last attempt timed out")
+    await later(s, 21)
+    failed = await get(s, job.job_no)
+    assert failed.status == job_pb2.Job.FAILED
     assert (failed.error.category, failed.error.retryable, failed.error.stage) == (TIMEOUT, True, "PREPARING")
     assert failed.attempt == 2 and not failed.HasField("result")
     assert (await heartbeat(s, second, "w2")).state == worker_pb2.LeaseState.TIMED_OUT
@@ -117,7 +130,7 @@ async def test_an_attempt_past_its_timeout_loses_its_lease_is_retried_then_fails
         (job_pb2.Job.RUNNING, job_pb2.Job.QUEUED),
         (job_pb2.Job.RUNNING, job_pb2.Job.FAILED),
     ]
-    assert all("attempt_timeout of 0.5s" in e.detail and "lease revoked" in e.detail for e in timed_out)
+    assert all("attempt_timeout of 20s" in e.detail and "lease revoked" in e.detail for e in timed_out)
     assert "worker w1" in timed_out[0].detail and "units 3/?" in timed_out[0].detail
     late = [e.detail for e in trail if e.kind == "LATE_CALL_REJECTED"]
     assert late and all("timed out" in d for d in late)
@@ -126,21 +139,24 @@ async def test_an_attempt_past_its_timeout_loses_its_lease_is_retried_then_fails
 
 
 async def test_an_attempt_past_its_timeout_with_a_cancel_pending_ends_cancelled(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
-    job = await submit(s, retry_policy=retries(3), timeouts=limits(attempt_timeout=0.5))
+    s = await serve(**ROUNDS_ON_CALL)
+    job = await submit(s, retry_policy=retries(3), timeouts=limits(attempt_timeout=20))
     [lease] = await claim(s, lease=LEASE_S)
     assert (await s.jobs.Cancel(job_pb2.CancelRequest(job_no=job.job_no))).status == job_pb2.Job.CANCEL_REQUESTED
-    done = await eventually(when(s, job.job_no, status_is(job_pb2.Job.CANCELLED)), what="cancelled")
-    assert not done.HasField("error")
+    await later(s, 21)
+    done = await get(s, job.job_no)
+    assert done.status == job_pb2.Job.CANCELLED and not done.HasField("error")
     assert (await heartbeat(s, lease)).state == worker_pb2.LeaseState.TIMED_OUT
     assert (await kinds(s, job.job_no))[-1] == "ATTEMPT_TIMED_OUT"
     await assert_invariants_hold(s)
 
 
 async def test_a_job_past_its_timeout_fails_while_queued(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
-    job = await submit(s, timeouts=limits(job_timeout=0.3))  # no worker runs frames
-    failed = await eventually(when(s, job.job_no, status_is(job_pb2.Job.FAILED)), what="the job timed out")
+    s = await serve(**ROUNDS_ON_CALL)
+    job = await submit(s, timeouts=limits(job_timeout=60))  # no worker runs frames
+    await later(s, 61)
+    failed = await get(s, job.job_no)
+    assert failed.status == job_pb2.Job.FAILED
     assert (failed.error.category, failed.error.retryable, failed.attempt) == (TIMEOUT, False, 0)
     assert failed.error.message in failed.display.detail
     assert await rpc_error(s.jobs.Retry(job_pb2.RetryRequest(job_no=job.job_no))) == (
@@ -148,15 +164,17 @@ async def test_a_job_past_its_timeout_fails_while_queued(serve) -> None:  # type
         "NOT_RETRYABLE",
     )
     [timed_out] = [e for e in await events(s, job.job_no) if e.kind == "JOB_TIMED_OUT"]
-    assert timed_out.from_status == job_pb2.Job.QUEUED and "job_timeout of 0.3s" in timed_out.detail
+    assert timed_out.from_status == job_pb2.Job.QUEUED and "job_timeout of 60s" in timed_out.detail
     assert await claim(s) == []
 
 
 async def test_a_job_past_its_timeout_fails_while_running_whatever_its_retries(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
-    job = await submit(s, retry_policy=retries(5), timeouts=limits(job_timeout=0.5))
+    s = await serve(**ROUNDS_ON_CALL)
+    job = await submit(s, retry_policy=retries(5), timeouts=limits(job_timeout=20))
     [lease] = await claim(s, lease=LEASE_S)
-    failed = await eventually(when(s, job.job_no, status_is(job_pb2.Job.FAILED)), what="the job timed out")
+    await later(s, 21)
+    failed = await get(s, job.job_no)
+    assert failed.status == job_pb2.Job.FAILED
     assert (failed.error.category, failed.error.retryable) == (TIMEOUT, False)
     assert (await heartbeat(s, lease)).state == worker_pb2.LeaseState.TIMED_OUT
     assert await rpc_error(complete(s, lease)) == LEASE_LOST
@@ -165,31 +183,29 @@ async def test_a_job_past_its_timeout_fails_while_running_whatever_its_retries(s
 
 
 async def test_a_job_heartbeating_without_progress_is_a_finding_and_one_whose_units_rise_is_not(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
-    idle = await submit(s, timeouts=limits(stage_timeout=0.5))
+    s = await serve(**ROUNDS_ON_CALL)
+    idle = await submit(s, timeouts=limits(stage_timeout=20))
     [idle_lease] = await claim(s, lease=LEASE_S)
-    busy = await submit(s, timeouts=limits(stage_timeout=2.0))
+    busy = await submit(s, timeouts=limits(stage_timeout=60))
     [busy_lease] = await claim(s, lease=LEASE_S)
 
-    async def finding_while_heartbeating() -> admin_pb2.Finding | None:
-        assert (await heartbeat(s, idle_lease)).state == worker_pb2.LeaseState.OK  # heartbeats are no progress
-        found = [f for f in await findings(s, idle.job_no) if "marked no progress" in f.detail]
-        return found[0] if found else None
-
-    found = await eventually(finding_while_heartbeating, what="a NO_PROGRESS finding")
+    for _ in range(3):  # heartbeats are no progress
+        assert (await heartbeat(s, idle_lease)).state == worker_pb2.LeaseState.OK
+        await later(s, 7)
+    [found] = [f for f in await findings(s, idle.job_no) if "marked no progress" in f.detail]
     assert (found.status, found.stage, found.worker_id) == (job_pb2.Job.RUNNING, "PREPARING", "w1")
-    assert found.HasField("progress_at") and "stage timeout 0.5s" in found.detail and "INSPECT" in found.detail
+    assert found.HasField("progress_at") and "stage timeout 20s" in found.detail and "INSPECT" in found.detail
     shown = await get(s, idle.job_no)
     assert shown.status == job_pb2.Job.RUNNING and "no progress for" in shown.display.detail
     assert "没有进展" in (await get(s, idle.job_no, locale="zh-CN")).display.detail
     [marked] = [e for e in await events(s, idle.job_no) if e.kind == "NO_PROGRESS"]
-    assert marked.to_status == job_pb2.Job.RUNNING and "stage_timeout of 0.5s" in marked.detail
+    assert marked.to_status == job_pb2.Job.RUNNING and "stage_timeout of 20s" in marked.detail
 
     # Units that keep rising are progress: never a finding, however many sweeps pass.
     for units in range(1, 25):
         await report(s, busy_lease, "PROCESSING", units)
         assert await findings(s, busy.job_no) == []
-        await asyncio.sleep(SWEEP_S)
+        await later(s, 25)  # less than its stage_timeout (and its lease) between reports, a round each time
     assert "no progress" not in (await get(s, busy.job_no)).display.detail
 
     # Progress again clears the finding and the line.
@@ -200,12 +216,14 @@ async def test_a_job_heartbeating_without_progress_is_a_finding_and_one_whose_un
 
 
 async def test_no_progress_under_fail_ends_the_attempt_as_a_timeout(serve) -> None:  # type: ignore[no-untyped-def]
-    s = await serve(**FAST)
-    fail = job_pb2.Timeouts(stage_timeout=duration(0.5), on_no_progress=job_pb2.Timeouts.FAIL)
+    s = await serve(**ROUNDS_ON_CALL)
+    fail = job_pb2.Timeouts(stage_timeout=duration(20), on_no_progress=job_pb2.Timeouts.FAIL)
     job = await submit(s, retry_policy=retries(1), timeouts=fail)
     [lease] = await claim(s, lease=LEASE_S)
     await report(s, lease, "PROCESSING", 7)
-    failed = await eventually(when(s, job.job_no, status_is(job_pb2.Job.FAILED)), what="failed for no progress")
+    await later(s, 21)
+    failed = await get(s, job.job_no)
+    assert failed.status == job_pb2.Job.FAILED
     assert (failed.error.category, failed.error.retryable, failed.error.stage) == (TIMEOUT, True, "PROCESSING")
     assert (await heartbeat(s, lease)).state == worker_pb2.LeaseState.TIMED_OUT
     [ended] = [e for e in await events(s, job.job_no) if e.kind == "NO_PROGRESS"]
@@ -214,6 +232,7 @@ async def test_no_progress_under_fail_ends_the_attempt_as_a_timeout(serve) -> No
 
 
 async def test_replicas_sweeping_one_database_act_once_on_each_job(serve) -> None:  # type: ignore[no-untyped-def]
+    # Real time, not moved: what is tested is two replicas' own sweep loops racing on one database.
     first, second = await serve(**FAST), await serve(**FAST)
     attempts = [await submit(first, retry_policy=retries(1), timeouts=limits(attempt_timeout=0.3)) for _ in range(4)]
     idle = [await submit(first, timeouts=limits(stage_timeout=0.3)) for _ in range(4)]

@@ -63,7 +63,7 @@ class Change:
         kind: The event recorded with it; None for a change nobody sees (a renewal).
         values: Columns to set; `version` and `updated_at` follow by themselves.
         fenced: A worker call: the UPDATE also names the holder's token and epoch.
-        renew: The lease runs again from the database clock (lease_expires_at, heartbeat_at).
+        renew: The lease runs again from the transaction's time (lease_expires_at, heartbeat_at).
         versioned: False for a heartbeat's renewal: no version, no event, nothing anyone sees.
         artifact: The result row a Complete adds.
         kept: The bytes (or their place in the result store) kept with that row.
@@ -96,7 +96,7 @@ class JobOp(ABC, Generic[T]):
     tenant: str
     job_no: str
     token: str | None = None  # a worker's lease: a cached row is a guess only for its holder
-    fresh = False  # decide on a locked row read now, never on a guess (decisions by the database clock)
+    fresh = False  # decide on a locked row read now, never on a guess (decisions by the row's `db_now`)
     lock = Lock.UPDATE
 
     def sees(self, row: Row) -> bool:
@@ -318,7 +318,6 @@ def _changed(row: Row, change: Change, now: datetime) -> Row:
         new["version"] = row["version"] + 1
         new["updated_at"] = now
     if change.renew:
-        # The database sets these from its own clock; this is the estimate the reply shows.
         new["lease_expires_at"] = now + timedelta(seconds=new["lease_seconds"])
         new["heartbeat_at"] = now
     if change.artifact is not None:
@@ -349,16 +348,14 @@ def _update(wire: Wire, job: _Job) -> Statement:
         guards += ["worker_token", "lease_epoch"]
     if Status(final["status"]).terminal:
         guards.append("has_dependents")  # an ending follows up dependents only if it knows of them
-    # An ending in the same batch (lease_expires_at set to NULL) wins over a renewal before it.
-    renew = any(c.renew for c in changes) and "lease_expires_at" not in names
-    if renew:
-        seconds = float(final["lease_seconds"])
-        extra.update(r_lease_s=seconds, r_lease_us=round(seconds * 1_000_000))
+    if any(c.renew for c in changes):
+        # As the last step left them: an ending after a renewal in the same batch has ended the lease.
+        names.update(("lease_expires_at", "heartbeat_at"))
     columns = tuple(sorted(names))
     params = {f"v_{c}": final[c] for c in columns}
     params.update({f"g_{g}": base[g] for g in guards if " " not in g})
     params.update(extra)
-    return wire.sql.update(columns, tuple(guards), renew), params
+    return wire.sql.update(columns, tuple(guards)), params
 
 
 def _records(wire: Wire, jobs: Iterable[_Job], now: datetime, evidence: EvidenceLimit) -> list[Statement]:

@@ -26,10 +26,8 @@ from sqlalchemy import event
 from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import FunctionElement
 
-from jobwire.db.clock import DbClock, LocalClock
+from jobwire.db.clock import Clock, DbClock, LocalClock
 from jobwire.db.sql import Statements, statements_for
 from jobwire.db.wire import Wire
 from jobwire.db.writer import (
@@ -48,26 +46,16 @@ from jobwire.observe import tracing
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-__all__ = ["Database", "RetryTransaction", "db_now"]
+__all__ = ["Database", "RetryTransaction", "transaction_time"]
+
+_TIME = "jobwire_time"  # the execution option that carries a transaction's time (`transaction_time`)
 
 
-class db_now(FunctionElement[datetime]):  # noqa: N801 - reads like the SQL function it is
-    """The database clock in UTC with microseconds: only it decides leases."""
-
-    type = sa.DateTime()
-    inherit_cache = True
-
-
-@compiles(db_now, "mysql")
-@compiles(db_now, "mariadb")
-def _now_mysql(element: db_now, compiler: Any, **kw: Any) -> str:
-    return "UTC_TIMESTAMP(6)"
-
-
-@compiles(db_now, "sqlite")
-def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
-    # strftime's %f gives milliseconds; pad to the microsecond form SQLAlchemy stores.
-    return "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+def transaction_time(conn: Connection) -> datetime:
+    """The time of `conn`'s transaction: the store's clock, read once as it began (jobwire.db.clock)."""
+    now = conn.get_execution_options()[_TIME]
+    assert isinstance(now, datetime)
+    return now
 
 
 class Database:
@@ -79,7 +67,9 @@ class Database:
         self._traced = {"db.system": "mysql" if self.is_mysql else "sqlite"}  # each transaction's span
         self.engine = _mysql_engine(url, pool_size, echo) if self.is_mysql else _sqlite_engine(url, echo)
         self.statements: Statements = statements_for("mysql" if self.is_mysql else "sqlite")
-        self.clock: DbClock | LocalClock = DbClock(self._read_clock) if self.is_mysql else LocalClock()
+        # The one source of every time the store decides by (jobwire.db.clock); a test may put
+        # a clock it moves in its place (tests/clocks.py) before the first transaction.
+        self.clock: Clock = DbClock(self._read_clock) if self.is_mysql else LocalClock()
         self.writes: Connections = (
             MySQLConnections(self.url, self.statements, pool_size)
             if self.is_mysql
@@ -92,9 +82,17 @@ class Database:
         self.reached_at = time.monotonic()
 
     async def transact(self, fn: Callable[[Wire], Awaitable[T]]) -> T:
-        """Run `fn` in one write transaction on the event loop (jobwire.db.writer)."""
+        """Run `fn` in one write transaction on the event loop (jobwire.db.writer).
+
+        Each run of `fn` (a rerun after a deadlock too) finds its time in `wire.now`.
+        """
+
+        async def timed(wire: Wire) -> T:
+            wire.now = self.clock.now()
+            return await fn(wire)
+
         with tracing.span("jobwire.db transact", self._traced):
-            result = await transact(self.writes, fn)
+            result = await transact(self.writes, timed)
         self.reached()
         return result
 
@@ -104,16 +102,20 @@ class Database:
         return self.writes.integrity_error
 
     def _read_clock(self) -> datetime:
-        now = self.read(lambda conn: conn.execute(sa.select(db_now())).scalar_one())
+        """The database server's clock (MySQL): the one read that takes no time from `clock`, which it sets."""
+        now = self._run(
+            lambda conn: conn.execute(sa.text("SELECT UTC_TIMESTAMP(6)")).scalar_one(), immediate=False, timed=False
+        )
         assert isinstance(now, datetime)
         return now
 
     def write(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` in one write transaction, retrying it whole when that is safe."""
-        return self._run(fn, immediate=True)
+        return self._run(fn, immediate=True, timed=True)
 
     def read(self, fn: Callable[[Connection], T]) -> T:
-        return self._run(fn, immediate=False)
+        """Run `fn` in one read transaction; `transaction_time(conn)` is its time."""
+        return self._run(fn, immediate=False, timed=True)
 
     def ping(self, recent: float = 0.0) -> bool:
         """Reachable? True at once if it answered within `recent` seconds; else one round trip.
@@ -139,15 +141,18 @@ class Database:
         await self.writes.close()
         self.dispose()
 
-    def _run(self, fn: Callable[[Connection], T], *, immediate: bool) -> T:
+    def _run(self, fn: Callable[[Connection], T], *, immediate: bool, timed: bool) -> T:
         with tracing.span("jobwire.db write" if immediate else "jobwire.db read", self._traced):
-            return self._run_untraced(fn, immediate=immediate)
+            return self._run_untraced(fn, immediate=immediate, timed=timed)
 
-    def _run_untraced(self, fn: Callable[[Connection], T], *, immediate: bool) -> T:
+    def _run_untraced(self, fn: Callable[[Connection], T], *, immediate: bool, timed: bool) -> T:
         for attempt in range(1, MAX_TRIES + 1):
             try:
+                options: dict[str, Any] = {"jobwire_immediate": immediate}
+                if timed:  # before connecting: on MySQL the clock may read the database, on a connection of its own
+                    options[_TIME] = self.clock.now()
                 with self.engine.connect() as conn:
-                    conn = conn.execution_options(jobwire_immediate=immediate)
+                    conn = conn.execution_options(**options)
                     with conn.begin():
                         result = fn(conn)
                 self.reached()

@@ -45,15 +45,15 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from jobwire.db.engine import Database, db_now
-from jobwire.db.reads import Row, load, select_jobs
+from jobwire.db.engine import Database
+from jobwire.db.reads import Row, job_rows, load, select_jobs
 from jobwire.db.rows import record_from_row, row_from_snapshot
 from jobwire.db.standing import records
 from jobwire.db.tables import job, job_event
@@ -161,7 +161,7 @@ def _feed_query(high: int, gaps: Sequence[int], batch: int) -> sa.Select[Any]:
     return sa.select(*_FEED_COLUMNS).where(where).order_by(job_event.c.id).limit(batch)
 
 
-def _start_window(conn: Connection, window: int, grace_s: float) -> tuple[int, list[int]]:
+def _start_window(conn: Connection, window: int, grace_s: float, now: datetime) -> tuple[int, list[int]]:
     """MAX(id), and the ids missing below it that may still commit.
 
     A missing id X that may still commit is younger than every row above it, so a row
@@ -172,7 +172,7 @@ def _start_window(conn: Connection, window: int, grace_s: float) -> tuple[int, l
     high = int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(job_event.c.id), 0))).scalar_one())
     low = max(0, high - window)
     rows = conn.execute(sa.select(job_event.c.id, job_event.c.created_at).where(job_event.c.id > low)).all()
-    cutoff = conn.execute(sa.select(db_now())).scalar_one() - timedelta(seconds=2 * grace_s)
+    cutoff = now - timedelta(seconds=2 * grace_s)  # events' times are the store's clock's (jobwire.db.clock)
     base = max((r.id for r in rows if r.created_at < cutoff), default=low)
     present = {r.id for r in rows}
     return high, [i for i in range(base + 1, high) if i not in present]
@@ -192,7 +192,8 @@ class FeedReader:
         self.cursor: FeedCursor | None = None
 
     def start(self, window: int = START_WINDOW) -> None:
-        high, missing = self._run(lambda c: _start_window(c, window, self._grace))
+        now = self.db.clock.now()
+        high, missing = self._run(lambda c: _start_window(c, window, self._grace, now))
         self.cursor = FeedCursor(high, grace_s=self._grace)
         self.cursor.open_gaps(missing)
 
@@ -332,7 +333,7 @@ def owner_jobs(
         .order_by(job.c.id)
         .limit(limit)
     )
-    return _located(conn, [dict(r) for r in conn.execute(query).mappings()], no_worker_after)
+    return _located(conn, job_rows(conn, query), no_worker_after)
 
 
 def jobs_by_number(conn: Connection, tenant: str, job_nos: Sequence[str], no_worker_after: timedelta) -> list[Located]:
@@ -340,5 +341,5 @@ def jobs_by_number(conn: Connection, tenant: str, job_nos: Sequence[str], no_wor
     found: dict[str, Row] = {}
     for i in range(0, len(job_nos), GAP_CHUNK):
         query = select_jobs(job.c.tenant == tenant, job.c.job_no.in_(job_nos[i : i + GAP_CHUNK]))
-        found.update((r["job_no"], dict(r)) for r in conn.execute(query).mappings())
+        found.update((r["job_no"], r) for r in job_rows(conn, query))
     return _located(conn, [found[no] for no in job_nos if no in found], no_worker_after)

@@ -9,7 +9,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from jobwire.db.engine import db_now
 from jobwire.db.reads import Row, clock, scoped
 from jobwire.db.sql import BLOBS
 from jobwire.db.tables import job, worker_claim
@@ -56,13 +55,13 @@ def findings(
     out: list[Finding] = []
     for kind in kinds or list(FindingKind):
         if kind is FindingKind.NO_WORKER:
-            out += _no_worker(conn, scope, queue, now - no_worker_after)
+            out += _no_worker(conn, scope, queue, now, no_worker_after)
             continue
         where = [*scoped(scope), *_conditions(kind, at, cutoff)]
         if queue:
             where.append(job.c.queue == queue)
-        query = sa.select(*_COLUMNS, db_now().label("db_now")).where(*where).order_by(job.c.id).limit(MAX_FINDINGS)
-        out += [_finding(kind, dict(r)) for r in conn.execute(query).mappings()]
+        query = sa.select(*_COLUMNS).where(*where).order_by(job.c.id).limit(MAX_FINDINGS)
+        out += [_finding(kind, {**r, "db_now": now}) for r in conn.execute(query).mappings()]
     return out
 
 
@@ -96,9 +95,9 @@ _CLAIMED = {
 }
 
 
-def _no_worker(conn: Connection, scope: Scope, queue: str, since: datetime) -> list[Finding]:
-    """QUEUED jobs whose queue and job type no worker has claimed for since `since` (or ever)."""
-    cutoff = sa.literal(since, type_=worker_claim.c.claimed_at.type)
+def _no_worker(conn: Connection, scope: Scope, queue: str, now: datetime, after: timedelta) -> list[Finding]:
+    """QUEUED jobs whose queue and job type no worker has claimed for `after` before `now` (or ever)."""
+    cutoff = sa.literal(now - after, type_=worker_claim.c.claimed_at.type)
     where = [
         *scoped(scope),
         job.c.status == Status.QUEUED.value,
@@ -107,15 +106,15 @@ def _no_worker(conn: Connection, scope: Scope, queue: str, since: datetime) -> l
     if queue:
         where.append(job.c.queue == queue)
     query = (
-        sa.select(
-            *_COLUMNS, _OWN.c.claimed_at, _SHARED.c.claimed_at.label("shared_claimed_at"), db_now().label("db_now")
-        )
+        sa.select(*_COLUMNS, _OWN.c.claimed_at, _SHARED.c.claimed_at.label("shared_claimed_at"))
         .select_from(job.outerjoin(_OWN, _CLAIMED[_OWN]).outerjoin(_SHARED, _CLAIMED[_SHARED]))
         .where(*where)
         .order_by(job.c.id)
         .limit(MAX_FINDINGS)
     )
-    return [_finding(FindingKind.NO_WORKER, _latest_claim(dict(r))) for r in conn.execute(query).mappings()]
+    return [
+        _finding(FindingKind.NO_WORKER, _latest_claim({**r, "db_now": now})) for r in conn.execute(query).mappings()
+    ]
 
 
 def _latest_claim(row: dict[str, Any]) -> dict[str, Any]:

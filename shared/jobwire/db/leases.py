@@ -188,7 +188,7 @@ async def _shared_candidates(
 async def _scan(wire: Wire, lane: Lane, types: Sequence[str], wanted: int, taken: Collection[Name]) -> list[Row]:
     """The best runnable jobs of one lane, locked: enough for `wanted` past those in `taken`."""
     tenant, queue = lane
-    params: dict[str, Any] = {"tenant": tenant, "queue": queue, "limit": wanted + len(taken)}
+    params: dict[str, Any] = {"tenant": tenant, "queue": queue, "limit": wanted + len(taken), "now": wire.now}
     params.update({f"t{i}": name for i, name in enumerate(types)})
     return await wire.fetch(wire.sql.claim(len(types)), params, wire.sql.claim_shape)
 

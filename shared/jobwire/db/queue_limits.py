@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from jobwire.db.engine import db_now
+from jobwire.db.reads import clock
 from jobwire.db.sql import Lock, RowShape, sqlite_param
 from jobwire.db.tables import job, queue_limits
 from jobwire.db.wire import Statement, Wire
@@ -257,7 +257,7 @@ def holds(conn: Connection, tenant: str, queues: Iterable[str]) -> dict[str, Hel
             .group_by(job.c.queue)
         )
         running = {queue: int(n) for queue, n in conn.execute(query)}
-    now = conn.execute(sa.select(db_now())).scalar_one() if any(r["rate_per_second"] for r in rows) else None
+    now = clock(conn)
     out = {}
     for row in rows:
         limits = _limits(row)
@@ -265,9 +265,9 @@ def holds(conn: Connection, tenant: str, queues: Iterable[str]) -> dict[str, Hel
             out[row["queue"]] = Held.PAUSED
         elif limits.max_running and running.get(row["queue"], 0) >= limits.max_running:
             out[row["queue"]] = Held.AT_LIMIT
-        elif now is not None and limits.rate_per_second:
+        elif limits.rate_per_second:
             bucket = Bucket(tokens=float(row["tokens"]), refilled_at=_time(row["refilled_at"]))
-            if bucket.at(_time(now), limits) < 1:
+            if bucket.at(now, limits) < 1:
                 out[row["queue"]] = Held.AT_LIMIT
     return out
 

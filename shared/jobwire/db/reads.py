@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from jobwire.db.engine import db_now
+from jobwire.db.engine import transaction_time
 from jobwire.db.rows import ARTIFACT_COLUMNS
 from jobwire.db.sql import BLOBS
 from jobwire.db.tables import artifact, job, job_event, worker_claim
@@ -35,13 +35,20 @@ _ROW_COLS = [column for column in job.c if column.name not in BLOBS] + [artifact
 
 
 def select_jobs(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
-    """Job rows (without blobs) with their artifact and the database clock as `db_now`."""
-    return sa.select(*_ROW_COLS, db_now().label("db_now")).select_from(_JOINED).where(*where)
+    """Job rows (without blobs) with their artifact: read them with `job_rows`."""
+    return sa.select(*_ROW_COLS).select_from(_JOINED).where(*where)
+
+
+def job_rows(conn: Connection, query: sa.Select[Any], params: dict[str, Any] | None = None) -> list[Row]:
+    """The rows of a `select_jobs` query, each with the time of the read as `db_now` (where a
+    QUEUED job stands, how long one has made no progress: jobwire.db.standing, rows)."""
+    now = clock(conn)
+    return [{**r, "db_now": now} for r in conn.execute(query, params or {}).mappings()]
 
 
 def load(conn: Connection, *where: sa.ColumnElement[bool]) -> Row | None:
-    found = conn.execute(select_jobs(*where)).mappings().first()
-    return dict(found) if found is not None else None
+    found = job_rows(conn, select_jobs(*where).limit(1))
+    return found[0] if found else None
 
 
 def scoped(scope: Scope, table: sa.Table = job) -> list[sa.ColumnElement[bool]]:
@@ -58,15 +65,18 @@ _BY_JOB_NO = select_jobs(job.c.tenant == sa.bindparam("w_tenant"), job.c.job_no 
 def load_job(conn: Connection, scope: Scope, job_no: str) -> Row | None:
     """One job by number as `load` reads it; None unless `scope` sees it (another tenant's, a
     queue the token may not use: as a job that does not exist)."""
-    found = conn.execute(_BY_JOB_NO, {"w_tenant": scope.tenant, "w_job_no": job_no}).mappings().first()
-    return dict(found) if found is not None and scope.sees(found["tenant"], found["queue"]) else None
+    found = job_rows(conn, _BY_JOB_NO, {"w_tenant": scope.tenant, "w_job_no": job_no})
+    return found[0] if found and scope.sees(found[0]["tenant"], found[0]["queue"]) else None
 
 
 def clock(conn: Connection) -> datetime:
-    """The database clock, read in a statement of its own: for the cold paths (inspect, retention)."""
-    now = conn.execute(sa.select(db_now())).scalar_one()
-    assert isinstance(now, datetime)
-    return now
+    """The time of this read or write: the store's clock as the transaction began (jobwire.db.clock)."""
+    return transaction_time(conn)
+
+
+def now_value(conn: Connection) -> sa.BindParameter[datetime]:
+    """The time of this read or write, bound into a query (`deadline < now_value(conn)`)."""
+    return sa.literal(clock(conn), type_=job.c.run_after.type)
 
 
 def visible_jobs(conn: Connection, scope: Scope, job_nos: Sequence[str]) -> set[str]:
@@ -196,7 +206,7 @@ def _hinted(query: sa.Select[Any], index: str, limit: int) -> sa.Select[Any]:
 def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: str) -> tuple[list[Row], str]:
     """Newest first; the token is the last id seen, so pages stay stable under inserts."""
     before = decode_page_token(page_token)
-    ranges = [[dict(r) for r in conn.execute(q).mappings()] for q in list_queries(where, before, page_size + 1)]
+    ranges = [job_rows(conn, q) for q in list_queries(where, before, page_size + 1)]
     merged = list(heapq.merge(*ranges, key=lambda r: -r["id"]))[: page_size + 1]
     rows, last = _page(merged, page_size)
     return rows, "" if last is None else encode_page_token(last)

@@ -9,7 +9,7 @@ Two steps, each one short transaction for up to BATCH jobs (milliseconds of lock
    (nobody is executing it); RETRY requeues while attempts remain, else FAILED with category
    WORKER_LOST; INSPECT leaves the job RUNNING and stalled for an operator.
 
-Only the database clock decides: each row is read with it. Every write is guarded by id,
+Only the store's clock decides (jobwire.db.clock): each row is read with its time. Every write is guarded by id,
 version, status, token and epoch, and by the lease expiry (a heartbeat renews a lease
 without a new version); rows are read FOR UPDATE SKIP LOCKED on MySQL. So reapers in many
 processes never act twice on one lease: a loser matches no row, reads it again, and finds
@@ -30,7 +30,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.changes import Change, JobOp, Row
-from jobwire.db.engine import Database, db_now
+from jobwire.db.engine import Database
+from jobwire.db.reads import now_value
 from jobwire.db.rows import attempts_of, ending_values, holding_of, holding_values, policy_of
 from jobwire.db.sql import Lock
 from jobwire.db.tables import job
@@ -68,7 +69,6 @@ async def reap(db: Database, read: Read, run: RunOps, grace: timedelta, *, by: s
     """
     found = await read(partial(expired, limit=batch))
     marks = await apply_each(run, [MarkStalled(tenant=t, job_no=n, by=by) for t, n in found])
-    # The calibrated clock lags the database's a little: a policy acts a little late, never early.
     cutoff = db.clock.now() - grace
     due = await read(partial(overdue, cutoff=cutoff, limit=batch))
     actions = Counter(await apply_each(run, [ApplyPolicy(tenant=t, job_no=n, grace=grace, by=by) for t, n in due]))
@@ -98,7 +98,7 @@ def expired(conn: Connection, limit: int) -> list[tuple[str, str]]:
         sa.select(job.c.tenant, job.c.job_no)
         .where(
             job.c.status.in_(_LEASED),
-            job.c.lease_expires_at < db_now(),
+            job.c.lease_expires_at < now_value(conn),
             job.c.stalled == sa.false(),
             job.c.worker_token.is_not(None),
         )

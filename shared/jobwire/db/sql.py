@@ -3,8 +3,9 @@
 Building a statement with SQLAlchemy on every call cost more CPU than the database spent
 running it (bench/throughput.py), so the write path sends text prepared here. Names come
 from the one schema (`jobwire.db.tables`); templates use `:name` placeholders and become
-`%(name)s` for PyMySQL. Dialect differences are few and all here: the clock expressions,
-the id of the last insert, and row locks (SQLite has none: its writers hold the database).
+`%(name)s` for PyMySQL. Dialect differences are few and all here: the id of the last
+insert, and row locks (SQLite has none: its writers hold the database). No statement reads
+the database's clock: the transaction's time is bound (`:now`, jobwire.db.clock).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ BLOBS = frozenset({"payload", "checkpoint", "error_detail"})
 JOB_COLUMNS = tuple(c.name for c in job.c if c.name not in BLOBS)
 EVENT_COLUMNS = tuple(c.name for c in job_event.c if c.name != "id")
 ARTIFACT_INSERT_COLUMNS = tuple(c.name for c in artifact.c if c.name != "id")
-_TIMES = frozenset(c.name for t in (job, artifact) for c in t.c if isinstance(c.type, DateTime)) | {"db_now"}
+_TIMES = frozenset(c.name for t in (job, artifact) for c in t.c if isinstance(c.type, DateTime))
 _FLAGS = frozenset({"stalled", "no_progress", "error_retryable", "has_checkpoint", "limited"})
 _PLACEHOLDER = re.compile(r":(\w+)")
 # Where a read's value comes from, when not the job column of that name.
@@ -49,8 +50,6 @@ class Dialect:
     """What differs between MySQL/MariaDB and SQLite in the statements of this module."""
 
     name: str
-    now: str  # the database clock, UTC, microseconds
-    lease_until: str  # now + a lease: `:r_lease_us` microseconds (MySQL), `:r_lease_s` seconds (SQLite)
     last_id: str  # the id the previous INSERT generated
     locks: bool  # SELECT ... FOR UPDATE [SKIP LOCKED]
     json_object: str
@@ -63,8 +62,6 @@ class Dialect:
 
 MYSQL = Dialect(
     name="mysql",
-    now="UTC_TIMESTAMP(6)",
-    lease_until="DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :r_lease_us MICROSECOND)",
     last_id="LAST_INSERT_ID()",
     locks=True,
     json_object="JSON_OBJECT",
@@ -76,9 +73,6 @@ MYSQL = Dialect(
 )
 SQLITE = Dialect(
     name="sqlite",
-    # strftime's %f gives milliseconds; pad to the microsecond form the columns hold.
-    now="(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')",
-    lease_until="(strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :r_lease_s || ' seconds') || '000')",
     last_id="last_insert_rowid()",
     locks=False,
     json_object="json_object",
@@ -104,13 +98,17 @@ class RowShape:
     The job's columns travel as JSON objects (`json_names`): a result column costs the
     driver a field descriptor to parse on every read, and a job row has sixty of them.
     SQLite's functions take at most 100 arguments (50 pairs), so the pairs are split into
-    a few objects of at most JSON_PAIRS each. Blobs and the clock follow as plain columns
-    (`names`).
+    a few objects of at most JSON_PAIRS each. Blobs follow as plain columns (`names`). A
+    `clocked` row also carries the time of the transaction that read it, as `db_now`: the
+    decisions made on the row compare with it.
     """
 
-    def __init__(self, json_names: Sequence[str], names: Sequence[str], dialect: Dialect) -> None:
+    def __init__(
+        self, json_names: Sequence[str], names: Sequence[str], dialect: Dialect, *, clocked: bool = False
+    ) -> None:
         self.json_names = tuple(json_names)
         self.names = tuple(names)
+        self.clocked = clocked
         every = (*self.json_names, *self.names)
         self._convert: list[tuple[str, Callable[[Any], Any]]] = [(n, _flag) for n in every if n in _FLAGS]
         self._convert += [(n, _time) for n in self.json_names if n in _TIMES]
@@ -119,7 +117,7 @@ class RowShape:
 
     def select_list(self, dialect: Dialect) -> str:
         def source(name: str) -> str:
-            return dialect.now if name == "db_now" else _SOURCES.get(name, f"job.{name}")
+            return _SOURCES.get(name, f"job.{name}")
 
         objects = []
         for start in range(0, len(self.json_names), JSON_PAIRS):
@@ -127,7 +125,8 @@ class RowShape:
             objects.append(f"{dialect.json_object}({pairs})")
         return ", ".join([*objects, *(source(n) for n in self.names)])
 
-    def rows(self, raw: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
+    def rows(self, raw: Iterable[Sequence[Any]], now: datetime) -> list[dict[str, Any]]:
+        """The rows of a read made at `now` (the transaction's time)."""
         out = []
         skip = -(-len(self.json_names) // JSON_PAIRS)  # the number of JSON objects
         for values in raw:
@@ -139,6 +138,8 @@ class RowShape:
                 value = row[name]
                 if value is not None:
                     row[name] = convert(value)
+            if self.clocked:
+                row["db_now"] = now
             out.append(row)
         return out
 
@@ -162,11 +163,11 @@ class Statements:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         d = dialect
-        self.row_shape = RowShape([*JOB_COLUMNS, *ARTIFACT_COLUMNS, "has_checkpoint"], ["db_now"], d)
+        self.row_shape = RowShape([*JOB_COLUMNS, *ARTIFACT_COLUMNS, "has_checkpoint"], [], d, clocked=True)
         self._row_select = (
             f"SELECT {self.row_shape.select_list(d)} FROM job LEFT OUTER JOIN artifact ON artifact.job_id = job.id"
         )
-        self.claim_shape = RowShape(JOB_COLUMNS, ["payload", "checkpoint", "limited", "db_now"], d)
+        self.claim_shape = RowShape(JOB_COLUMNS, ["payload", "checkpoint", "limited"], d, clocked=True)
         self.insert_job = d.text(_insert("job", [c.name for c in job.c if c.name != "id"]))
         self.insert_event = d.text(_insert("job_event", EVENT_COLUMNS))
         # The event of a job inserted by the statement just before: its id is not known yet.
@@ -237,13 +238,13 @@ class Statements:
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def rows_by_name(self, count: int, lock: str) -> str:
-        """Job rows (with artifact and the clock) for `count` jobs named (`:t<i>`, `:n<i>`), in id order."""
+        """Job rows (with artifact) for `count` jobs named (`:t<i>`, `:n<i>`), in id order."""
         where = f" WHERE {named(count)} ORDER BY job.id"
         return self.dialect.text(self._row_select + where + (lock if self.dialect.locks else ""))
 
     @functools.cache  # noqa: B019 - two module-level instances, kept for the process
     def rows_by_job_no(self, count: int, lock: str) -> str:
-        """Job rows (with artifact and the clock) for `count` job numbers (`:n<i>`), in id order.
+        """Job rows (with artifact) for `count` job numbers (`:n<i>`), in id order.
 
         Every tenant's job of each number: a shared fleet's call names no tenant, and its
         token tells which of them is its own (jobwire.db.changes).
@@ -299,21 +300,19 @@ class Statements:
         sql = (
             f"SELECT {self.claim_shape.select_list(self.dialect)} FROM {self.dialect.claim_from}"
             " WHERE job.tenant = :tenant AND job.queue = :queue AND job.status = 'QUEUED' AND job.waiting_on = 0"
-            f" AND job.run_after <= {self.dialect.now} AND job.job_type IN ({names})"
+            f" AND job.run_after <= :now AND job.job_type IN ({names})"
             " ORDER BY job.priority DESC, job.id LIMIT :limit"
         )
         return self.dialect.text(sql + (Lock.SKIP_LOCKED if self.dialect.locks else ""))
 
     @functools.cache  # noqa: B019
-    def update(self, columns: tuple[str, ...], guards: tuple[str, ...], renew: bool) -> str:
+    def update(self, columns: tuple[str, ...], guards: tuple[str, ...]) -> str:
         """UPDATE job SET `columns` (each from `:v_<name>`) WHERE every guard holds.
 
         `guards` are column names compared with `:g_<name>`, or ready SQL conditions
-        (those containing a space). `renew` sets the lease from the database clock.
+        (those containing a space).
         """
         sets = [f"{c} = :v_{c}" for c in columns]
-        if renew:
-            sets += [f"lease_expires_at = {self.dialect.lease_until}", f"heartbeat_at = {self.dialect.now}"]
         where = [g if " " in g else f"{g} = :g_{g}" for g in guards]
         return self.dialect.text(f"UPDATE job SET {', '.join(sets)} WHERE {' AND '.join(where)}")
 

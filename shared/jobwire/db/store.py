@@ -174,7 +174,7 @@ class JobStore:
     ) -> list[Any]:
         moved.clear()  # a rerun of the transaction: the run before committed nothing
         left.clear()
-        now = self.db.clock.now()
+        now = wire.now
         results: list[Any] = [None] * len(work)
         submits = [(i, jobs) for i, jobs in numbered.items() if isinstance(work[i], Submit)]
         claims = [(i, w) for i, w in enumerate(work) if isinstance(w, Claim)]
@@ -359,10 +359,10 @@ class JobStore:
 
     def census(self, live_after: timedelta) -> Census:
         """What the gauges show: jobs by tenant, queue and status, runnable ones, workers seen since `live_after`."""
-        return self.db.read(lambda c: reads.census(c, self.db.clock.now(), live_after))
+        return self.db.read(lambda c: reads.census(c, reads.clock(c), live_after))
 
     def now(self) -> datetime:
-        """The database clock, as this process keeps it (jobwire.db.clock)."""
+        """The store's time: the database clock, as this process keeps it (jobwire.db.clock)."""
         return self.db.clock.now()
 
     def purge_commit_markers(self) -> int:
@@ -446,7 +446,7 @@ class JobStore:
             if not ops:
                 return [], follow.left
             outcomes = await apply_ops(
-                wire, ops, now=self.db.clock.now(), cache=self.cache, evidence=self.evidence, rows=rows,
+                wire, ops, now=wire.now, cache=self.cache, evidence=self.evidence, rows=rows,
                 follow=follow, moved=moved,
             )  # fmt: skip
             return outcomes, follow.left

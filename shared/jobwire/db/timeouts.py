@@ -30,8 +30,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.changes import Change, Row
-from jobwire.db.engine import db_now
 from jobwire.db.leases import revoked_for_time
+from jobwire.db.reads import now_value
 from jobwire.db.reaper import Read, RunOps, SweepOp, apply_each, iso_time, leased
 from jobwire.db.rows import attempts_of, ending_values, policy_of
 from jobwire.db.tables import job
@@ -93,7 +93,9 @@ def progress_due(conn: Connection, limit: int) -> list[tuple[str, str]]:
 def _due(
     conn: Connection, where: sa.ColumnElement[bool], deadline: sa.Column[Any], limit: int
 ) -> list[tuple[str, str]]:
-    query = sa.select(job.c.tenant, job.c.job_no).where(where, deadline < db_now()).order_by(deadline).limit(limit)
+    query = (
+        sa.select(job.c.tenant, job.c.job_no).where(where, deadline < now_value(conn)).order_by(deadline).limit(limit)
+    )
     return [(r.tenant, r.job_no) for r in conn.execute(query)]
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from jobwire.db.engine import db_now
+from jobwire.db.reads import now_value
 from jobwire.db.tables import job
 
 REFRESH_S = 30.0
@@ -120,7 +120,7 @@ def runnable_tenants(conn: Connection, queue: str, job_types: Sequence[str]) -> 
     index (every entry read), and in a recursive CTE the correlated seek became a full scan.
     """
     runnable = job.alias("runnable")
-    found, after = [], ""
+    found, after, now = [], "", now_value(conn)
     for _ in range(MAX_TENANTS):
         following = sa.select(job.c.tenant).where(job.c.tenant > after).order_by(job.c.tenant).limit(1).subquery()
         has_jobs = sa.exists().where(
@@ -128,7 +128,7 @@ def runnable_tenants(conn: Connection, queue: str, job_types: Sequence[str]) -> 
             runnable.c.queue == queue,
             runnable.c.status == "QUEUED",
             runnable.c.waiting_on == 0,
-            runnable.c.run_after <= db_now(),
+            runnable.c.run_after <= now,
             runnable.c.job_type.in_(list(job_types)),
         )
         row = conn.execute(sa.select(following.c.tenant, has_jobs.label("runnable"))).first()

@@ -55,6 +55,9 @@ class Wire(ABC):
         self.sql = statements
         self.open = False  # a transaction is in progress on the connection
         self.lost = False  # committed, but the connection broke on the way: not to be reused
+        # The transaction's time, from the store's one clock (jobwire.db.clock): what every
+        # statement of it compares with and writes. `Database.transact` sets it on each run.
+        self.now = datetime.min
 
     async def rollback_open(self) -> None:
         """Roll back what was begun and not committed (a read-only or refused transaction)."""
@@ -63,7 +66,7 @@ class Wire(ABC):
 
     @abstractmethod
     async def fetch(self, sql: str, params: Params, shape: RowShape) -> list[dict[str, Any]]:
-        """Rows of one SELECT."""
+        """Rows of one SELECT (those of a clocked shape with the transaction's time as `db_now`)."""
 
     @abstractmethod
     async def run(self, batch: Sequence[Statement]) -> list[int]:
@@ -90,7 +93,7 @@ class MySQLWire(Wire):
     async def fetch(self, sql: str, params: Params, shape: RowShape) -> list[dict[str, Any]]:
         self.open = True
         await self._cursor.execute(render(sql, params))
-        return shape.rows(await self._cursor.fetchall())
+        return shape.rows(await self._cursor.fetchall(), self.now)
 
     async def run(self, batch: Sequence[Statement]) -> list[int]:
         return await self._send([_render(s) for s in batch])
@@ -189,7 +192,7 @@ class SQLiteWire(Wire):
         self.open = True
 
     async def fetch(self, sql: str, params: Params, shape: RowShape) -> list[dict[str, Any]]:
-        return shape.rows(self.connection.execute(sql, _bind(params)).fetchall())
+        return shape.rows(self.connection.execute(sql, _bind(params)).fetchall(), self.now)
 
     async def run(self, batch: Sequence[Statement]) -> list[int]:
         counts = []

@@ -67,7 +67,8 @@ async def test_a_cancelled_dependency_cancels_its_dependents(store: JobStore, tr
 
 
 async def test_a_dependency_must_be_a_job_of_the_tenant_that_has_not_ended_badly(store: JobStore) -> None:
-    theirs = await submit(store, tenant="globex")
+    await submit(store, tenant="globex")
+    theirs = await submit(store, tenant="globex")  # its number is the other tenant's only: 002
     ended = await submit(store)
     await one(store, cancel(ended.job_no))
     unknown = await submitted(store, new_job(depends_on=(theirs.job_no,)))

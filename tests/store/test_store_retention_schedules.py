@@ -11,7 +11,7 @@ from store_support import SCOPE, TENANT, cancel, complete, fail, get, leased, on
 from jobwire.db.retention import ExpiredArtifact, Purged, Retention
 from jobwire.db.store import JobStore
 from jobwire.domain.errors import InvalidTransition, JobNotFound, ScheduleExists
-from jobwire.domain.schedules import CatchUp, Overlap, ScheduleRecord, Timing
+from jobwire.domain.schedules import Advance, CatchUp, Overlap, ScheduleRecord, Timing
 from jobwire.domain.states import Status
 
 KEEP = Retention.days(ready=30, cancelled=30, failed=90)
@@ -64,6 +64,9 @@ async def test_delete_finished_removes_a_terminal_job_now(store: JobStore) -> No
         store.delete_finished(SCOPE, job.job_no)
 
 
+LIMIT = 10  # schedules a tenant may keep (JOBWIRE_MAX_SCHEDULES_PER_TENANT)
+
+
 def schedule(store: JobStore, schedule_id: str = "tick", every: timedelta = timedelta(minutes=5)) -> ScheduleRecord:
     now = store.now().replace(microsecond=0)
     timing = Timing(cron=None, every=every, time_zone="UTC", anchor=now)
@@ -76,30 +79,31 @@ def schedule(store: JobStore, schedule_id: str = "tick", every: timedelta = time
 async def test_a_schedule_is_due_by_the_store_clock_and_advanced_once(
     store: JobStore, clock: MovableClock, replica: JobStore
 ) -> None:
-    made = store.create_schedule(schedule(store))
+    made = store.create_schedule(schedule(store), LIMIT)
     with pytest.raises(ScheduleExists):
-        store.create_schedule(schedule(store))
+        store.create_schedule(schedule(store), LIMIT)
     assert made.next_fire_at is not None
-    assert store.due_schedules(store.now(), 10) == []
+    assert store.due_schedules(store.now(), 10).due == []
     clock.advance(timedelta(minutes=5))
-    [due] = store.due_schedules(store.now(), 10)
+    [due] = store.due_schedules(store.now(), 10).due
     assert due.schedule.next_fire_at == made.next_fire_at and not due.previous_unfinished
     following = made.timing.next_after(made.next_fire_at)
     job = await submit(store)
     fired = (made.next_fire_at, job.job_no)
     # Two replicas found it due: one advances it, the other's guard matches nothing.
-    assert store.advance_schedule(due.schedule, due_at=made.next_fire_at, next_fire_at=following, fired=fired)
-    assert not replica.advance_schedule(due.schedule, due_at=made.next_fire_at, next_fire_at=following, fired=fired)
+    move = Advance(schedule=due.schedule, due_at=made.next_fire_at, next_fire_at=following, fired=fired)
+    assert await store.advance_schedules([move]) == [True]
+    assert await replica.advance_schedules([move]) == [False]
     after = store.get_schedule(SCOPE, "tick")
     assert (after.next_fire_at, after.last_job_no, after.last_fire_at) == (following, job.job_no, made.next_fire_at)
-    assert store.due_schedules(store.now(), 10) == []
+    assert store.due_schedules(store.now(), 10).due == []
 
 
 async def test_a_paused_schedule_is_never_due(store: JobStore, clock: MovableClock) -> None:
-    store.create_schedule(schedule(store))
+    store.create_schedule(schedule(store), LIMIT)
     paused = store.set_schedule_paused(SCOPE, "tick", None)
     assert paused.paused and paused.next_fire_at is None
     clock.advance(timedelta(hours=1))
-    assert store.due_schedules(store.now(), 10) == []
+    assert store.due_schedules(store.now(), 10).due == []
     resumed = store.set_schedule_paused(SCOPE, "tick", paused.timing.next_after(store.now()))
     assert not resumed.paused and resumed.next_fire_at is not None and resumed.next_fire_at > store.now()

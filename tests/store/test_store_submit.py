@@ -64,4 +64,4 @@ async def test_keys_are_per_tenant(store: JobStore) -> None:
     mine = await submitted(store, new_job(idempotency_key="k"))
     theirs = await submitted(store, new_job(idempotency_key="k", tenant="globex", payload=b"other"))
     assert not isinstance(mine, Exception) and not isinstance(theirs, Exception)
-    assert theirs[1] is True and theirs[0].job_no != mine[0].job_no
+    assert theirs[1] is True and (mine[0].tenant, theirs[0].tenant) == (TENANT, "globex")

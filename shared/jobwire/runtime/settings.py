@@ -126,7 +126,7 @@ class Settings:
             problems.append("JOBWIRE_UPLOAD_TTL_SECONDS must be positive")
         if self.retention_worker_days <= 0:
             problems.append("JOBWIRE_RETENTION_WORKER_DAYS must be positive")
-        if self.max_connection_age_seconds < 0 or self.max_connection_age_grace_seconds <= 0:
+        if not (self.max_connection_age_seconds >= 0 and self.max_connection_age_grace_seconds > 0):  # nan too
             problems.append(
                 "JOBWIRE_MAX_CONNECTION_AGE_SECONDS must not be negative (0: never) and"
                 " JOBWIRE_MAX_CONNECTION_AGE_GRACE_SECONDS must be positive"

@@ -2,7 +2,8 @@
 long-lived channels rebalance) breaks none of its long-lived callers, on SQLite and MariaDB:
 
 - a client's watch cut by the age (UNAVAILABLE "max connection age" once the grace is over)
-  resumes from its last version: every version once, none missed, to the terminal one;
+  resumes from its last version: every version once, none missed, to the terminal one; a
+  batch watch opens its stream again and catches up, each version once;
 - an SDK worker's long-poll Claims and reports carry on across many ages: every job is
   leased once and ends READY, and no call had to be retried;
 - the gateway's live stream ends without `gone`, as for a restart, so the browser reconnects
@@ -36,6 +37,7 @@ from jobwire.worker.sdk import Handlers, JobContext, Result, Worker, WorkerConfi
 pytestmark = pytest.mark.timeout(90)
 AGE = {"max_connection_age_seconds": 0.5, "max_connection_age_grace_seconds": 0.3}
 REPORTS = 12
+WATCH_JOBS = "jobwire.v1.JobService/WatchJobs"
 
 handlers = Handlers()
 
@@ -72,6 +74,36 @@ async def test_a_watch_cut_by_the_connection_age_resumes_without_a_duplicate_or_
 
     assert cuts and all("max connection age" in str(cause) for cause in cuts), cuts
     assert seen == list(range(job.version, done.version + 1)), "a version twice, or one missed"
+
+
+async def test_a_batch_watch_cut_by_the_connection_age_catches_up_with_each_version_once(serve: Any) -> None:
+    s: Served = await serve(**AGE)
+    seen: list[tuple[str, int]] = []
+    async with AsyncJobClient.connect(s.target) as client:
+        made = await client.submit_batch([client.submit_request("frames") for _ in range(3)])
+
+        async def watch() -> None:
+            async for job in client.watch_batch(made.batch_id):
+                seen.append((job.job_no, job.version))
+
+        watching = asyncio.create_task(watch())
+        for _ in made.jobs:
+            (lease,) = await claim(s, "frames")
+            await s.workers.Complete(complete_request(lease))
+            ended = _watches_ended(s)
+            await eventually(lambda: _true(_watches_ended(s) > ended), what="the batch's stream cut by its age")  # noqa: B023
+        await asyncio.wait_for(watching, 10)
+        final = {job.job_no: (await client.get(job.job_no)).version for job in made.jobs}
+    assert len(seen) == len(set(seen)), "a version delivered twice"
+    for job_no, version in final.items():
+        versions = [v for no, v in seen if no == job_no]
+        assert versions == sorted(versions) and versions[-1] == version, (job_no, versions)
+
+
+def _watches_ended(s: Served) -> float:
+    """WatchJobs calls this server has seen end, whatever their code."""
+    (family,) = [f for f in s.runtime.host.metrics.registry.collect() if f.name == "jobwire_rpc"]
+    return sum(x.value for x in family.samples if x.name == "jobwire_rpc_total" and x.labels["method"] == WATCH_JOBS)
 
 
 async def test_an_sdk_worker_carries_on_across_connection_ages(

@@ -64,6 +64,17 @@ class _Reconnects:
     def __init__(self, settings: RetrySettings) -> None:
         self.settings = settings
         self.failures = 0  # consecutive reconnects without news
+        self.done = False
+
+    def fresh(self, job: Job) -> bool:
+        """Whether to deliver `job` (news: the failures in a row start again); sets `done`."""
+        raise NotImplementedError
+
+    def broken(self, error: grpc.RpcError) -> Exception:
+        """What to raise for a stream that failed with `error`: a reconnect, or the answer."""
+        if not self.settings.retryable(error):
+            return from_rpc_error(error)
+        return _DroppedError(error)
 
     def pause(self, cause: BaseException | None, on_reconnect: OnReconnect | None) -> float:
         """Count one more failed connection and tell how long to wait before the next."""
@@ -93,7 +104,6 @@ class _Watch(_Reconnects):
         super().__init__(settings)
         self.last = after_version
         self.empty_ends = 0
-        self.done = False
 
     def fresh(self, job: Job) -> bool:
         """Whether to deliver `job`: a version newer than the last one delivered."""
@@ -104,12 +114,6 @@ class _Watch(_Reconnects):
         self.last, self.failures, self.empty_ends = job.version, 0, 0
         self.done = is_terminal(job)
         return True
-
-    def broken(self, error: grpc.RpcError) -> Exception:
-        """What to raise for a stream that failed with `error`: a reconnect, or the answer."""
-        if not self.settings.retryable(error):
-            return from_rpc_error(error)
-        return _DroppedError(error)
 
     def get_failed(self, error: ClientError) -> None:
         """The Get after a clean end failed: a retryable code is a drop, raised as one."""
@@ -155,7 +159,7 @@ def watch_job(
     while True:
         cause: BaseException | None = None
         try:
-            yield from _one_stream(state, open_stream)
+            yield from _one_stream(state, lambda: open_stream(state.last))
             if not state.done:
                 final = state.ended_cleanly(_get(state, get_job))
                 if final is not None:
@@ -167,10 +171,10 @@ def watch_job(
         sleep(state.pause(cause, on_reconnect))
 
 
-def _one_stream(state: _Watch, open_stream: OpenStream) -> Iterator[Job]:
-    """The new versions on one stream; stops after a terminal one; hangs up on exit."""
+def _one_stream(state: _Reconnects, open_stream: Callable[[], UpdateStream]) -> Iterator[Job]:
+    """The fresh jobs on one stream; stops once the watch is done; hangs up on exit."""
     try:
-        stream = open_stream(state.last)
+        stream = open_stream()
         try:
             for update in stream:
                 job = Job(update.job)
@@ -205,7 +209,7 @@ async def async_watch_job(
     while True:
         cause: BaseException | None = None
         try:
-            async for job in _one_async_stream(state, open_stream):
+            async for job in _one_async_stream(state, lambda: open_stream(state.last)):
                 yield job
             if not state.done:
                 final = state.ended_cleanly(await _async_get(state, get_job))
@@ -218,9 +222,9 @@ async def async_watch_job(
         await sleep(state.pause(cause, on_reconnect))
 
 
-async def _one_async_stream(state: _Watch, open_stream: AsyncOpenStream) -> AsyncIterator[Job]:
+async def _one_async_stream(state: _Reconnects, open_stream: Callable[[], AsyncUpdateStream]) -> AsyncIterator[Job]:
     try:
-        stream = open_stream(state.last)
+        stream = open_stream()
         try:
             async for update in stream:
                 job = Job(update.job)
@@ -271,7 +275,6 @@ class _BatchWatch(_Reconnects):
         super().__init__(settings)
         self.end = BatchEnd(total)
         self.versions: dict[str, int] = {}
-        self.done = False
 
     def fresh(self, job: Job) -> bool:
         if job.version <= self.versions.get(job.job_no, 0):
@@ -281,19 +284,9 @@ class _BatchWatch(_Reconnects):
         self.done = self.end.over_after(job)
         return True
 
-    def cause(self, error: grpc.RpcError) -> grpc.RpcError:
-        """A stream's failure: raised as the answer unless a reconnect may fix it."""
-        if not self.settings.retryable(error):
-            raise from_rpc_error(error) from None
-        return error
-
-
-BatchStream = Callable[[], UpdateStream]
-AsyncBatchStream = Callable[[], AsyncUpdateStream]
-
 
 def watch_batch(
-    open_stream: BatchStream, total: int, settings: RetrySettings, sleep: Sleep
+    open_stream: Callable[[], UpdateStream], total: int, settings: RetrySettings, sleep: Sleep
 ) -> Generator[Job, None, None]:
     """Each job of a batch of `total` as it is, then every change, until every job has ended.
 
@@ -304,39 +297,26 @@ def watch_batch(
     while True:
         cause: BaseException | None = None
         try:
-            stream = open_stream()
-            try:
-                for update in stream:
-                    job = Job(update.job)
-                    if state.fresh(job):
-                        yield job
-                        if state.done:
-                            return
-            finally:
-                stream.cancel()  # frees the server's stream if the caller stopped early
-        except grpc.RpcError as error:
-            cause = state.cause(error)
+            yield from _one_stream(state, open_stream)
+            if state.done:
+                return
+        except _DroppedError as drop:
+            cause = drop.cause
         sleep(state.pause(cause, None))
 
 
 async def async_watch_batch(
-    open_stream: AsyncBatchStream, total: int, settings: RetrySettings, sleep: AsyncSleep
+    open_stream: Callable[[], AsyncUpdateStream], total: int, settings: RetrySettings, sleep: AsyncSleep
 ) -> AsyncGenerator[Job, None]:
     """`watch_batch` over grpc.aio."""
     state = _BatchWatch(total, settings)
     while True:
         cause: BaseException | None = None
         try:
-            stream = open_stream()
-            try:
-                async for update in stream:
-                    job = Job(update.job)
-                    if state.fresh(job):
-                        yield job
-                        if state.done:
-                            return
-            finally:
-                stream.cancel()
-        except grpc.RpcError as error:
-            cause = state.cause(error)
+            async for job in _one_async_stream(state, open_stream):
+                yield job
+            if state.done:
+                return
+        except _DroppedError as drop:
+            cause = drop.cause
         await sleep(state.pause(cause, None))

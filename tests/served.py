@@ -76,14 +76,14 @@ class Served:
 
 
 async def start_server(database_url: str, **settings: object) -> Served:
-    """An all-in-one server on port 0 over `database_url`, with Settings overrides."""
-    config = Settings(database_url=database_url, listen="127.0.0.1:0", **settings)  # type: ignore[arg-type]
+    """An all-in-one server on 127.0.0.1, port 0 (or `listen=`), over `database_url`, with Settings overrides."""
+    config = Settings(**{"database_url": database_url, "listen": "127.0.0.1:0", **settings})  # type: ignore[arg-type]
     rt = open_runtime(config)
     movable_clock(rt.store)  # before anything reads the time: the loops start at the first await
     add_jobapi(rt)
     add_worker_service(rt)
     port = await rt.host.start()
-    target = f"127.0.0.1:{port}"
+    target = f"{config.listen.rpartition(':')[0]}:{port}"
     return Served.on(rt, target, grpc.aio.insecure_channel(target))
 
 

@@ -3,7 +3,7 @@
 - 8 claimers over 500 jobs, each on a connection of its own: every job is leased exactly
   once, and both children served;
 - a child killed with SIGKILL is started again, and the callers it had reconnect;
-- SIGTERM drains the whole family;
+- it says how many serving processes it starts and why; SIGTERM drains the whole family;
 - a server on a port already held (by another family, a lone jobwire, or another program)
   refuses to start, exits non-zero and names the port.
 """
@@ -222,6 +222,7 @@ def test_a_killed_child_is_started_again_and_its_callers_reconnect(family: Famil
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_sigterm_drains_the_whole_family(database_url: str) -> None:
     family = start_family(database_url)
+    assert "jobwire: 2 serving processes: set by --processes" in family.server.tail()  # how many, and why
     children = family.children()
     _get(family.target)
     assert stop(family) == 0

@@ -60,6 +60,7 @@ async def test_each_move_counts_once_and_the_gauges_match_the_database(metered) 
     assert by_status == {"QUEUED": 3, "READY": 1, "FAILED": 1}
     assert sample(samples, "jobwire_queue_oldest_runnable_seconds", **QUEUE) >= 0
     assert sample(samples, "jobwire_workers_live", tenant="default") == 1  # w1 claimed
+    assert sample(samples, "jobwire_queue_no_worker", **QUEUE) == 3  # for frames, never for later
     assert sample(samples, "jobwire_job_queue_wait_seconds_count", job_type="frames") == 2
     assert sample(samples, "jobwire_job_run_seconds_count", job_type="frames") == 2
     assert sample(samples, "jobwire_jobs_submitted_total", queue="default", job_type="later") == 3

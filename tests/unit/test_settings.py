@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from jobwire.rpc.server import connection_age_options
 from jobwire.runtime.parts import endpoint
 from jobwire.runtime.settings import Settings
 
@@ -58,6 +59,10 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_NO_WORKER_AFTER": "nan"}, "JOBWIRE_NO_WORKER_AFTER"),
         ({"JOBWIRE_NO_WORKER_AFTER": "2600000"}, "JOBWIRE_NO_WORKER_AFTER"),
         ({"JOBWIRE_MAX_SCHEDULES_PER_TENANT": "0"}, "JOBWIRE_MAX_SCHEDULES_PER_TENANT"),
+        ({"JOBWIRE_MAX_CONNECTION_AGE_SECONDS": "-1"}, "JOBWIRE_MAX_CONNECTION_AGE_SECONDS"),
+        ({"JOBWIRE_MAX_CONNECTION_AGE_SECONDS": "nan"}, "JOBWIRE_MAX_CONNECTION_AGE_SECONDS"),
+        ({"JOBWIRE_MAX_CONNECTION_AGE_GRACE_SECONDS": "0"}, "JOBWIRE_MAX_CONNECTION_AGE_GRACE_SECONDS"),
+        ({"JOBWIRE_PROCESSES": "65"}, "JOBWIRE_PROCESSES"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(env: dict[str, str], names: str) -> None:
@@ -86,3 +91,17 @@ def test_tls_needs_both_halves() -> None:
 )
 def test_migrating_at_start_is_the_default_and_can_be_left_to_the_migrate_step(value: str, migrate: bool) -> None:
     assert Settings.from_env({"JOBWIRE_MIGRATE": value}).migrate is migrate
+
+
+def test_servers_close_connections_after_their_age_with_a_grace() -> None:
+    """5 minutes, then 10 for the calls in flight, unless told otherwise; 0 keeps connections."""
+    assert connection_age_options(endpoint(Settings.from_env({}))) == [
+        ("grpc.max_connection_age_ms", 300_000),
+        ("grpc.max_connection_age_grace_ms", 600_000),
+    ]
+    env = {"JOBWIRE_MAX_CONNECTION_AGE_SECONDS": "0.5", "JOBWIRE_MAX_CONNECTION_AGE_GRACE_SECONDS": "0.25"}
+    assert connection_age_options(endpoint(Settings.from_env(env))) == [
+        ("grpc.max_connection_age_ms", 500),
+        ("grpc.max_connection_age_grace_ms", 250),
+    ]
+    assert connection_age_options(endpoint(Settings.from_env({"JOBWIRE_MAX_CONNECTION_AGE_SECONDS": "0"}))) == []

@@ -21,7 +21,7 @@ from jobwire.client.convert import Payload
 from jobwire.client.errors import from_rpc_error
 from jobwire.client.job_calls import ListFilters, SubmitOptions, Submitted, WatchOptions
 from jobwire.client.retry import AsyncSleep
-from jobwire.client.watch import BatchEnd, async_watch_job
+from jobwire.client.watch import async_watch_batch, async_watch_job
 from jobwire.v1 import job_pb2
 
 
@@ -59,14 +59,13 @@ class AsyncJobClient(JobService[grpc.aio.Channel, AsyncSleep], AsyncBaseClient):
 
     async def watch_batch(self, batch_id: str, *, locale: str | None = None) -> AsyncIterator[views.Job]:
         """Each job of the batch as it is, then every change, until every job has ended (see JobClient)."""
-        end = BatchEnd((await self.get_batch(batch_id)).total)  # asked first: see BatchEnd
+        total = (await self.get_batch(batch_id)).total  # asked first: see BatchEnd
         request = job_calls.watch_batch_request(batch_id, self._locale(locale))
-        async with aclosing(self._stream(self._stub.WatchJobs(request))) as updates:  # hangs up once ended
-            async for update in updates:
-                job = views.Job(update.job)
+        async with aclosing(
+            async_watch_batch(lambda: self._stub.WatchJobs(request), total, self.retry_settings, self._sleep)
+        ) as jobs:  # hangs up once ended
+            async for job in jobs:
                 yield job
-                if end.over_after(job):
-                    return
 
     async def get(self, job_no: str, *, locale: str | None = None) -> views.Job:
         """The job as it is now."""

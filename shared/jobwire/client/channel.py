@@ -3,6 +3,13 @@
 Keepalive settings here match the server's (jobwire.rpc.server) so idle proxies and NATs do
 not silently drop long watches and long-polls.
 
+Every channel balances its calls round-robin over every address its target resolves to:
+`dns:///jobwire-jobapi-headless:50051` (a Kubernetes headless Service: one address per ready
+pod) spreads one client's calls over every replica, where grpc's default (pick_first) would
+pin them all to the first. The servers close a connection after its age
+(JOBWIRE_MAX_CONNECTION_AGE_SECONDS), which makes the channel resolve the name again and
+take in replicas added since.
+
 A bearer token travels as `authorization: Bearer <token>` metadata. With TLS it rides on
 call credentials; on a plain-text channel it is added by a client interceptor, because
 grpc only lets call credentials onto plain text through `local_channel_credentials`, and
@@ -12,6 +19,7 @@ those refuse any peer that is not on this machine (a dev cluster, a sidecar, a p
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +48,11 @@ MESSAGE_LIMIT_OPTIONS: tuple[tuple[str, int], ...] = (
 # reader's channel holds is that and a chunk, not the megabytes BDP grows it to (200 stalled
 # downloads once took a gateway from 280 MB to 5.67 GB).
 FIXED_WINDOW_OPTIONS: tuple[tuple[str, int], ...] = (("grpc.http2.bdp_probe", 0),)
+# grpc's service config, the documented way to choose a policy (a target with one address
+# is balanced over that one).
+BALANCING_OPTIONS: tuple[tuple[str, str], ...] = (
+    ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),
+)
 AUTHORIZATION = "authorization"
 DEFAULT_TARGET = "127.0.0.1:50051"  # the servers' JOBWIRE_LISTEN default
 
@@ -49,7 +62,8 @@ class ChannelConfig:
     """Where jobwire is and how to reach it.
 
     Attributes:
-        target: `host:port` (or any grpc target such as `dns:///jobapi:50051`).
+        target: `host:port` (or any grpc target such as `dns:///jobapi:50051`, or
+            `ipv4:10.0.0.1:50051,10.0.0.2:50051`); calls go round-robin over every address.
         token: bearer token sent as `authorization: Bearer <token>` on every call.
         tls_ca: CA bundle to trust; TLS is on when set or when `tls` is true.
         tls: use TLS with the system's trust store.
@@ -127,8 +141,8 @@ def _warn_plaintext(config: ChannelConfig) -> None:
         )
 
 
-def _options(extra: Sequence[tuple[str, int]] = ()) -> list[tuple[str, int]]:
-    return [*KEEPALIVE_OPTIONS, *MESSAGE_LIMIT_OPTIONS, *extra]
+def _options(extra: Sequence[tuple[str, int]] = ()) -> list[tuple[str, int | str]]:
+    return [*KEEPALIVE_OPTIONS, *MESSAGE_LIMIT_OPTIONS, *BALANCING_OPTIONS, *extra]
 
 
 def sync_channel(config: ChannelConfig) -> grpc.Channel:

@@ -7,7 +7,6 @@ this module only carries them over a blocking channel.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Sequence
-from contextlib import closing
 from functools import partial
 from itertools import chain
 from typing import Any, BinaryIO, Unpack
@@ -21,7 +20,7 @@ from jobwire.client.errors import from_rpc_error
 from jobwire.client.job_calls import ListFilters, SubmitOptions, Submitted, WatchOptions
 from jobwire.client.retry import Sleep
 from jobwire.client.schedules import ScheduleMethods
-from jobwire.client.watch import BatchEnd, UpdateStream, watch_job
+from jobwire.client.watch import watch_batch, watch_job
 from jobwire.v1 import job_pb2
 
 
@@ -84,19 +83,17 @@ class JobClient(JobService[grpc.Channel, Sleep], ScheduleMethods):
         """Each job of the batch as it is, then every change, until every job has ended.
 
         Ends once each job of the batch is READY, FAILED or CANCELLED (at once for a batch
-        already finished); stopping the iteration earlier hangs up the stream.
+        already finished); stopping the iteration earlier hangs up the stream. A stream that
+        breaks (a server restart, its connection age) is opened again and catches up: each
+        version of a job comes once.
 
         Raises:
             NotFoundError: no such batch in your tenant. Other ClientErrors as the server answers.
         """
-        end = BatchEnd(self.get_batch(batch_id).total)  # asked first: see BatchEnd
-        stream: UpdateStream = self._stub.WatchJobs(job_calls.watch_batch_request(batch_id, self._locale(locale)))
-        with closing(self._stream(stream)) as updates:  # hangs up as soon as the batch has ended
-            for update in updates:
-                job = views.Job(update.job)
-                yield job
-                if end.over_after(job):
-                    return
+        total = self.get_batch(batch_id).total  # asked first: see BatchEnd
+        request = job_calls.watch_batch_request(batch_id, self._locale(locale))
+        # No deadline: a watch lasts as long as the batch; hangs up as soon as it has ended.
+        yield from watch_batch(lambda: self._stub.WatchJobs(request), total, self.retry_settings, self._sleep)
 
     def get(self, job_no: str, *, locale: str | None = None) -> views.Job:
         """The job as it is now."""

@@ -1,5 +1,5 @@
-"""The resumable watch loop behind JobClient.watch() and AsyncJobClient.watch(), and when a
-batch watch is over.
+"""The resumable watch loops behind JobClient.watch() and watch_batch() (and their asyncio
+twins), and when a batch watch is over.
 
 A stream may break at any moment (a server restart, a proxy timeout, a lost network). The
 loop reopens it with `after_version` = the last version it delivered, so the server replays
@@ -57,16 +57,53 @@ class _DroppedError(Exception):
         self.cause = cause
 
 
-class _Watch:
+class _Reconnects:
+    """A stream opened again and again: the failed connections in a row, the pause before the
+    next, and when to give up (RetrySettings.watch_backoff, watch_max_reconnects)."""
+
+    def __init__(self, settings: RetrySettings) -> None:
+        self.settings = settings
+        self.failures = 0  # consecutive reconnects without news
+        self.done = False
+
+    def fresh(self, job: Job) -> bool:
+        """Whether to deliver `job` (news: the failures in a row start again); sets `done`."""
+        raise NotImplementedError
+
+    def broken(self, error: grpc.RpcError) -> Exception:
+        """What to raise for a stream that failed with `error`: a reconnect, or the answer."""
+        if not self.settings.retryable(error):
+            return from_rpc_error(error)
+        return _DroppedError(error)
+
+    def pause(self, cause: BaseException | None, on_reconnect: OnReconnect | None) -> float:
+        """Count one more failed connection and tell how long to wait before the next."""
+        self.failures += 1
+        self._give_up_if_exhausted(cause)
+        delay = self.settings.watch_backoff.delay(self.failures)
+        if on_reconnect is not None:
+            on_reconnect(self.failures, delay, cause)
+        return delay
+
+    def _give_up_if_exhausted(self, cause: BaseException | None) -> None:
+        limit = self.settings.watch_max_reconnects
+        if limit is None or self.failures <= limit:
+            return
+        if isinstance(cause, grpc.RpcError):
+            raise from_rpc_error(cause) from cause
+        if isinstance(cause, ClientError):
+            raise cause
+        raise UnavailableError(grpc.StatusCode.UNAVAILABLE, "the watch kept ending without news")
+
+
+class _Watch(_Reconnects):
     """State of one watch across its reconnects: every decision the blocking and the
     asyncio loops share; the loops only read streams, call Get and pause."""
 
     def __init__(self, after_version: int, settings: RetrySettings) -> None:
+        super().__init__(settings)
         self.last = after_version
-        self.settings = settings
-        self.failures = 0  # consecutive reconnects without news
         self.empty_ends = 0
-        self.done = False
 
     def fresh(self, job: Job) -> bool:
         """Whether to deliver `job`: a version newer than the last one delivered."""
@@ -77,12 +114,6 @@ class _Watch:
         self.last, self.failures, self.empty_ends = job.version, 0, 0
         self.done = is_terminal(job)
         return True
-
-    def broken(self, error: grpc.RpcError) -> Exception:
-        """What to raise for a stream that failed with `error`: a reconnect, or the answer."""
-        if not self.settings.retryable(error):
-            return from_rpc_error(error)
-        return _DroppedError(error)
 
     def get_failed(self, error: ClientError) -> None:
         """The Get after a clean end failed: a retryable code is a drop, raised as one."""
@@ -107,25 +138,6 @@ class _Watch:
             return job
         return None
 
-    def pause(self, cause: BaseException | None, on_reconnect: OnReconnect | None) -> float:
-        """Count one more failed connection and tell how long to wait before the next."""
-        self.failures += 1
-        self._give_up_if_exhausted(cause)
-        delay = self.settings.watch_backoff.delay(self.failures)
-        if on_reconnect is not None:
-            on_reconnect(self.failures, delay, cause)
-        return delay
-
-    def _give_up_if_exhausted(self, cause: BaseException | None) -> None:
-        limit = self.settings.watch_max_reconnects
-        if limit is None or self.failures <= limit:
-            return
-        if isinstance(cause, grpc.RpcError):
-            raise from_rpc_error(cause) from cause
-        if isinstance(cause, ClientError):
-            raise cause
-        raise UnavailableError(grpc.StatusCode.UNAVAILABLE, "the watch kept ending without news")
-
 
 def watch_job(
     open_stream: OpenStream,
@@ -147,7 +159,7 @@ def watch_job(
     while True:
         cause: BaseException | None = None
         try:
-            yield from _one_stream(state, open_stream)
+            yield from _one_stream(state, lambda: open_stream(state.last))
             if not state.done:
                 final = state.ended_cleanly(_get(state, get_job))
                 if final is not None:
@@ -159,10 +171,10 @@ def watch_job(
         sleep(state.pause(cause, on_reconnect))
 
 
-def _one_stream(state: _Watch, open_stream: OpenStream) -> Iterator[Job]:
-    """The new versions on one stream; stops after a terminal one; hangs up on exit."""
+def _one_stream(state: _Reconnects, open_stream: Callable[[], UpdateStream]) -> Iterator[Job]:
+    """The fresh jobs on one stream; stops once the watch is done; hangs up on exit."""
     try:
-        stream = open_stream(state.last)
+        stream = open_stream()
         try:
             for update in stream:
                 job = Job(update.job)
@@ -197,7 +209,7 @@ async def async_watch_job(
     while True:
         cause: BaseException | None = None
         try:
-            async for job in _one_async_stream(state, open_stream):
+            async for job in _one_async_stream(state, lambda: open_stream(state.last)):
                 yield job
             if not state.done:
                 final = state.ended_cleanly(await _async_get(state, get_job))
@@ -210,9 +222,9 @@ async def async_watch_job(
         await sleep(state.pause(cause, on_reconnect))
 
 
-async def _one_async_stream(state: _Watch, open_stream: AsyncOpenStream) -> AsyncIterator[Job]:
+async def _one_async_stream(state: _Reconnects, open_stream: Callable[[], AsyncUpdateStream]) -> AsyncIterator[Job]:
     try:
-        stream = open_stream(state.last)
+        stream = open_stream()
         try:
             async for update in stream:
                 job = Job(update.job)
@@ -252,3 +264,59 @@ class BatchEnd:
         else:
             self.ended.discard(job.job_no)  # retried since it failed: running again
         return len(self.ended) >= self.total
+
+
+class _BatchWatch(_Reconnects):
+    """A batch watch across its reconnects: the version of each job delivered, and whether
+    every job has ended. WatchJobs sends each job as it is first, so a stream opened again
+    catches up with what changed meanwhile; a version already delivered is not again."""
+
+    def __init__(self, total: int, settings: RetrySettings) -> None:
+        super().__init__(settings)
+        self.end = BatchEnd(total)
+        self.versions: dict[str, int] = {}
+
+    def fresh(self, job: Job) -> bool:
+        if job.version <= self.versions.get(job.job_no, 0):
+            return False
+        self.versions[job.job_no] = job.version
+        self.failures = 0
+        self.done = self.end.over_after(job)
+        return True
+
+
+def watch_batch(
+    open_stream: Callable[[], UpdateStream], total: int, settings: RetrySettings, sleep: Sleep
+) -> Generator[Job, None, None]:
+    """Each job of a batch of `total` as it is, then every change, until every job has ended.
+
+    A stream that breaks (a restart, a server's connection age) or ends early (a draining
+    server) is opened again after a pause; each job's versions come once, in order.
+    """
+    state = _BatchWatch(total, settings)
+    while True:
+        cause: BaseException | None = None
+        try:
+            yield from _one_stream(state, open_stream)
+            if state.done:
+                return
+        except _DroppedError as drop:
+            cause = drop.cause
+        sleep(state.pause(cause, None))
+
+
+async def async_watch_batch(
+    open_stream: Callable[[], AsyncUpdateStream], total: int, settings: RetrySettings, sleep: AsyncSleep
+) -> AsyncGenerator[Job, None]:
+    """`watch_batch` over grpc.aio."""
+    state = _BatchWatch(total, settings)
+    while True:
+        cause: BaseException | None = None
+        try:
+            async for job in _one_async_stream(state, open_stream):
+                yield job
+            if state.done:
+                return
+        except _DroppedError as drop:
+            cause = drop.cause
+        await sleep(state.pause(cause, None))

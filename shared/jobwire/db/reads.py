@@ -315,26 +315,39 @@ _MAX_WORKER_TOKEN = 1100
 
 
 def census(conn: Connection, now: datetime, live_after: timedelta) -> Census:
-    """Jobs by tenant, queue and status with the runnable ones, in one GROUP BY; workers seen since `live_after`.
+    """Jobs by tenant, queue and status with the runnable ones, in one GROUP BY (QUEUED ones by job
+    type too); workers seen since `live_after`, and the kinds of job they claimed for since then.
 
     The metrics' gauges (jobwire.runtime.housekeeping reads this once a round): the GROUP
     BY walks ix_job_claim (tenant, queue, status) whole, which is why no scrape runs it.
+    Only QUEUED rows are told apart by job type (NO_WORKER is about a queued job's kind), so
+    terminal jobs of many types add no groups.
     """
     at = sa.literal(now, type_=job.c.run_after.type)
-    runnable = sa.and_(job.c.status == Status.QUEUED.value, job.c.waiting_on == 0, job.c.run_after <= at)
+    queued = job.c.status == Status.QUEUED.value
+    runnable = sa.and_(queued, job.c.waiting_on == 0, job.c.run_after <= at)
+    kind = sa.case((queued, job.c.job_type), else_=sa.literal("")).label("kind")
     jobs = sa.select(
-        job.c.tenant, job.c.queue, job.c.status, sa.func.count().label("jobs"),
+        job.c.tenant, job.c.queue, job.c.status, kind, sa.func.count().label("jobs"),
         sa.func.sum(sa.case((runnable, 1), else_=0)).label("runnable"),
         sa.func.min(sa.case((runnable, job.c.run_after))).label("oldest"),
-    ).group_by(job.c.tenant, job.c.queue, job.c.status)  # fmt: skip
+    ).group_by(job.c.tenant, job.c.queue, job.c.status, kind)  # fmt: skip
     seen_since = sa.literal(now - live_after, type_=worker_table.c.last_seen_at.type)
     workers = (
         sa.select(worker_table.c.tenant, sa.func.count().label("n"))
         .where(worker_table.c.last_seen_at >= seen_since)
         .group_by(worker_table.c.tenant)
     )
-    counts = [_job_count(r, now) for r in conn.execute(jobs)]
-    return Census(counts=counts, live_workers={r.tenant: int(r.n) for r in conn.execute(workers)})
+    # as jobwire.db.standing reads it for one queue: a claim within the window serves the kind
+    claimed_since = sa.literal(now - live_after, type_=worker_claim.c.claimed_at.type)
+    served = sa.select(worker_claim.c.tenant, worker_claim.c.queue, worker_claim.c.job_type).where(
+        worker_claim.c.claimed_at > claimed_since
+    )
+    return Census(
+        counts=[_job_count(r, now) for r in conn.execute(jobs)],
+        live_workers={r.tenant: int(r.n) for r in conn.execute(workers)},
+        served=frozenset((r.tenant, r.queue, r.job_type) for r in conn.execute(served)),
+    )
 
 
 def _job_count(r: Any, now: datetime) -> JobCount:
@@ -346,6 +359,7 @@ def _job_count(r: Any, now: datetime) -> JobCount:
         jobs=int(r.jobs),
         runnable=int(r.runnable or 0),
         oldest_runnable_s=oldest,
+        job_type=r.kind,
     )
 
 

@@ -62,6 +62,10 @@ class JobMetrics:
         self._oldest = _gauge(
             registry, "jobwire_queue_oldest_runnable_seconds", "Seconds the oldest runnable job has waited for a claim."
         )
+        self._no_worker = _gauge(
+            registry, "jobwire_queue_no_worker",
+            "QUEUED jobs whose queue and job type no worker claimed for within JOBWIRE_NO_WORKER_AFTER (NO_WORKER).",
+        )  # fmt: skip
         self._workers = Gauge(
             "jobwire_workers_live", "Workers seen (claim or heartbeat) within JOBWIRE_NO_WORKER_AFTER, by tenant.",
             ["tenant"], multiprocess_mode="livemostrecent", registry=registry,
@@ -111,15 +115,18 @@ class JobMetrics:
         jobs: dict[tuple[str, ...], float] = {}
         depth: dict[tuple[str, ...], float] = {}
         oldest: dict[tuple[str, ...], float] = {}
-        cap = self._cap(self._jobs)  # one for the three: they show the same queues
+        unserved: dict[tuple[str, ...], float] = {}
+        cap = self._cap(self._jobs)  # one for the four: they show the same queues
         for c in census.counts:
             queue = cap.fold((c.tenant, c.queue), keep=1)
             jobs[(*queue, c.status)] = jobs.get((*queue, c.status), 0) + c.jobs
             depth[queue] = depth.get(queue, 0) + c.runnable
             oldest[queue] = max(oldest.get(queue, 0.0), c.oldest_runnable_s or 0.0)
+            unserved[queue] = unserved.get(queue, 0) + census.unserved(c)
         self._show(self._jobs, jobs)
         self._show(self._depth, depth)
         self._show(self._oldest, oldest)
+        self._show(self._no_worker, unserved)
         self._show(self._workers, {(tenant,): n for tenant, n in census.live_workers.items()})
 
     def _show(self, gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:

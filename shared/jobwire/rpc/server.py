@@ -69,6 +69,26 @@ class Endpoint:
     tls_client_ca: Path | None = None
     metrics_listen: str | None = None
     share_port: bool = False  # a child of a family: join the port its parent holds
+    max_connection_age_s: float = 0.0  # 0: a connection lasts as long as its client keeps it
+    max_connection_age_grace_s: float = 0.0
+
+
+def connection_age_options(endpoint: Endpoint) -> list[tuple[str, int]]:
+    """Close each connection after its age, with a grace for the calls on it (none: never).
+
+    A client with one long-lived channel to a dns:/// name (round_robin, jobwire.client.channel)
+    keeps the replicas it resolved at first; a GOAWAY makes it connect again, resolve again
+    and spread over the replicas there are now. Calls in flight at the GOAWAY keep their
+    connection for the grace; a stream still open after it ends UNAVAILABLE ("max connection
+    age"), which the client's watch resumes from its last version. grpc adds +-10% jitter to
+    the age, so a fleet's connections do not all close at once.
+    """
+    if endpoint.max_connection_age_s <= 0:
+        return []
+    return [
+        ("grpc.max_connection_age_ms", round(endpoint.max_connection_age_s * 1000)),
+        ("grpc.max_connection_age_grace_ms", round(endpoint.max_connection_age_grace_s * 1000)),
+    ]
 
 
 def check_exposure(listen: str, auth_file: Path | None) -> None:
@@ -101,7 +121,8 @@ class ServerHost:
         reuse = ("grpc.so_reuseport", 1 if endpoint.share_port else 0)
         # A span per call only while tracing is on: off, grpc.aio runs no interceptor at all.
         self.server = grpc.aio.server(
-            interceptors=tracing.server_interceptors() or None, options=[*SERVER_OPTIONS, reuse]
+            interceptors=tracing.server_interceptors() or None,
+            options=[*SERVER_OPTIONS, reuse, *connection_age_options(endpoint)],
         )
         self.health = health.aio.HealthServicer()
         self.add_servicer(health_pb2_grpc.add_HealthServicer_to_server, self.health)

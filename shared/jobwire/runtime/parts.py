@@ -90,4 +90,6 @@ def endpoint(settings: Settings) -> Endpoint:
     return Endpoint(
         listen=settings.listen, auth_file=settings.auth_file, tls_cert=settings.tls_cert, tls_key=settings.tls_key,
         tls_client_ca=settings.tls_client_ca, metrics_listen=settings.metrics_listen, share_port=settings.share_port,
+        max_connection_age_s=settings.max_connection_age_seconds,
+        max_connection_age_grace_s=settings.max_connection_age_grace_seconds,
     )  # fmt: skip

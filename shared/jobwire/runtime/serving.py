@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from jobwire.runtime.parts import AddService, open_runtime
 from jobwire.runtime.settings import Settings
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def server_flags(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +34,9 @@ def server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--auth-file", type=Path, help="JOBWIRE_AUTH_FILE: TOML bearer tokens")
     parser.add_argument("--metrics-listen", help="JOBWIRE_METRICS_LISTEN: host:port for /metrics")
     parser.add_argument(
-        "--processes", type=int, help="JOBWIRE_PROCESSES: serving processes on the one port (default: the cores)"
+        "--processes",
+        type=int,
+        help="JOBWIRE_PROCESSES: serving processes on the one port (default: the CPUs this process may use)",
     )
 
 
@@ -40,6 +44,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from the environment and the flags; a bad one ends the process with its reason."""
     names = ("listen", "database_url", "auth_file", "metrics_listen", "processes")
     flags = {name: getattr(args, name, None) for name in names}
+    if flags["processes"]:
+        flags["processes_why"] = "set by --processes"
     try:
         settings = Settings.from_env(**{k: v for k, v in flags.items() if v})
         if settings.auth_file is not None:
@@ -76,6 +82,9 @@ def serve_processes(settings: Settings, *services: AddService) -> None:
     """Serve in this process, or as the parent of `settings.processes` (jobwire.runtime.family)."""
     logs.configure(settings.log_format, settings.log_level)
     child = family.child_settings(settings)
+    if child is None:
+        n = settings.processes
+        log.info("jobwire: %d serving process%s: %s", n, "" if n == 1 else "es", settings.processes_why)
     try:
         if child is not None:
             run_loop(serve(child, *services))

@@ -12,6 +12,7 @@ from jobwire.domain.job import DEFAULT_RESULT_SCHEMES
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES, MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
 from jobwire.domain.results import DEFAULT_MAX_INLINE_RESULT, DEFAULT_MAX_RESULT_BYTES
 from jobwire.observe.logs import FORMATS, LEVELS
+from jobwire.runtime.cpus import usable_cpus
 
 DEFAULT_DATABASE_URL = "sqlite:///var/jobwire.db"
 # Job numbers must read back through jobwire.domain.limits.JOB_NO: PT-20261129-001.
@@ -70,13 +71,21 @@ class Settings:
     result_store: str = ""
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES  # one upload; past it RESOURCE_EXHAUSTED and nothing kept
     upload_ttl_seconds: float = 86_400.0  # an upload no Complete named is removed after this long
-    # serving processes on one port (JOBWIRE_PROCESSES; the entry points default to the cores)
+    # serving processes on one port (JOBWIRE_PROCESSES; from_env defaults to the CPUs the
+    # process may use: jobwire.runtime.cpus), and why that many, for the start's log line
     processes: int = 1
+    processes_why: str = "set by JOBWIRE_PROCESSES"
     share_port: bool = False  # a child of a family: join the port its parent holds (jobwire.runtime.family)
     # create or upgrade the schema at start (a family's parent does it for all); when False
     # (JOBWIRE_MIGRATE=0: `python -m jobwire migrate` does it, and the serving account needs
     # no DDL rights) a server refuses to start on a schema that is not current
     migrate: bool = True
+    # A client's connection is closed after this long (0: never), so a client that keeps one
+    # channel (dns:/// with round_robin, jobwire.client.channel) resolves again and spreads
+    # over replicas added since; calls in flight then have the grace to end (a watch that
+    # outlasts it resumes on a new connection).
+    max_connection_age_seconds: float = 300.0
+    max_connection_age_grace_seconds: float = 600.0
     log_format: str = "text"  # or "json": one JSON object per line (jobwire.observe.logs)
     log_level: str = "INFO"
 
@@ -122,6 +131,11 @@ class Settings:
             problems.append("JOBWIRE_UPLOAD_TTL_SECONDS must be positive")
         if self.retention_worker_days <= 0:
             problems.append("JOBWIRE_RETENTION_WORKER_DAYS must be positive")
+        if not (self.max_connection_age_seconds >= 0 and self.max_connection_age_grace_seconds > 0):  # nan too
+            problems.append(
+                "JOBWIRE_MAX_CONNECTION_AGE_SECONDS must not be negative (0: never) and"
+                " JOBWIRE_MAX_CONNECTION_AGE_GRACE_SECONDS must be positive"
+            )
         if not 1 <= self.processes <= MAX_PROCESSES:
             problems.append(f"JOBWIRE_PROCESSES must be between 1 and {MAX_PROCESSES}")
         if self.log_format not in FORMATS:
@@ -165,7 +179,16 @@ class Settings:
             value = env.get(name)
             return frozenset(x.strip() for x in value.split(",") if x.strip()) if value else DEFAULT_RESULT_SCHEMES
 
+        def processes() -> tuple[int, str]:
+            if env.get("JOBWIRE_PROCESSES"):
+                return int(env["JOBWIRE_PROCESSES"]), "set by JOBWIRE_PROCESSES"
+            cpus = usable_cpus()
+            if cpus.count > MAX_PROCESSES:
+                return MAX_PROCESSES, f"{cpus.why}, and at most {MAX_PROCESSES} serve"
+            return cpus.count, cpus.why
+
         grace = env.get("JOBWIRE_STALL_GRACE_SECONDS")
+        serving, serving_why = processes()
         attempt_timeout = env.get("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT")
         settings = cls(
             database_url=env.get("JOBWIRE_DATABASE_URL", DEFAULT_DATABASE_URL),
@@ -199,7 +222,10 @@ class Settings:
             result_store=env.get("JOBWIRE_RESULT_STORE", ""),
             max_result_bytes=int(env.get("JOBWIRE_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES)),
             upload_ttl_seconds=number("JOBWIRE_UPLOAD_TTL_SECONDS", 86_400.0),
-            processes=int(env.get("JOBWIRE_PROCESSES") or os.cpu_count() or 1),
+            processes=serving,
+            processes_why=serving_why,
+            max_connection_age_seconds=number("JOBWIRE_MAX_CONNECTION_AGE_SECONDS", 300.0),
+            max_connection_age_grace_seconds=number("JOBWIRE_MAX_CONNECTION_AGE_GRACE_SECONDS", 600.0),
             migrate=flag("JOBWIRE_MIGRATE", True),
             log_format=env.get("JOBWIRE_LOG_FORMAT", "text").strip().lower(),
             log_level=env.get("JOBWIRE_LOG_LEVEL", "INFO").strip().upper(),

@@ -7,12 +7,12 @@ MySQL tests skip on a laptop without a server, but fail when JOBWIRE_REQUIRE_MYS
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from mysql_databases import fresh_mysql_database
 from served import Served, start_server
 
 MYSQL_SERVER_URL = os.environ.get("JOBWIRE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306")
@@ -39,19 +39,6 @@ def mysql_server() -> str:
             pytest.fail(message)
         pytest.skip(message)
     return MYSQL_SERVER_URL
-
-
-def fresh_mysql_database(server_url: str) -> Iterator[str]:
-    name = f"jobwire_test_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(server_url + "/", pool_pre_ping=True)  # survives a server restart
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-    try:
-        yield f"{server_url}/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
-        admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 from fault_support import mariadb_reachable, start_mariadb
+from mysql_databases import drop_mysql_database
 
 from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
@@ -32,8 +33,7 @@ def restartable_mysql_url(mysql_server: str) -> Iterator[str]:
     finally:
         if not mariadb_reachable(mysql_server + "/"):
             start_mariadb(mysql_server + "/")  # never leave the shared server down
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+        drop_mysql_database(admin, name)
         admin.dispose()
 
 

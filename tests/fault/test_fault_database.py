@@ -90,7 +90,9 @@ async def health(s: Any) -> int:
         return -1
 
 
-async def test_database_restarted_mid_run(servers, restartable_mysql_url) -> None:  # type: ignore[no-untyped-def]
+# The database fixture comes first so it is dropped last: after the servers close, whose
+# connections (one may sit in a transaction the restart interrupted) would hold DROP's lock.
+async def test_database_restarted_mid_run(restartable_mysql_url, servers) -> None:  # type: ignore[no-untyped-def]
     mysql_url = restartable_mysql_url
     s = await servers(mysql_url, reaper_interval_seconds=0.2, stall_grace_seconds=1.0)
     calls = Calls()

@@ -58,6 +58,16 @@ RESTART_BACKOFF_S = (0.5, 30.0)  # first and longest wait before starting a dead
 HEALTHY_AFTER_S = 30.0  # a child that lived this long resets the backoff
 
 
+def announce_ready(port: int) -> None:
+    """Print the line a parent or a test waits for, in one write.
+
+    print() writes the text and its newline separately; with stdout and stderr in one pipe
+    a log line from another thread can land between them and the port cannot be read.
+    """
+    sys.stdout.write(f"{READY}{port}\n")
+    sys.stdout.flush()
+
+
 class PortInUse(Exception):
     def __init__(self, listen: str, port: int) -> None:
         super().__init__(
@@ -210,7 +220,7 @@ class Family:
             log.error("jobwire: %d of %d serving processes did not start", ready.count(False), len(ready))
             await self._stop_all()
             return 1
-        print(f"{READY}{self.port}", flush=True)
+        announce_ready(self.port)
         log.info("jobwire: %d serving processes on port %d", len(children), self.port)
         await self._supervise()
         await self._stop_all()

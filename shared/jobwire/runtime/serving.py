@@ -66,7 +66,7 @@ async def serve(settings: Settings, *services: AddService) -> None:
         add(rt)
     await serve_until_signalled(
         rt,
-        on_ready=lambda port: print(f"{family.READY}{port}", flush=True),
+        on_ready=family.announce_ready,
         parent=family.parent_pid(),
     )
 

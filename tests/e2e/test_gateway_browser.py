@@ -266,3 +266,16 @@ def test_evidence_refuses_a_client_token_and_shows_an_admin_the_trail(page: Any,
     assert "CANCEL" in text(page, "#events").upper() and text(page, "#workers")
     screenshot(page, "evidence", tmp_path)
     print(json.dumps({"evidence_rows": page.locator("#events tbody tr").count()}))
+
+
+def test_a_title_is_what_the_jobs_page_and_the_job_page_show_first(page: Any, stack: Stack) -> None:
+    title = "Import customers-2026-11.csv"
+    with stack.client() as client:
+        job_no = client.submit("frames", queue="nobody-serves-this", title=title).job.job_no
+    sign_in(page, CLIENT)
+    page.goto("/jobs")
+    row = page.locator(f'#jobs tr[data-job="{job_no}"]')
+    assert row.locator("td").first.inner_text().strip() == title
+    page.goto(f"/jobs/{job_no}")
+    assert text(page, "h1") == title
+    assert job_no in text(page, ".job-no")

@@ -80,7 +80,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     # on submit --timeout is the attempt's time limit; the per-call one goes before the command
     "submit": {"--payload", "--payload-file", "--queue", "--priority", "--idempotency-key", "--owner", "--label",
                "--max-attempts", "--on-lease-lost", "--timeout", "--job-timeout", "--stage-timeout",
-               "--on-no-progress", "--run-after", "--watch", "--depends-on"},
+               "--on-no-progress", "--run-after", "--watch", "--depends-on", "--title"},
     "get": set(),
     "cancel": set(),
     "retry": {"--failed", "--type", "--owner", "--queue", "--category", "--limit", "--dry-run", "--force"},
@@ -95,8 +95,8 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "batch cancel": set(),
     # schedule create takes submit's job options (not the key, run-after, depends-on or watch)
     "schedule create": {"--payload", "--payload-file", "--queue", "--priority", "--owner", "--label", "--max-attempts",
-                        "--on-lease-lost", "--timeout", "--job-timeout", "--stage-timeout", "--on-no-progress",
-                        "--cron", "--every", "--tz", "--overlap", "--catch-up"},
+                        "--title", "--on-lease-lost", "--timeout", "--job-timeout", "--stage-timeout",
+                        "--on-no-progress", "--cron", "--every", "--tz", "--overlap", "--catch-up"},
     "schedule get": set(),
     "schedule list": {"--limit"},
     "schedule pause": set(),
@@ -777,6 +777,26 @@ def test_list_with_a_negative_limit_is_a_usage_error(stack: Stack) -> None:
 
 
 # ---- watch --------------------------------------------------------------------------
+
+
+def test_a_title_is_shown_first_by_get_list_and_watch(stack: Stack) -> None:
+    job_type = fresh_type("titled")
+    title = "Import customers-2026-11.csv"
+    job_no = stack.submit_with_jobctl(job_type, "--title", title)
+    untitled = stack.submit(job_type)
+    shown = stack.jobctl("get", job_no)
+    assert shown.code == 0, shown
+    assert shown.out.splitlines()[0].strip().split(None, 1) == ["title", title]  # the first row of the grid
+    assert details(shown.out)["job"] == job_no
+    assert "title" not in details(stack.jobctl("get", untitled).out)  # none given: none shown
+    listed = stack.jobctl("list", "--type", job_type)
+    assert listed.out.splitlines()[0].split()[0] == "TITLE", listed
+    rows = {row["JOB"]: row for row in table(listed.out)}
+    assert (rows[job_no]["TITLE"], rows[untitled]["TITLE"]) == (title, "-")
+    watching = stack.watch("watch", job_no)
+    assert watching.wait_line(rf"^{re.escape(title)}  {job_no} Queued")
+    stack.jobctl("cancel", job_no)
+    assert watching.finish() == 3, watching.text + watching.err
 
 
 def test_watch_follows_a_job_to_ready_and_shows_its_result(stack: Stack) -> None:
@@ -1614,10 +1634,11 @@ def test_schedule_create_get_list_pause_resume_and_delete(stack: Stack) -> None:
         "--json", "schedule", "create", f"{job_type}-every", job_type, "--every", "2s", "--overlap", "allow",
         "--payload", '{"report": "daily"}', "--queue", "reports", "--priority", "3", "--owner", "ops",
         "--label", "team=data", "--max-attempts", "2", "--on-lease-lost", "retry", "--timeout", "90s",
-        "--job-timeout", "1h", "--stage-timeout", "5m", "--on-no-progress", "fail",
+        "--job-timeout", "1h", "--stage-timeout", "5m", "--on-no-progress", "fail", "--title", "Daily report",
     )  # fmt: skip
     assert made.code == 0, made
     template = made.json()["template"]
+    assert template["title"] == "Daily report"
     assert (template["job_type"], template["queue"], template["priority"], template["owner"]) == (
         job_type, "reports", 3, "ops",
     )  # fmt: skip
@@ -1633,7 +1654,7 @@ def test_schedule_create_get_list_pause_resume_and_delete(stack: Stack) -> None:
         return stack.jobctl("--json", "schedule", "get", f"{job_type}-every").json().get("last_job_no")
 
     job_no = wait_for("a firing", fired)
-    assert stack.jobs.get(job_no).job_type == job_type
+    assert (stack.jobs.get(job_no).job_type, stack.jobs.get(job_no).title) == (job_type, "Daily report")
     listed = stack.jobctl("schedule", "list")
     assert listed.code == 0 and f"{job_type}-every" in listed.out and f"{job_type}-cron" in listed.out, listed
     assert len(stack.jobctl("--json", "schedule", "list", "--limit", "1").out.splitlines()) == 1

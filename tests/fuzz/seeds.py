@@ -28,7 +28,7 @@ class Targets:
 def seed(name: str, at: Targets) -> dict[str, Any]:
     """The valid request of `name` ("Service.Method") as message_dict values; {} when it has none."""
     lease = {"job_no": at.job_no, "worker_token": at.worker_token}
-    template = {"job_type": "fuzz", "payload": b"{}"}
+    template = {"job_type": "fuzz", "payload": b"{}", "title": "Fuzz report, November"}
     return {
         "JobService.Submit": template,
         "JobService.Get": {"job_no": at.queued},

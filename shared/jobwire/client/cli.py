@@ -94,6 +94,7 @@ def job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue", default="", help="queue (default: default)")
     p.add_argument("--priority", type=int, default=0, help="higher runs first")
     p.add_argument("--owner", default="")
+    p.add_argument("--title", default="", help="what a person reads as the job's name (at most 200 characters)")
     p.add_argument("--label", type=c.label_arg, action="append", default=[], metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--max-attempts", type=int, default=0, help="0: the server's default")
     p.add_argument("--on-lease-lost", type=str.upper, choices=["INSPECT", "RETRY"])

@@ -167,7 +167,9 @@ def job_details(job: job_pb2.Job, locale: str) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    rows: list[tuple[str, str | Text]] = [
+    # The title first, as a person names the job; a job without one shows no title row.
+    rows: list[tuple[str, str | Text]] = [("title", job.title)] if job.title else []
+    rows += [
         ("job", job.job_no),
         ("type", job.job_type),
         ("queue", job.queue),
@@ -217,9 +219,10 @@ def outcome_rows(job: job_pb2.Job) -> list[tuple[str, str]]:
 
 
 def jobs_table(jobs: Iterable[job_pb2.Job], locale: str) -> Table:
-    table = _table("JOB", "TYPE", "QUEUE", "STATUS", "PROGRESS", "ATTEMPT", "UPDATED")
+    table = _table("TITLE", "JOB", "TYPE", "QUEUE", "STATUS", "PROGRESS", "ATTEMPT", "UPDATED")
     for job in jobs:
         table.add_row(
+            job.title or DASH,  # the table's mark for nothing, as for every empty cell
             job.job_no,
             job.job_type,
             job.queue,

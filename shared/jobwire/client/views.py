@@ -149,6 +149,7 @@ class Display(View[job_pb2.Display]):
     detail = plain(str)
     actions = each_enum(DisplayAction)
     locale = plain(str)
+    title = plain(str)
 
 
 class Job(View[job_pb2.Job]):
@@ -161,6 +162,7 @@ class Job(View[job_pb2.Job]):
     job_type = plain(str)
     queue = plain(str)
     owner = plain(str)
+    title = plain(str)  # as submitted; empty when none was given
     labels: Field[Mapping[str, str]] = Field(getattr)
     status = enum(JobStatus)
     stage = plain(str)

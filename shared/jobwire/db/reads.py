@@ -214,8 +214,8 @@ def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: st
 
 def list_events(
     conn: Connection, scope: Scope, job_no: str, page_size: int, page_token: str
-) -> tuple[list[JobEvent], str] | None:
-    """A job's evidence trail in order; None for an unknown job."""
+) -> tuple[list[JobEvent], str, str] | None:
+    """A job's evidence trail in order, the next page's token and the job's title; None for an unknown job."""
     row = load_job(conn, scope, job_no)
     if row is None:
         return None
@@ -227,7 +227,7 @@ def list_events(
         .limit(page_size + 1)
     )
     events, last = _page([dict(r) for r in conn.execute(query).mappings()], page_size)
-    return [_event(e) for e in events], "" if last is None else encode_page_token(last)
+    return [_event(e) for e in events], "" if last is None else encode_page_token(last), row["title"]
 
 
 def _event(row: Row) -> JobEvent:

@@ -24,7 +24,7 @@ from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
 
 VISIBLE_COLUMNS = (
-    "job_no", "tenant", "job_type", "queue", "owner", "labels", "locale", "status", "priority",
+    "job_no", "tenant", "job_type", "queue", "owner", "title", "labels", "locale", "status", "priority",
     "stage", "stage_index", "stage_count", "stages", "processed_units", "total_units",
     "stalled", "no_progress", "progress_at", "attempt", "attempt_base", "max_attempts", "created_at",
     "updated_at", "started_at", "finished_at", "run_after", "error_category", "error_stage",
@@ -55,6 +55,7 @@ def record_from_row(row: Mapping[str, Any]) -> JobRecord:
         job_type=row["job_type"],
         queue=row["queue"],
         owner=row["owner"],
+        title=row.get("title") or "",  # snapshots written before titles have none
         labels=json.loads(row["labels"]),
         locale=row["locale"],
         status=status,

@@ -277,7 +277,9 @@ class JobStore:
         """Those of `job_nos` that `scope` sees."""
         return self.db.read(lambda c: reads.visible_jobs(c, scope, job_nos))
 
-    def list_events(self, scope: Scope, job_no: str, page_size: int, page_token: str) -> tuple[list[JobEvent], str]:
+    def list_events(
+        self, scope: Scope, job_no: str, page_size: int, page_token: str
+    ) -> tuple[list[JobEvent], str, str]:
         found = self.db.read(lambda c: reads.list_events(c, scope, job_no, page_size, page_token))
         if found is None:
             raise JobNotFound()

@@ -162,6 +162,7 @@ def _new_row(new: NewJob, job_no: str, now: datetime, waits: dependencies.Waits 
         "job_type": new.job_type,
         "queue": new.queue,
         "owner": new.owner,
+        "title": new.title,
         "labels": json.dumps(new.labels, ensure_ascii=False, sort_keys=True),
         "locale": new.locale,
         "payload": new.payload,

@@ -37,6 +37,7 @@ job = Table(
     Column("job_type", String(64), nullable=False),
     Column("queue", String(64), nullable=False),
     Column("owner", String(128), nullable=False, server_default=""),
+    Column("title", String(200), nullable=False, server_default=""),  # plain text, as submitted
     Column("labels", Text, nullable=False),  # JSON object
     Column("locale", String(35), nullable=False, server_default="en"),
     Column("payload", Blob, nullable=False),

@@ -125,6 +125,7 @@ class JobRecord:
     no_worker: bool = False
     # QUEUED only, as of a Get or a ListJobs: its queue is paused or at a limit (jobwire.domain.flow)
     held: Held | None = None
+    title: str = ""  # as submitted; empty when none was given
 
     @property
     def stage_def(self) -> StageDef | None:

@@ -92,15 +92,15 @@ class Calls:
         reply = await self._unary(self._admin.Inspect(admin_pb2.InspectRequest(), timeout=CALL_TIMEOUT_S))
         return list(reply.findings)
 
-    async def events(self, job_no: str) -> list[admin_pb2.JobEvent]:
-        """The job's whole evidence trail, oldest first."""
+    async def events(self, job_no: str) -> tuple[str, list[admin_pb2.JobEvent]]:
+        """The job's title and its whole evidence trail, oldest first."""
         request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=PAGE_SIZE)
         events: list[admin_pb2.JobEvent] = []
         while True:
             page = await self._unary(self._admin.ListEvents(request, timeout=CALL_TIMEOUT_S))
             events.extend(page.events)
             if not page.next_page_token:
-                return events
+                return page.title, events
             request.page_token = page.next_page_token
 
     async def workers(self) -> list[admin_pb2.WorkerInfo]:

@@ -37,11 +37,12 @@ async def evidence_page(request: Request) -> Response:
     async with calls_for(request) as calls:
         findings = await calls.inspect()  # first: a client token stops here, with the reason
         workers = await calls.workers()
-        events = await calls.events(job_no) if job_no else []
+        title, events = await calls.events(job_no) if job_no else ("", [])
     return page(
         request,
         "evidence.html",
         job_no=job_no,
+        job_title=title,
         findings=[
             {
                 "kind": admin_pb2.Finding.Kind.Name(f.kind),

@@ -25,6 +25,7 @@ CATALOG: dict[str, dict[str, str]] = {
     "signin_refused": {"en": "This token was not accepted.", "zh-CN": "此令牌未被接受。"},
     "signin_expired": {"en": "Please sign in again.", "zh-CN": "请重新登录。"},
     "jobs_heading": {"en": "My jobs", "zh-CN": "我的任务"},
+    "col_title": {"en": "Title", "zh-CN": "标题"},
     "col_job": {"en": "Job", "zh-CN": "任务编号"},
     "col_type": {"en": "Type", "zh-CN": "类型"},
     "col_status": {"en": "Status", "zh-CN": "状态"},

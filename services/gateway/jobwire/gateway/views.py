@@ -28,6 +28,7 @@ OCTET_STREAM = "application/octet-stream"
 
 @dataclass(frozen=True, kw_only=True)
 class JobView:
+    title: str  # as submitted: shown first; empty when none was given
     job_no: str
     job_type: str
     status: str  # the code, for styles and tests
@@ -55,6 +56,7 @@ class JobView:
 def job_view(job: job_pb2.Job, locale: str) -> JobView:
     p = job.progress
     return JobView(
+        title=job.title,
         job_no=job.job_no,
         job_type=job.job_type,
         status=status_name(job.status),

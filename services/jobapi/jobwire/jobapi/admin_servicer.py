@@ -117,10 +117,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ListEvents(
         self, request: admin_pb2.ListEventsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListEventsResponse:
-        events, token = await self.jobs.list_events(
+        events, token, title = await self.jobs.list_events(
             auth.current(), limits.job_no(request.job_no), limits.page_size(request.page_size, 100), request.page_token
         )
-        return admin_pb2.ListEventsResponse(events=[event(e) for e in events], next_page_token=token)
+        return admin_pb2.ListEventsResponse(events=[event(e) for e in events], next_page_token=token, title=title)
 
     async def Requeue(self, request: admin_pb2.RequeueRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         reason = limits.short_text("reason", request.reason, limits.MAX_MESSAGE_CHARS)

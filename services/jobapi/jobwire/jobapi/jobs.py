@@ -147,7 +147,7 @@ class Jobs:
 
     async def list_events(
         self, who: Principal, job_no: str, page_size: int, page_token: str
-    ) -> tuple[list[JobEvent], str]:
+    ) -> tuple[list[JobEvent], str, str]:
         return await self.blocking(self.store.list_events, who.scope, job_no, page_size, page_token)
 
     async def inspect(

@@ -12,6 +12,7 @@ laptop and fails under CI (`.ci/run` installs chromium first).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -268,10 +269,13 @@ def test_evidence_refuses_a_client_token_and_shows_an_admin_the_trail(page: Any,
     print(json.dumps({"evidence_rows": page.locator("#events tbody tr").count()}))
 
 
-def test_a_title_is_what_the_jobs_page_and_the_job_page_show_first(page: Any, stack: Stack) -> None:
+def test_a_title_is_what_the_jobs_page_and_the_job_page_show_first_with_the_inputs_digest(
+    page: Any, stack: Stack
+) -> None:
     title = "Import customers-2026-11.csv"
+    payload = b'{"file": "customers-2026-11.csv"}'
     with stack.client() as client:
-        job_no = client.submit("frames", queue="nobody-serves-this", title=title).job.job_no
+        job_no = client.submit("frames", payload, queue="nobody-serves-this", title=title).job.job_no
     sign_in(page, CLIENT)
     page.goto("/jobs")
     row = page.locator(f'#jobs tr[data-job="{job_no}"]')
@@ -279,3 +283,5 @@ def test_a_title_is_what_the_jobs_page_and_the_job_page_show_first(page: Any, st
     page.goto(f"/jobs/{job_no}")
     assert text(page, "h1") == title
     assert job_no in text(page, ".job-no")
+    assert text(page, "#input-sha256") == hashlib.sha256(payload).hexdigest()
+    assert f"{len(payload)} bytes" in text(page, "#input")

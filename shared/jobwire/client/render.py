@@ -176,6 +176,7 @@ def job_details(job: job_pb2.Job, locale: str) -> Table:
         ("status", status_text(job)),
         ("progress", progress_summary(job, locale) or DASH),
         ("attempt", f"{job.attempt}/{job.max_attempts}" if job.max_attempts else DASH),
+        ("input", input_text(job.input) if job.HasField("input") else DASH),
         ("owner", job.owner or DASH),
         (
             "labels",
@@ -190,6 +191,11 @@ def job_details(job: job_pb2.Job, locale: str) -> Table:
     for key, value in outcome_rows(job):
         grid.add_row(key, value)
     return grid
+
+
+def input_text(given: job_pb2.JobInput) -> str:
+    """What a job was given: its payload's size and sha256."""
+    return f"{fmt_size(given.size_bytes)} · sha256 {given.sha256}"
 
 
 def outcome_rows(job: job_pb2.Job) -> list[tuple[str, str]]:

@@ -163,6 +163,7 @@ class Job(View[job_pb2.Job]):
     queue = plain(str)
     owner = plain(str)
     title = plain(str)  # as submitted; empty when none was given
+    input = plain(job_pb2.JobInput)  # the payload's size_bytes and sha256, computed by the server
     labels: Field[Mapping[str, str]] = Field(getattr)
     status = enum(JobStatus)
     stage = plain(str)

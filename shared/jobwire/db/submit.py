@@ -21,6 +21,7 @@ from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import NewJob
 from jobwire.domain.errors import IdempotencyKeyReused, JobwireError
 from jobwire.domain.evidence import EventKind
+from jobwire.domain.job import InputDigest
 from jobwire.domain.states import Status
 from jobwire.domain.timeouts import deadline
 
@@ -154,6 +155,7 @@ _NOT_INSERTED = frozenset({"id", "uri", "size_bytes", "sha256", "content_type", 
 def _new_row(new: NewJob, job_no: str, now: datetime, waits: dependencies.Waits | None) -> Row:
     """The row a submit inserts, complete: the reply and the event need no read back."""
     policy, limits = new.retry, new.timeouts
+    digest = InputDigest.of(new.payload)
     return {
         **NEW_ROW_DEFAULTS,
         "id": None,  # the database's; the event takes it from LAST_INSERT_ID()
@@ -166,6 +168,8 @@ def _new_row(new: NewJob, job_no: str, now: datetime, waits: dependencies.Waits 
         "labels": json.dumps(new.labels, ensure_ascii=False, sort_keys=True),
         "locale": new.locale,
         "payload": new.payload,
+        "input_size": digest.size_bytes,
+        "input_sha256": digest.sha256,
         "fingerprint": new.fingerprint(),
         "lease_key": new_lease_key(),
         "idempotency_key": new.idempotency_key or None,

@@ -41,6 +41,9 @@ job = Table(
     Column("labels", Text, nullable=False),  # JSON object
     Column("locale", String(35), nullable=False, server_default="en"),
     Column("payload", Blob, nullable=False),
+    # the payload's size and sha256, computed at submit, so a read shows them without the payload
+    Column("input_size", BigInteger, nullable=False, server_default="0"),
+    Column("input_sha256", String(64), nullable=False, server_default=""),
     Column("fingerprint", String(64), nullable=False),  # sha256 of the submitted request
     Column("idempotency_key", String(128), nullable=True),
     Column("priority", Integer, nullable=False, server_default="0"),

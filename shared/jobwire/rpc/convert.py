@@ -76,6 +76,8 @@ def reply_bytes(new: NewJob) -> int:
     given = job_pb2.Job(
         job_type=new.job_type, queue=new.queue, owner=new.owner, labels=new.labels,
         depends_on=new.depends_on, batch_id=new.batch_id or "", title=new.title,
+        display=job_pb2.Display(title=new.title),  # the title again, for a person
+        input=job_pb2.JobInput(size_bytes=len(new.payload), sha256="0" * 64),
     )  # fmt: skip
     waiting_for = sum(len(no) + 2 for no in new.depends_on)  # the detail names the unfinished ones
     return given.ByteSize() + waiting_for + SERVER_FIELDS_BYTES
@@ -135,6 +137,8 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
             category=job_pb2.JobError.Category.Value(job.error.category.value),
             stage=job.error.stage, message=job.error.message, retryable=job.error.retryable,
         ))  # fmt: skip
+    if job.input is not None:
+        out.input.CopyFrom(job_pb2.JobInput(size_bytes=job.input.size_bytes, sha256=job.input.sha256))
     if job.result is not None:
         r = job.result
         out.result.CopyFrom(job_pb2.Artifact(

@@ -47,6 +47,7 @@ CATALOG: dict[str, dict[str, str]] = {
     "field_type": {"en": "Type", "zh-CN": "类型"},
     "field_attempt": {"en": "Attempt", "zh-CN": "尝试次数"},
     "field_created": {"en": "Created", "zh-CN": "创建时间"},
+    "field_input": {"en": "Input", "zh-CN": "输入摘要"},
     "field_finished": {"en": "Finished", "zh-CN": "结束时间"},
     "field_result": {"en": "Result", "zh-CN": "结果"},
     "field_error": {"en": "Why it did not complete", "zh-CN": "未完成的原因"},

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from jobwire.client.convert import is_terminal, status_name
-from jobwire.client.render import fmt_time, percent
+from jobwire.client.render import fmt_size, fmt_time, percent
 from jobwire.gateway.i18n import t
 from jobwire.v1 import job_pb2
 
@@ -48,6 +48,8 @@ class JobView:
     updated: str
     result_summary: str
     error_message: str
+    input_size: str  # what the job was given: its payload's size and sha256
+    input_sha256: str
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +78,8 @@ def job_view(job: job_pb2.Job, locale: str) -> JobView:
         updated=fmt_time(job.updated_at, short=True),
         result_summary=job.result.summary if job.HasField("result") else "",
         error_message=job.error.message if job.HasField("error") else "",
+        input_size=fmt_size(job.input.size_bytes) if job.HasField("input") else "",
+        input_sha256=job.input.sha256,
     )
 
 

@@ -56,6 +56,7 @@ def seed(name: str, at: Targets) -> dict[str, Any]:
         "WorkerService.Release": lease,
         "WorkerService.AwaitReview": {**lease, "assignee": "fuzz"},
         "WorkerService.UploadResult": {**lease, "data": b"x"},
+        "WorkerService.RecordEvidence": {**lease, "entries": [{"key": "payment_request_id", "value": "pi_3Nx"}]},
         "AdminService.ListEvents": {"job_no": at.queued},
         "AdminService.Requeue": {"job_no": at.failed, "reason": "fuzz"},
         "AdminService.SetQueueLimits": {"queue": "fuzz", "limits": {"max_running": 1}},

@@ -238,7 +238,7 @@ def _event(row: Row) -> JobEvent:
         version=row["version"], kind=row["kind"], from_status=status(row["from_status"]),
         to_status=status(row["to_status"]), stage=row["stage"], processed_units=row["processed_units"],
         total_units=row["total_units"], worker_id=row["worker_id"], attempt=row["attempt"], detail=row["detail"],
-        created_at=row["created_at"],
+        created_at=row["created_at"], key=row["entry_key"],
     )  # fmt: skip
 
 

@@ -147,7 +147,7 @@ NEW_ROW_DEFAULTS: dict[str, object] = {
     "error_category": None, "error_stage": None, "error_message": None, "error_retryable": None,
     "error_detail": None, "started_at": None, "finished_at": None, "review_assignee": None,
     "review_items": None, "review_decision": None, "review_note": None, "review_by": None,
-    "has_dependents": False,
+    "has_dependents": False, "recorded_attempt": 0, "recorded_entries": 0,
 }  # fmt: skip
 _NOT_INSERTED = frozenset({"id", "uri", "size_bytes", "sha256", "content_type", "summary"})
 

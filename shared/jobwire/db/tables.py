@@ -120,6 +120,10 @@ job = Table(
     Column("finished_at", Timestamp, nullable=True),
     Column("run_after", Timestamp, nullable=False),
     Column("version", BigInteger, nullable=False, server_default="1"),
+    # Evidence entries the handler recorded (jobwire.domain.handler_evidence) in attempt
+    # `recorded_attempt`, counted against the per-attempt bound; another attempt starts at 0.
+    Column("recorded_attempt", Integer, nullable=False, server_default="0"),
+    Column("recorded_entries", Integer, nullable=False, server_default="0"),
     # Job numbers are per tenant: a job is named by (tenant, job_no). job_no leads, so a shared
     # fleet's call, which names only the number (its token tells the tenant), finds its
     # candidates on this index too (jobwire.db.changes).
@@ -211,6 +215,7 @@ job_event = Table(
     Column("attempt", Integer, nullable=True),
     Column("detail", LongText, nullable=True),
     Column("snapshot", LongText, nullable=True),  # the user-visible job after this event
+    Column("entry_key", String(64), nullable=True),  # HANDLER_EVIDENCE: the entry's key; its value is the detail
     Column("created_at", Timestamp, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",

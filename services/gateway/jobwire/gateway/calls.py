@@ -75,14 +75,14 @@ class Calls:
         request = job_pb2.RetryRequest(job_no=job_no, locale=self.locale, force=force)
         return await self._unary(self._jobs.Retry(request, timeout=CALL_TIMEOUT_S))
 
-    async def is_admin(self, job_no: str) -> bool:
-        """Whether this token has the admin role: asked with the cheapest admin call, about the job at hand."""
-        request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=1)
+    async def admin_trail(self, job_no: str) -> list[admin_pb2.JobEvent] | None:
+        """The job's trail when this token has the admin role (who has it only the server
+        knows, so it is asked); None when it has not."""
         try:
-            await self._unary(self._admin.ListEvents(request, timeout=CALL_TIMEOUT_S))
+            _, events = await self.events(job_no)
         except PermissionDeniedError:
-            return False
-        return True
+            return None
+        return events
 
     async def requeue(self, job_no: str, reason: str) -> job_pb2.Job:
         request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import mimetypes
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from jobwire.client.convert import is_terminal, status_name
-from jobwire.client.render import fmt_size, fmt_time, percent
+from jobwire.client.render import fmt_size, fmt_time, percent, status_label
 from jobwire.gateway.i18n import t
-from jobwire.v1 import job_pb2
+from jobwire.v1 import admin_pb2, job_pb2
 
 # What the gateway offers for each Display action; VIEW is the page itself.
 ACTIONS = {
@@ -81,6 +82,42 @@ def job_view(job: job_pb2.Job, locale: str) -> JobView:
         input_size=fmt_size(job.input.size_bytes) if job.HasField("input") else "",
         input_sha256=job.input.sha256,
     )
+
+
+def _change(event: admin_pb2.JobEvent, locale: str) -> str:
+    before, after = event.from_status, event.to_status
+    if not after:
+        return ""
+    if before in (0, after):
+        return status_label(after, locale)
+    return f"{status_label(before, locale)} → {status_label(after, locale)}"
+
+
+def _event_units(event: admin_pb2.JobEvent) -> str:
+    if event.HasField("total_units"):
+        return f"{event.processed_units}/{event.total_units}"
+    return str(event.processed_units) if event.processed_units else ""
+
+
+HANDLER_EVIDENCE = "HANDLER_EVIDENCE"  # an entry a handler recorded: key = value
+
+
+def event_rows(events: Iterable[admin_pb2.JobEvent], locale: str) -> list[dict[str, Any]]:
+    """A job's trail as the evidence page and an admin's job page show it, oldest first."""
+    return [
+        {
+            "version": e.version,
+            "time": fmt_time(e.created_at, short=True),
+            "kind": e.kind,
+            "change": _change(e, locale),
+            "stage": e.stage,
+            "units": _event_units(e),
+            "worker": e.worker_id,
+            "attempt": e.attempt,
+            "detail": f"{e.key} = {e.detail}" if e.kind == HANDLER_EVIDENCE else e.detail,
+        }
+        for e in events
+    ]
 
 
 def _units(p: job_pb2.Progress, locale: str) -> str:

@@ -57,6 +57,7 @@ def event(found: JobEvent) -> admin_pb2.JobEvent:
         attempt=found.attempt or 0,
         detail=found.detail or "",
         created_at=convert.timestamp(found.created_at),
+        key=found.key or "",
     )
 
 

@@ -28,6 +28,9 @@ def upgrade() -> None:
     op.add_column("job", sa.Column("title", sa.String(length=200), nullable=False, server_default=""))
     op.add_column("job", sa.Column("input_size", sa.BigInteger(), nullable=False, server_default="0"))
     op.add_column("job", sa.Column("input_sha256", sa.String(length=64), nullable=False, server_default=""))
+    op.add_column("job", sa.Column("recorded_attempt", sa.Integer(), nullable=False, server_default="0"))
+    op.add_column("job", sa.Column("recorded_entries", sa.Integer(), nullable=False, server_default="0"))
+    op.add_column("job_event", sa.Column("entry_key", sa.String(length=64), nullable=True))
     _digest_inputs()
 
 
@@ -52,7 +55,11 @@ def _digest_inputs() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("job_event") as batch:
+        batch.drop_column("entry_key")
     with op.batch_alter_table("job") as batch:
+        batch.drop_column("recorded_entries")
+        batch.drop_column("recorded_attempt")
         batch.drop_column("input_sha256")
         batch.drop_column("input_size")
         batch.drop_column("title")

@@ -104,6 +104,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "schedule delete": set(),
     "inspect": {"--queue", "--kind", "--stalled-after"},
     "events": {"--limit"},
+    "checkpoint": {"--output"},
     "requeue": {"--reason"},
     "workers": {"--queue"},
     "queue limits": {"--max-running", "--rate", "--burst"},
@@ -1114,6 +1115,33 @@ def test_cancel_is_refused_once_a_job_is_done_or_delivering(stack: Stack) -> Non
 
 
 # ---- operator commands --------------------------------------------------------------
+
+
+def test_events_and_checkpoint_show_what_the_handler_left(stack: Stack, tmp_path: Path) -> None:
+    job_type = fresh_type("evidence")
+    job_no = stack.submit(job_type)
+    lease = stack.worker.claim(job_type)
+    entry = worker_pb2.EvidenceEntry(key="payment_request_id", value="pi_3NxQ2f")
+    stack.worker.stub.RecordEvidence(
+        worker_pb2.RecordEvidenceRequest(job_no=job_no, worker_token=lease.worker_token, entries=[entry]),
+        metadata=stack.worker.metadata, timeout=30,
+    )  # fmt: skip
+    saved = b"row 2500 of 9000"
+    stack.worker.stub.ReportStage(
+        worker_pb2.ReportStageRequest(job_no=job_no, worker_token=lease.worker_token, stage="PROCESSING",
+                                      checkpoint=saved),
+        metadata=stack.worker.metadata, timeout=30,
+    )  # fmt: skip
+    rows = {row["KIND"]: row for row in table(stack.jobctl("events", job_no, token=ADMIN).out)}
+    assert rows["HANDLER_EVIDENCE"]["DETAIL"] == "payment_request_id = pi_3NxQ2f"
+    digest = hashlib.sha256(saved).hexdigest()
+    assert rows["CHECKPOINT_SAVED"]["DETAIL"] == f"16 bytes · sha256 {digest}"
+    shown = stack.jobctl("checkpoint", job_no, token=ADMIN)
+    assert shown.code == 0 and shown.out.splitlines() == [f"{job_no}: 16 bytes · sha256 {digest}", saved.decode()]
+    written = tmp_path / "checkpoint.bin"
+    assert stack.jobctl("checkpoint", job_no, "-o", str(written), token=ADMIN).code == 0
+    assert written.read_bytes() == saved
+    assert_clean_error(stack.jobctl("checkpoint", job_no), 4, "PERMISSION_DENIED")  # a client token
 
 
 def test_events_shows_the_evidence_trail(stack: Stack) -> None:

@@ -58,6 +58,7 @@ def seed(name: str, at: Targets) -> dict[str, Any]:
         "WorkerService.UploadResult": {**lease, "data": b"x"},
         "WorkerService.RecordEvidence": {**lease, "entries": [{"key": "payment_request_id", "value": "pi_3Nx"}]},
         "AdminService.ListEvents": {"job_no": at.queued},
+        "AdminService.GetCheckpoint": {"job_no": at.queued},
         "AdminService.Requeue": {"job_no": at.failed, "reason": "fuzz"},
         "AdminService.SetQueueLimits": {"queue": "fuzz", "limits": {"max_running": 1}},
         "AdminService.GetQueueLimits": {"queue": "fuzz"},

@@ -5,6 +5,7 @@ evidence, errors and live updates, over HTTP to a real uvicorn (tests/gateway_su
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -547,3 +548,19 @@ async def test_handler_evidence_is_on_the_evidence_page_and_an_admins_timeline_n
         trail = (await client.get("/evidence", params={"job": job.job_no})).text
         assert 'id="handler-evidence"' in trail and "<td>payment_request_id</td><td>pi_3NxQ2f</td>" in trail
         assert "Charge order 42" in trail  # the trail's heading: its title
+        assert 'id="checkpoint"' not in trail  # none saved yet
+
+    async def save(checkpoint: bytes) -> str:
+        report = worker_pb2.ReportStageRequest(
+            job_no=job.job_no, worker_token=lease.worker_token, stage="PROCESSING", checkpoint=checkpoint
+        )
+        await served.workers.ReportStage(report, metadata=WORKER.metadata)
+        async with _signed_in(gateway, OPERATOR) as client:
+            return (await client.get("/evidence", params={"job": job.job_no})).text
+
+    text = await save(b'{"row": 2500}')
+    assert '<pre id="checkpoint-text">{&#34;row&#34;: 2500}</pre>' in text
+    assert hashlib.sha256(b'{"row": 2500}').hexdigest() in text and "CHECKPOINT_SAVED" in text
+    binary = await save(b"\xff\xfe\x00")
+    assert 'id="checkpoint-binary"' in binary and 'id="checkpoint-text"' not in binary
+    assert hashlib.sha256(b"\xff\xfe\x00").hexdigest() in binary and "3 bytes" in binary

@@ -393,6 +393,20 @@ def cmd_events(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_checkpoint(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        saved = admin.checkpoint(args.job_no)
+    if args.output is not None:
+        args.output.write_bytes(saved.data)
+    if ctx.as_json:
+        ctx.emit(render.to_json(saved.raw))
+    else:
+        lines = render.checkpoint_lines(saved.raw)
+        for line in lines[:1] if args.output is not None else lines:
+            ctx.out.print(line, markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
 def cmd_requeue(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.admin() as admin:
         _show_job(ctx, admin.requeue(args.job_no, reason=args.reason))

@@ -285,9 +285,27 @@ def events_table(events: Iterable[admin_pb2.JobEvent]) -> Table:
             units or (str(e.processed_units) if e.processed_units else DASH),
             e.worker_id or DASH,
             str(e.attempt),
-            e.detail or DASH,
+            event_detail(e) or DASH,
         )
     return table
+
+
+def event_detail(event: admin_pb2.JobEvent) -> str:
+    """What an event says beyond its columns: a handler's entry as key = value, a checkpoint's size and digest."""
+    if event.kind == "HANDLER_EVIDENCE":
+        return f"{event.key} = {event.detail}"
+    if event.kind == "CHECKPOINT_SAVED":
+        return f"{fmt_size(event.size_bytes)} · sha256 {event.sha256}"
+    return event.detail
+
+
+def checkpoint_lines(saved: admin_pb2.Checkpoint) -> list[str]:
+    """`jobctl checkpoint`: its size and digest, then its text when it is UTF-8."""
+    head = f"{saved.job_no}: {fmt_size(saved.size_bytes)} · sha256 {saved.sha256}"
+    try:
+        return [head, saved.data.decode("utf-8")]
+    except UnicodeDecodeError:
+        return [head, "(not text: write it to a file with -o)"]
 
 
 def _transition(before: int, after: int) -> str:

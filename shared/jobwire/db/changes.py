@@ -46,7 +46,7 @@ from jobwire.domain.commands import EVERY_TENANT, may_act_for
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.handler_evidence import Entry
-from jobwire.domain.job import Artifact
+from jobwire.domain.job import Artifact, Digest
 from jobwire.domain.results import KeptResult
 from jobwire.domain.states import LEASED, Action, Status, allowed
 from jobwire.domain.transitions import Move, Transition, move_of
@@ -384,6 +384,13 @@ def _records(wire: Wire, jobs: Iterable[_Job], now: datetime, evidence: Evidence
                     step.before, EventKind.LATE_CALL_REJECTED, now, step.before["status"], visible=False,
                     detail=step.error.detail, worker_id="",
                 ))  # fmt: skip
+            if change is not None and change.values.get("checkpoint") is not None:
+                assert step.after is not None
+                saved = Digest.of(change.values["checkpoint"])  # size and sha256: never the bytes
+                events.append(event_values(
+                    step.after, EventKind.CHECKPOINT_SAVED, step.after["updated_at"], step.after["status"],
+                    visible=False, size_bytes=saved.size_bytes, sha256=saved.sha256,
+                ))  # fmt: skip
             if change is not None and change.entries:
                 assert step.after is not None
                 events += [
@@ -460,6 +467,8 @@ def event_values(
     detail: str | None = None,
     worker_id: str | None = None,
     entry_key: str | None = None,
+    size_bytes: int | None = None,
+    sha256: str | None = None,
 ) -> dict[str, Any]:
     """The job_event row recording `row` as it is after a change (its version and snapshot)."""
     return {
@@ -479,5 +488,7 @@ def event_values(
         "detail": detail,
         "snapshot": snapshot(row) if visible else None,
         "entry_key": entry_key,
+        "size_bytes": size_bytes,
+        "sha256": sha256,
         "created_at": at,
     }

@@ -212,6 +212,16 @@ def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: st
     return rows, "" if last is None else encode_page_token(last)
 
 
+def checkpoint(conn: Connection, scope: Scope, job_no: str) -> Row | None:
+    """A job's latest checkpoint (`checkpoint`: its bytes, or None when none was saved); None
+    for a job `scope` does not see."""
+    query = sa.select(job.c.tenant, job.c.queue, job.c.checkpoint).where(
+        job.c.tenant == scope.tenant, job.c.job_no == job_no
+    )
+    found = conn.execute(query).mappings().first()
+    return dict(found) if found is not None and scope.sees(found["tenant"], found["queue"]) else None
+
+
 def list_events(
     conn: Connection, scope: Scope, job_no: str, page_size: int, page_token: str
 ) -> tuple[list[JobEvent], str, str] | None:
@@ -238,7 +248,7 @@ def _event(row: Row) -> JobEvent:
         version=row["version"], kind=row["kind"], from_status=status(row["from_status"]),
         to_status=status(row["to_status"]), stage=row["stage"], processed_units=row["processed_units"],
         total_units=row["total_units"], worker_id=row["worker_id"], attempt=row["attempt"], detail=row["detail"],
-        created_at=row["created_at"], key=row["entry_key"],
+        created_at=row["created_at"], key=row["entry_key"], size_bytes=row["size_bytes"], sha256=row["sha256"],
     )  # fmt: skip
 
 

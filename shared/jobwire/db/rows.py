@@ -15,7 +15,7 @@ from typing import Any
 
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.endings import Attempts, Ending
-from jobwire.domain.job import Artifact, ErrorCategory, InputDigest, JobFailure, JobRecord
+from jobwire.domain.job import Artifact, Digest, ErrorCategory, JobFailure, JobRecord
 from jobwire.domain.lease import Holding
 from jobwire.domain.progress import Progress
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
@@ -92,10 +92,10 @@ def record_from_row(row: Mapping[str, Any]) -> JobRecord:
     )
 
 
-def _input(row: Mapping[str, Any]) -> InputDigest | None:
+def _input(row: Mapping[str, Any]) -> Digest | None:
     """The payload's digest; a snapshot written before digests were kept has none."""
     sha256 = row.get("input_sha256")
-    return InputDigest(size_bytes=row["input_size"], sha256=sha256) if sha256 else None
+    return Digest(size_bytes=row["input_size"], sha256=sha256) if sha256 else None
 
 
 def _review_fields(row: Mapping[str, Any], status: Status) -> dict[str, Any]:

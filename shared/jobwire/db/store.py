@@ -50,6 +50,7 @@ from jobwire.domain.census import Census
 from jobwire.domain.commands import Claimant, JobFilter, NewJob, Scope
 from jobwire.domain.errors import (
     BatchNotFound,
+    CheckpointNotFound,
     JobNotFound,
     JobwireError,
     ResultNotAvailable,
@@ -284,6 +285,15 @@ class JobStore:
         if found is None:
             raise JobNotFound()
         return found
+
+    def checkpoint(self, scope: Scope, job_no: str) -> bytes:
+        """The latest checkpoint of a job `scope` sees (AdminService.GetCheckpoint)."""
+        found = self.db.read(lambda c: reads.checkpoint(c, scope, job_no))
+        if found is None:
+            raise JobNotFound()
+        if found["checkpoint"] is None:
+            raise CheckpointNotFound()
+        return bytes(found["checkpoint"])
 
     def inspect(
         self,

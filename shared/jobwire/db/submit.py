@@ -21,7 +21,7 @@ from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import NewJob
 from jobwire.domain.errors import IdempotencyKeyReused, JobwireError
 from jobwire.domain.evidence import EventKind
-from jobwire.domain.job import InputDigest
+from jobwire.domain.job import Digest
 from jobwire.domain.states import Status
 from jobwire.domain.timeouts import deadline
 
@@ -155,7 +155,7 @@ _NOT_INSERTED = frozenset({"id", "uri", "size_bytes", "sha256", "content_type", 
 def _new_row(new: NewJob, job_no: str, now: datetime, waits: dependencies.Waits | None) -> Row:
     """The row a submit inserts, complete: the reply and the event need no read back."""
     policy, limits = new.retry, new.timeouts
-    digest = InputDigest.of(new.payload)
+    digest = Digest.of(new.payload)
     return {
         **NEW_ROW_DEFAULTS,
         "id": None,  # the database's; the event takes it from LAST_INSERT_ID()

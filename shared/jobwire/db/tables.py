@@ -216,6 +216,9 @@ job_event = Table(
     Column("detail", LongText, nullable=True),
     Column("snapshot", LongText, nullable=True),  # the user-visible job after this event
     Column("entry_key", String(64), nullable=True),  # HANDLER_EVIDENCE: the entry's key; its value is the detail
+    # CHECKPOINT_SAVED: the checkpoint's size and sha256 (its bytes stay on the job row only)
+    Column("size_bytes", BigInteger, nullable=True),
+    Column("sha256", String(64), nullable=True),
     Column("created_at", Timestamp, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",

@@ -219,6 +219,13 @@ class ResultNotAvailable(JobwireError):
     reason = "RESULT_NOT_AVAILABLE"
 
 
+class CheckpointNotFound(JobwireError):
+    """This job has no checkpoint: its worker never saved one."""
+
+    code = "NOT_FOUND"
+    reason = "CHECKPOINT_NOT_FOUND"
+
+
 class ScheduleNotFound(JobwireError):
     """No such schedule."""
 

@@ -85,14 +85,14 @@ class Artifact:
 
 
 @dataclass(frozen=True, kw_only=True)
-class InputDigest:
-    """What a job was given, told apart without its bytes: the payload's size and sha256."""
+class Digest:
+    """Bytes told apart without them: their size and sha256 (a job's payload, a checkpoint)."""
 
     size_bytes: int
     sha256: str
 
     @classmethod
-    def of(cls, payload: bytes) -> InputDigest:
+    def of(cls, payload: bytes) -> Digest:
         return cls(size_bytes=len(payload), sha256=hashlib.sha256(payload).hexdigest())
 
 
@@ -139,7 +139,7 @@ class JobRecord:
     # QUEUED only, as of a Get or a ListJobs: its queue is paused or at a limit (jobwire.domain.flow)
     held: Held | None = None
     title: str = ""  # as submitted; empty when none was given
-    input: InputDigest | None = None  # computed at submit (None only in a watch snapshot older than it)
+    input: Digest | None = None  # computed at submit (None only in a watch snapshot older than it)
 
     @property
     def stage_def(self) -> StageDef | None:

@@ -18,7 +18,7 @@ import grpc.aio
 
 from jobwire.client import ChannelConfig, aio_channel
 from jobwire.client.channel import FIXED_WINDOW_OPTIONS
-from jobwire.client.errors import PermissionDeniedError, from_rpc_error
+from jobwire.client.errors import NotFoundError, PermissionDeniedError, from_rpc_error
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 T = TypeVar("T")
@@ -83,6 +83,16 @@ class Calls:
         except PermissionDeniedError:
             return None
         return events
+
+    async def checkpoint(self, job_no: str) -> admin_pb2.Checkpoint | None:
+        """The job's latest checkpoint; None when its worker never saved one."""
+        request = admin_pb2.GetCheckpointRequest(job_no=job_no)
+        try:
+            return await self._unary(self._admin.GetCheckpoint(request, timeout=CALL_TIMEOUT_S))
+        except NotFoundError as missing:
+            if missing.reason == "CHECKPOINT_NOT_FOUND":
+                return None
+            raise
 
     async def requeue(self, job_no: str, reason: str) -> job_pb2.Job:
         request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)

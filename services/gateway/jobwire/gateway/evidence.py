@@ -13,7 +13,7 @@ from jobwire.gateway import session
 from jobwire.gateway.errors import csrf_refused
 from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.routes import calls_for
-from jobwire.gateway.views import HANDLER_EVIDENCE, event_rows
+from jobwire.gateway.views import HANDLER_EVIDENCE, checkpoint_view, event_rows
 from jobwire.v1 import admin_pb2
 
 
@@ -24,6 +24,7 @@ async def evidence_page(request: Request) -> Response:
         findings = await calls.inspect()  # first: a client token stops here, with the reason
         workers = await calls.workers()
         title, events = await calls.events(job_no) if job_no else ("", [])
+        saved = await calls.checkpoint(job_no) if job_no else None
     return page(
         request,
         "evidence.html",
@@ -52,6 +53,7 @@ async def evidence_page(request: Request) -> Response:
             for w in workers
         ],
         events=event_rows(events, locale),
+        checkpoint=checkpoint_view(saved),
         entries=[
             {
                 "time": fmt_time(e.created_at, short=True),

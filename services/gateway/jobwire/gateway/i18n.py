@@ -75,6 +75,11 @@ CATALOG: dict[str, dict[str, str]] = {
     "shared_fleet": {"en": "shared fleet", "zh-CN": "共享处理程序组"},
     "trail": {"en": "Event trail", "zh-CN": "事件记录"},
     "handler_evidence": {"en": "What the handler recorded", "zh-CN": "处理程序记录的证据"},
+    "latest_checkpoint": {"en": "Latest checkpoint", "zh-CN": "最新检查点"},
+    "checkpoint_binary": {
+        "en": "Not text: only its size and digest are shown.",
+        "zh-CN": "非文本内容：仅显示大小和摘要。",
+    },
     "col_key": {"en": "Key", "zh-CN": "键"},
     "col_value": {"en": "Value", "zh-CN": "值"},
     "timeline": {"en": "Timeline (admins only)", "zh-CN": "时间线（仅管理员）"},

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from jobwire.client.convert import is_terminal, status_name
-from jobwire.client.render import fmt_size, fmt_time, percent, status_label
+from jobwire.client.render import event_detail, fmt_size, fmt_time, percent, status_label
 from jobwire.gateway.i18n import t
 from jobwire.v1 import admin_pb2, job_pb2
 
@@ -114,10 +114,21 @@ def event_rows(events: Iterable[admin_pb2.JobEvent], locale: str) -> list[dict[s
             "units": _event_units(e),
             "worker": e.worker_id,
             "attempt": e.attempt,
-            "detail": f"{e.key} = {e.detail}" if e.kind == HANDLER_EVIDENCE else e.detail,
+            "detail": event_detail(e),
         }
         for e in events
     ]
+
+
+def checkpoint_view(saved: admin_pb2.Checkpoint | None) -> dict[str, str | None] | None:
+    """The latest checkpoint as the evidence page shows it: its text when it is UTF-8, always its size and digest."""
+    if saved is None:
+        return None
+    try:
+        text: str | None = saved.data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None  # bytes a person cannot read: the size and digest say what they were
+    return {"size": fmt_size(saved.size_bytes), "sha256": saved.sha256, "text": text}
 
 
 def _units(p: job_pb2.Progress, locale: str) -> str:

@@ -10,6 +10,7 @@ import grpc
 from jobwire.domain import flow, limits
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
+from jobwire.domain.job import Digest
 from jobwire.domain.states import Status
 from jobwire.jobapi.jobs import Jobs
 from jobwire.rpc import auth, convert
@@ -58,6 +59,8 @@ def event(found: JobEvent) -> admin_pb2.JobEvent:
         detail=found.detail or "",
         created_at=convert.timestamp(found.created_at),
         key=found.key or "",
+        size_bytes=found.size_bytes or 0,
+        sha256=found.sha256 or "",
     )
 
 
@@ -122,6 +125,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             auth.current(), limits.job_no(request.job_no), limits.page_size(request.page_size, 100), request.page_token
         )
         return admin_pb2.ListEventsResponse(events=[event(e) for e in events], next_page_token=token, title=title)
+
+    async def GetCheckpoint(
+        self, request: admin_pb2.GetCheckpointRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.Checkpoint:
+        job_no = limits.job_no(request.job_no)
+        data = await self.jobs.checkpoint(auth.current(), job_no)
+        saved = Digest.of(data)
+        return admin_pb2.Checkpoint(job_no=job_no, data=data, size_bytes=saved.size_bytes, sha256=saved.sha256)
 
     async def Requeue(self, request: admin_pb2.RequeueRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         reason = limits.short_text("reason", request.reason, limits.MAX_MESSAGE_CHARS)

@@ -145,6 +145,9 @@ class Jobs:
         self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
 
+    async def checkpoint(self, who: Principal, job_no: str) -> bytes:
+        return await self.blocking(self.store.checkpoint, who.scope, job_no)
+
     async def list_events(
         self, who: Principal, job_no: str, page_size: int, page_token: str
     ) -> tuple[list[JobEvent], str, str]:

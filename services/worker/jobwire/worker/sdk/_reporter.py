@@ -11,8 +11,9 @@ Rules (DESIGN §8, issues 4 and 8):
   WORKER_LEASE_LOST in a result stops that job (as timed out when it says so); another
   refusal drops that report;
 * evidence entries (`ctx.record`) ride on the same cadence: each job's pending entries in one
-  RecordEvidence call beside the interval's BatchReportStage, never dropped in transit, and
-  sent before the attempt ends (the endings flush first).
+  RecordEvidence call right after the interval's BatchReportStage (so the server files them
+  under the stage the handler was in), never dropped in transit, and sent before the attempt
+  ends (the endings flush first).
 
 `JobReporter` keeps one job's state; `ReportSender` (one per worker) collects what every
 reporter has due and sends it. Users see a change within one interval.
@@ -260,9 +261,12 @@ class ReportSender:
         due = [r for r in list(self._reporters.values()) if r.pending]
         taken = [(r, r.take()) for r in due]
         taken = [(r, requests) for r, requests in taken if requests]
-        evidence = [(r, request) for r in due if (request := r.take_entries()) is not None]
         self._last_sent_at = self._clock()
-        await asyncio.gather(self._send_reports(taken), *(self._record(r, request) for r, request in evidence))
+        # Reports first: an entry is filed under the stage the server holds when it arrives,
+        # so the stage the handler entered before recording must have been heard of first.
+        await self._send_reports(taken)
+        evidence = [(r, request) for r in due if (request := r.take_entries()) is not None]
+        await asyncio.gather(*(self._record(r, request) for r, request in evidence))
 
     async def _record(self, reporter: JobReporter, request: worker_pb2.RecordEvidenceRequest) -> None:
         self.evidence_calls += 1

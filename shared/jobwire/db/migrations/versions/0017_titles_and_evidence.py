@@ -31,6 +31,8 @@ def upgrade() -> None:
     op.add_column("job", sa.Column("recorded_attempt", sa.Integer(), nullable=False, server_default="0"))
     op.add_column("job", sa.Column("recorded_entries", sa.Integer(), nullable=False, server_default="0"))
     op.add_column("job_event", sa.Column("entry_key", sa.String(length=64), nullable=True))
+    op.add_column("job_event", sa.Column("size_bytes", sa.BigInteger(), nullable=True))
+    op.add_column("job_event", sa.Column("sha256", sa.String(length=64), nullable=True))
     _digest_inputs()
 
 
@@ -56,6 +58,8 @@ def _digest_inputs() -> None:
 
 def downgrade() -> None:
     with op.batch_alter_table("job_event") as batch:
+        batch.drop_column("sha256")
+        batch.drop_column("size_bytes")
         batch.drop_column("entry_key")
     with op.batch_alter_table("job") as batch:
         batch.drop_column("recorded_entries")

@@ -21,7 +21,7 @@ down_revision = "0016"
 branch_labels = None
 depends_on = None
 
-_CHUNK = 500  # jobs read per statement: payloads are up to 1 MiB each
+_CHUNK = 100  # jobs read per statement: payloads are up to 1 MiB each, so at most 100 MiB held
 
 
 def upgrade() -> None:

@@ -22,10 +22,14 @@ async def test_a_submitted_title_comes_back_from_get_a_watch_and_a_list(served: 
     assert (made.title, made.display.title) == (TITLE, TITLE)
     read = await get(served, made.job_no)
     assert (read.title, read.display.title) == (TITLE, TITLE)
-    stream = served.jobs.WatchStatus(job_pb2.WatchStatusRequest(job_no=made.job_no))
-    first = await anext(aiter(stream))
-    stream.cancel()
-    assert (first.job.title, first.job.display.title) == (TITLE, TITLE)
+    stream = aiter(served.jobs.WatchStatus(job_pb2.WatchStatusRequest(job_no=made.job_no)))
+    first = await anext(stream)
+    await served.jobs.Cancel(job_pb2.CancelRequest(job_no=made.job_no))
+    cancelled = await anext(stream)  # a later message: from the event's snapshot, not a read
+    assert cancelled.job.status == job_pb2.Job.CANCELLED
+    for message in (first, cancelled):
+        assert (message.job.title, message.job.display.title) == (TITLE, TITLE)
+        assert message.job.input.sha256 == read.input.sha256
     listed = await served.jobs.ListJobs(job_pb2.ListJobsRequest())
     assert [job.title for job in listed.jobs] == [TITLE]
 

@@ -106,7 +106,7 @@ async def servers() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
 
 
 # -- markers by folder: `pytest -m "not e2e and not fault and not slow"` runs the fast part ------
-_FOLDER_MARKS = {"e2e": "e2e", "fault": "fault", "soak": "slow", "fuzz": "slow"}
+_FOLDER_MARKS = {"e2e": ("e2e",), "fault": ("fault", "alone"), "soak": ("slow", "alone"), "fuzz": ("slow",)}
 _TESTS = Path(__file__).resolve().parent
 
 
@@ -116,8 +116,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             folder = item.path.resolve().relative_to(_TESTS).parts[0]
         except ValueError:  # not under tests/
             continue
-        mark = _FOLDER_MARKS.get(folder)
-        if mark is not None:
+        for mark in _FOLDER_MARKS.get(folder, ()):
             item.add_marker(mark)
 
 

@@ -1,10 +1,12 @@
 """JobStore: every read and conditional write of jobwire, each in one short transaction.
 
-Use cases call these methods; nothing else touches SQL. Methods are synchronous (the
-servers run them on threads). Every write is a call (`Submit`, `Claim`, or `Call`: state
-changes as `JobOp`s, see jobwire.db.changes); `apply` runs any number of calls from any
-number of callers in one transaction, which is how the servers commit concurrent calls
-together. The other methods are one call each, or reads.
+Use cases call these methods; nothing else touches SQL. `apply` and the other `async`
+methods (state changes, schedules' moves, housekeeping's) run on the event loop (asyncmy,
+jobwire.db.wire); every other method is synchronous, a read or a small write that the
+servers run on the database thread pool (jobwire.runtime.blocking). Every write is a call
+(`Submit`, `Claim`, or `Call`: state changes as `JobOp`s, see jobwire.db.changes); `apply`
+runs any number of calls from any number of callers in one transaction, which is how the
+servers commit concurrent calls together. The other methods are one call each, or reads.
 """
 
 from __future__ import annotations

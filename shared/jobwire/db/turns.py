@@ -52,7 +52,7 @@ class Turns:
     """Per process: the tenants with runnable jobs per queue, and whose turn is next."""
 
     def __init__(self) -> None:
-        # Claims run on database threads, news arrives on the event loop.
+        # Listing (`listed`, a read) runs on database threads; news and claims run on the event loop.
         self._lock = threading.Lock()
         self._queues: dict[str, _Queue] = {}
 

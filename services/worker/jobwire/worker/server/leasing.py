@@ -112,8 +112,8 @@ class Leasing:
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
-            # The caller left (deadline, disconnect, shutdown) while its claim runs on a
-            # database thread and may still commit: hand those leases back, or the jobs
+            # The caller left (deadline, disconnect, shutdown) while its claim's transaction
+            # runs on, shielded, and may still commit: hand those leases back, or the jobs
             # would wait, stalled, for a worker that never heard of them.
             attempt.add_done_callback(lambda done: self._hand_back_claimed(who.tenant, done))
             raise

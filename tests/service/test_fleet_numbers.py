@@ -21,7 +21,7 @@ from served import Served, start_server
 from service_support import FORGED_TOKEN, LEASE_LOST, db_rows, rpc_error
 from wall_clock import numbering_clock
 
-from jobwire.domain.results import RESULT_CHUNK_BYTES
+from jobwire.domain.kept_results import RESULT_CHUNK_BYTES
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
 pytestmark = pytest.mark.timeout(120)

@@ -46,7 +46,7 @@ from jobwire.domain.commands import EVERY_TENANT, may_act_for
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact
-from jobwire.domain.results import KeptResult
+from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.states import LEASED, Action, Status, allowed
 from jobwire.domain.transitions import Move, Transition, move_of
 

@@ -42,10 +42,10 @@ from jobwire.domain.endings import on_fail
 from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact, JobFailure, JobRecord, plain_message
+from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus, end, revoke
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.domain.progress import Progress, apply_report, moved
-from jobwire.domain.results import KeptResult
 from jobwire.domain.review import ReviewRequest
 from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Action, Status

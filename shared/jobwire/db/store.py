@@ -25,6 +25,7 @@ from jobwire.db import (
     commit_markers,
     dependencies,
     feed,
+    inspection,
     leases,
     queue_limits,
     reads,
@@ -35,7 +36,6 @@ from jobwire.db import (
     submit,
     timeouts,
 )
-from jobwire.db import inspect as inspect_queries
 from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
 from jobwire.db.engine import Database
@@ -61,8 +61,8 @@ from jobwire.domain.errors import (
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
+from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import LeaseState, LeaseStatus
-from jobwire.domain.results import KeptResult
 from jobwire.domain.schedules import Advance, Backlog, Run, ScheduleRecord
 from jobwire.domain.states import Status
 from jobwire.domain.transitions import Move, Transition
@@ -295,7 +295,7 @@ class JobStore:
         no_worker_after: timedelta,
     ) -> list[Finding]:
         return self.db.read(
-            lambda c: inspect_queries.findings(
+            lambda c: inspection.findings(
                 c, scope, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=no_worker_after
             )
         )

@@ -10,7 +10,7 @@ from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.operations_servicer import OperationsServicer
-from jobwire.jobapi.results import ResultReader
+from jobwire.jobapi.result_downloads import ResultReader
 from jobwire.jobapi.schedule_servicer import ScheduleServicer
 from jobwire.jobapi.schedules import Schedules
 from jobwire.jobapi.watch import StreamRegistry, Watches

@@ -15,7 +15,7 @@ from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import JobRecord
 from jobwire.jobapi.decode import decode_submit, within
 from jobwire.jobapi.jobs import Jobs
-from jobwire.jobapi.results import ResultReader
+from jobwire.jobapi.result_downloads import ResultReader
 from jobwire.jobapi.watch import Watches
 from jobwire.observe import logs
 from jobwire.rpc import auth, convert

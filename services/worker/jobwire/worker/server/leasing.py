@@ -20,8 +20,8 @@ from jobwire.db.store import Call, Claim, JobStore, Work, heartbeat_call, lease_
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import JobwireError, ResourceExhausted
 from jobwire.domain.job import Artifact, JobRecord
+from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import Lease, LeaseStatus
-from jobwire.domain.results import KeptResult
 from jobwire.domain.review import ReviewRequest
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher

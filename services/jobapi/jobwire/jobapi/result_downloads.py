@@ -10,10 +10,10 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 from jobwire.db.store import JobStore
-from jobwire.domain.results import DOWNLOAD_CHUNK_BYTES, KeptResult
+from jobwire.domain.kept_results import DOWNLOAD_CHUNK_BYTES, KeptResult
 from jobwire.rpc.auth import Principal
 from jobwire.runtime.blocking import Blocking
-from jobwire.runtime.results import ResultStore
+from jobwire.runtime.result_store import ResultStore
 
 
 class ResultReader:

@@ -310,8 +310,9 @@ def touch_worker(wire: Wire, tenant: str, worker_id: str, now: datetime) -> Stat
 # -- calls on a held lease ----------------------------------------------------------------
 
 
-def held(row: Row | None, token: str, ending: str | None = None) -> bool:
-    """True when `ending` replays a finished call of this token; False while it holds the lease.
+def replayed(row: Row | None, token: str, ending: str | None = None) -> bool:
+    """Whether this call replays `ending`, already done with this token (True: nothing to write),
+    or goes on because the token holds the lease (False).
 
     Anything else is WORKER_LEASE_LOST: as LateCall (kept as evidence) when the token was
     once a real lease of this job.
@@ -403,7 +404,7 @@ class Report(_OnLease[LeaseStatus]):
         )  # fmt: skip
 
     def decide(self, row: Row | None, now: datetime) -> Change:
-        held(row, self.token)
+        replayed(row, self.token)  # a report is never a replay: refused unless the lease is held
         assert row is not None
         current = Progress(
             stage_index=row["stage_index"], stage_count=row["stage_count"],
@@ -452,7 +453,7 @@ class Complete(_Ending):
     kept: KeptResult | None = None
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if held(row, self.token, "COMPLETE"):
+        if replayed(row, self.token, "COMPLETE"):
             return None
         assert row is not None
         values = {**_ended(row, "COMPLETE", Status.READY), "finished_at": now}
@@ -469,7 +470,7 @@ class Fail(_Ending):
     failure: Failure
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if held(row, self.token, "FAIL"):
+        if replayed(row, self.token, "FAIL"):
             return None
         assert row is not None
         failure = self.failure
@@ -490,7 +491,7 @@ class ConfirmCancel(_Ending):
     note: str = ""
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if held(row, self.token, "CONFIRM_CANCEL"):
+        if replayed(row, self.token, "CONFIRM_CANCEL"):
             return None
         assert row is not None
         if row["status"] != Status.CANCEL_REQUESTED.value:
@@ -509,7 +510,7 @@ class Release(_Ending):
     note: str = ""
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if held(row, self.token, "RELEASE"):
+        if replayed(row, self.token, "RELEASE"):
             return None
         assert row is not None
         note = self.note or None
@@ -534,7 +535,7 @@ class AwaitReview(_Ending):
     checkpoint: bytes | None = None
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if held(row, self.token, "AWAIT_REVIEW"):
+        if replayed(row, self.token, "AWAIT_REVIEW"):
             return None
         assert row is not None
         if row["status"] == Status.CANCEL_REQUESTED.value:

@@ -1,4 +1,4 @@
-"""Server configuration from JOBWIRE_* environment variables (DESIGN.md §7)."""
+"""Server configuration from JOBWIRE_* environment variables, each in docs/deployment.md's settings table."""
 
 from __future__ import annotations
 

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 from jobwire.db.changes import Change, JobOp, LateCall, Row
 from jobwire.db.queue_limits import Budgets
 from jobwire.db.rows import (
-    UNSTAGED,
     attempts_of,
     ending_values,
     holding_of,
@@ -38,8 +37,8 @@ from jobwire.db.turns import Turns
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.commands import EVERY_TENANT, Claimant, Failure, ProgressReport
-from jobwire.domain.endings import on_fail
-from jobwire.domain.errors import CancelNotRequested, WorkerLeaseLost
+from jobwire.domain.endings import on_await_review, on_confirm_cancel, on_fail, on_release
+from jobwire.domain.errors import WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import Artifact, JobFailure, JobRecord, plain_message
 from jobwire.domain.kept_results import KeptResult
@@ -488,23 +487,25 @@ class Fail(_Ending):
 
 @dataclass(frozen=True, kw_only=True)
 class ConfirmCancel(_Ending):
+    """CANCEL_REQUESTED -> CANCELLED (jobwire.domain.endings.on_confirm_cancel)."""
+
     note: str = ""
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
         if replayed(row, self.token, "CONFIRM_CANCEL"):
             return None
         assert row is not None
-        if row["status"] != Status.CANCEL_REQUESTED.value:
-            raise CancelNotRequested()
-        values = {**_ended(row, "CONFIRM_CANCEL", Status.CANCELLED), "finished_at": now}
+        ending = on_confirm_cancel(Status(row["status"]))
+        values = {**_ended(row, "CONFIRM_CANCEL", ending.status), **ending_values(ending, now)}
         return Change(
-            action=Action.CONFIRM_CANCEL, kind=EventKind.CANCELLED, values=values, fenced=True, detail=self.note or None
+            action=Action.CONFIRM_CANCEL, kind=ending.kind, values=values, fenced=True, detail=self.note or None
         )
 
 
 @dataclass(frozen=True, kw_only=True)
 class Release(_Ending):
-    """A graceful stop: back to QUEUED with the checkpoint, the attempt not charged."""
+    """A graceful stop: back to QUEUED with the checkpoint, the attempt not charged; a pending
+    cancel wins (jobwire.domain.endings.on_release)."""
 
     checkpoint: bytes | None = None
     note: str = ""
@@ -513,23 +514,17 @@ class Release(_Ending):
         if replayed(row, self.token, "RELEASE"):
             return None
         assert row is not None
-        note = self.note or None
-        if row["status"] == Status.CANCEL_REQUESTED.value:
-            values = {**_ended(row, "RELEASE", Status.CANCELLED), "finished_at": now}
-            return Change(action=Action.RELEASE, kind=EventKind.CANCELLED, values=values, fenced=True, detail=note)
-        values = {
-            **_ended(row, "RELEASE", Status.QUEUED), **UNSTAGED,
-            "attempt_base": row["attempt_base"] + 1,
-            "run_after": now,
-        }  # fmt: skip
-        if self.checkpoint is not None:
+        ending = on_release(Status(row["status"]), attempts_of(row), now)
+        values = {**_ended(row, "RELEASE", ending.status), **ending_values(ending, now)}
+        if ending.status is Status.QUEUED and self.checkpoint is not None:
             values["checkpoint"] = self.checkpoint
-        return Change(action=Action.RELEASE, kind=EventKind.RELEASED, values=values, fenced=True, detail=note)
+        return Change(action=Action.RELEASE, kind=ending.kind, values=values, fenced=True, detail=self.note or None)
 
 
 @dataclass(frozen=True, kw_only=True)
 class AwaitReview(_Ending):
-    """RUNNING -> WAITING for a person: the lease ends as on Release, and no time runs for the attempt."""
+    """RUNNING -> WAITING for a person: the lease ends as on Release, and no time runs for the
+    attempt; a pending cancel wins (jobwire.domain.endings.on_await_review)."""
 
     request: ReviewRequest
     checkpoint: bytes | None = None
@@ -538,22 +533,21 @@ class AwaitReview(_Ending):
         if replayed(row, self.token, "AWAIT_REVIEW"):
             return None
         assert row is not None
-        if row["status"] == Status.CANCEL_REQUESTED.value:
-            # The user asked it to stop: nobody needs to review a job that is ending.
-            values = {**_ended(row, "AWAIT_REVIEW", Status.CANCELLED), "finished_at": now}
-            return Change(action=Action.AWAIT_REVIEW, kind=EventKind.CANCELLED, values=values, fenced=True)
-        values = {
-            **_ended(row, "AWAIT_REVIEW", Status.WAITING),
-            **review_values(self.request),
+        ending = on_await_review(Status(row["status"]))
+        values = {**_ended(row, "AWAIT_REVIEW", ending.status), **ending_values(ending, now)}
+        if ending.status is not Status.WAITING:
+            return Change(action=Action.AWAIT_REVIEW, kind=ending.kind, values=values, fenced=True)
+        values.update(
+            review_values(self.request),
             # No attempt runs while a person decides: the attempt and progress clocks stop.
-            "attempt_deadline": None,
-            "progress_deadline": None,
-            "no_progress": False,
-        }
+            attempt_deadline=None,
+            progress_deadline=None,
+            no_progress=False,
+        )
         if self.checkpoint is not None:
             values["checkpoint"] = self.checkpoint
         items = f"; items: {len(self.request.items)}" if self.request.items else ""
         return Change(
-            action=Action.AWAIT_REVIEW, kind=EventKind.AWAITING_REVIEW, values=values, fenced=True,
+            action=Action.AWAIT_REVIEW, kind=ending.kind, values=values, fenced=True,
             detail=f"waiting for review by {self.request.assignee}{items}",
         )  # fmt: skip

@@ -175,12 +175,15 @@ def holding_values(holding: Holding) -> dict[str, Any]:
 
 
 def ending_values(ending: Ending, now: datetime) -> dict[str, Any]:
-    """The columns an Ending sets: its status, when it finished or may run again, and the error it tells."""
+    """The columns an Ending sets: its status, when it finished or may run again, the attempts
+    that no longer count, and the error it tells."""
     values: dict[str, Any] = {"status": ending.status.value}
     if ending.status.terminal:
         values["finished_at"] = now
     if ending.status is Status.QUEUED:
         values.update(UNSTAGED, run_after=ending.run_after)
+    if ending.attempt_base is not None:
+        values["attempt_base"] = ending.attempt_base
     if ending.error is not None:
         values.update(
             error_category=ending.error.category.value,

@@ -36,19 +36,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from jobwire.db.cache import RowCache
-from jobwire.db.evidence_limit import EvidenceLimit
 from jobwire.db.rows import ARTIFACT_COLUMNS, snapshot
-from jobwire.db.sql import Lock, Name, name_params
+from jobwire.db.sql import Lock, name_params
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import EVERY_TENANT, may_act_for
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
-from jobwire.domain.job import Artifact
+from jobwire.domain.job import Artifact, Name
 from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.states import LEASED, Action, Status, allowed
 from jobwire.domain.transitions import Move, Transition, move_of
+from jobwire.process_state.evidence_limit import EvidenceLimit
+from jobwire.process_state.row_cache import RowCache
 
 Row = dict[str, Any]
 T = TypeVar("T")

@@ -41,12 +41,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.changes import Change, JobOp, Row
-from jobwire.db.sql import Lock, Name, name_params
+from jobwire.db.sql import Lock, name_params
 from jobwire.db.tables import job, job_dependency
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.commands import NewJob
 from jobwire.domain.dependencies import ENDED, on_dependency_ended, waiting_on
 from jobwire.domain.errors import JobwireError
+from jobwire.domain.job import Name
 from jobwire.domain.states import Action, Status
 
 

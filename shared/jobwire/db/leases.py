@@ -32,15 +32,13 @@ from jobwire.db.rows import (
     review_of,
     review_values,
 )
-from jobwire.db.sql import Name
-from jobwire.db.turns import Turns
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.commands import EVERY_TENANT, Claimant, Failure, ProgressReport
 from jobwire.domain.endings import on_await_review, on_confirm_cancel, on_fail, on_release
 from jobwire.domain.errors import WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
-from jobwire.domain.job import Artifact, JobFailure, JobRecord, plain_message
+from jobwire.domain.job import Artifact, JobFailure, JobRecord, Name, plain_message
 from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus, end, revoke
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
@@ -49,6 +47,7 @@ from jobwire.domain.review import ReviewRequest
 from jobwire.domain.stages import StageDef
 from jobwire.domain.states import Action, Status
 from jobwire.domain.timeouts import deadline
+from jobwire.process_state.turns import Turns
 
 T = TypeVar("T")
 
@@ -125,7 +124,7 @@ async def candidates(
     `taken`: the jobs (tenant, job_no) another claim of this transaction has (locked by us, so SKIP
     LOCKED does not skip them): read past them. `budgets`: a limited queue gives no more
     than it has left (jobwire.db.queue_limits); a paused one or one at its limit, nothing.
-    A shared fleet's worker takes turns between tenants (`turns`, jobwire.db.turns).
+    A shared fleet's worker takes turns between tenants (`turns`, jobwire.process_state.turns).
     """
     if who.shared:
         return await _shared_candidates(wire, who, max_jobs, taken, budgets, turns)

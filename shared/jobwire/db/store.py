@@ -27,6 +27,7 @@ from jobwire.db import (
     feed,
     inspection,
     leases,
+    number_counters,
     queue_limits,
     reads,
     reaper,
@@ -36,16 +37,13 @@ from jobwire.db import (
     submit,
     timeouts,
 )
-from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
 from jobwire.db.engine import Database
-from jobwire.db.evidence_limit import EvidenceLimit
-from jobwire.db.job_numbers import JobNumbers
 from jobwire.db.migrate import check_current, upgrade
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
-from jobwire.db.sql import Name
-from jobwire.db.turns import Turns, runnable_tenants
+from jobwire.db.runnable_tenants import runnable_tenants
+from jobwire.db.sql import BLOBS
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.census import Census
@@ -60,12 +58,17 @@ from jobwire.domain.errors import (
 )
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.flow import QueueLimits
-from jobwire.domain.job import JobRecord
+from jobwire.domain.job import JobRecord, Name
 from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.schedules import Advance, Backlog, Run, ScheduleRecord
 from jobwire.domain.states import Status
 from jobwire.domain.transitions import Move, Transition
+from jobwire.process_state.evidence_limit import EvidenceLimit
+from jobwire.process_state.job_numbers import JobNumbers
+from jobwire.process_state.limited_queues import LimitedQueues
+from jobwire.process_state.row_cache import RowCache
+from jobwire.process_state.turns import Turns
 
 T = TypeVar("T")
 Extra = Callable[[Wire, datetime], Statement]  # a statement that rides with the COMMIT
@@ -124,8 +127,8 @@ def _left_to_sweep(left: Sequence[dependencies.Pending]) -> None:
 class JobStore:
     def __init__(self, db: Database, *, job_prefix: str = "PT") -> None:
         self.db = db
-        self.job_numbers = JobNumbers(db, job_prefix)
-        self.cache = RowCache()
+        self.job_numbers = JobNumbers(partial(number_counters.reserve, db), job_prefix)
+        self.cache = RowCache(blobs=BLOBS)
         self.evidence = EvidenceLimit()
         # Told the counted moves of every transaction that committed (the server's metrics).
         # Here and not in a servicer or the change feed: only the store knows which run of a
@@ -140,7 +143,7 @@ class JobStore:
         # left of them (the runtime's settler: jobwire.runtime.settling).
         self.chunk = dependencies.CHUNK
         self.unsettled: Unsettled = _left_to_sweep
-        self.limited = queue_limits.LimitedQueues()
+        self.limited = LimitedQueues()
         self.turns = Turns()  # a shared fleet's claims take turns between tenants
         self.recent_queues = standing.RecentQueues()  # queue facts for stream messages (restand)
 
@@ -311,7 +314,7 @@ class JobStore:
 
     def list_turns(self, queues: Sequence[str], job_types: Sequence[str]) -> None:
         """List again which tenants have runnable jobs in those of `queues` due for it (a shared
-        fleet's turns, jobwire.db.turns): a read of its own, before the claim."""
+        fleet's turns, jobwire.process_state.turns): a read of its own, before the claim."""
         for queue in queues:
             if self.turns.due(queue):
                 found = self.db.read(partial(runnable_tenants, queue=queue, job_types=job_types))

@@ -85,7 +85,7 @@ class Leasing:
         while True:
             if who.shared and self.store.turns_due(who.queues):
                 # Whose turn it is needs to know who has work: listed by a read of its own,
-                # never inside the claim's transaction (jobwire.db.turns).
+                # never inside the claim's transaction (jobwire.process_state.turns).
                 await self.blocking(self.store.list_turns, who.queues, sorted(who.plans))
             work = Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id), kinds=self._kinds_due(who))
             try:

@@ -31,7 +31,7 @@ def add_jobapi(rt: Runtime) -> None:
     watches = add_watching(rt, no_worker_after)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
-        JobServicer(jobs, watches, rt.settings, ResultReader(rt.store, rt.blocking, rt.results), rt.transfers),
+        JobServicer(jobs, watches, rt.settings, ResultReader(rt.results), rt.transfers),
         job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     )
     rt.host.add_servicer(

@@ -22,6 +22,7 @@ from jobwire.domain.retry import OnLeaseLost, RetryPolicy
 from jobwire.domain.review import Decision, Review, ReviewRequest
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
+from jobwire.domain.timeouts import deadline
 
 VISIBLE_COLUMNS = (
     "job_no", "tenant", "job_type", "queue", "owner", "labels", "locale", "status", "priority",
@@ -228,3 +229,8 @@ def row_from_snapshot(text: str) -> dict[str, Any]:
         if row.get(name):
             row[name] = datetime.fromisoformat(row[name])
     return row
+
+
+def progress_moved(row: Mapping[str, Any], now: datetime) -> dict[str, object]:
+    """Progress moved now (a claim, a report with new units or a new stage): the stage_timeout starts again."""
+    return {"progress_at": now, "progress_deadline": deadline(now, row["stage_timeout_s"]), "no_progress": False}

@@ -1,4 +1,6 @@
-"""JobStore: every read and conditional write of jobwire, each in one short transaction.
+"""JobStore, the one door to SQL: long only because it lists every call, each a few lines handing it on.
+
+Every read and conditional write of jobwire, each in one short transaction.
 
 Use cases call these methods; nothing else touches SQL. `apply` and the other `async`
 methods (state changes, schedules' moves, housekeeping's) run on the event loop (asyncmy,
@@ -22,6 +24,7 @@ from sqlalchemy.engine import Connection
 
 from jobwire.db import (
     batches,
+    claims,
     commit_markers,
     dependencies,
     feed,
@@ -36,6 +39,7 @@ from jobwire.db import (
     standing,
     submit,
     timeouts,
+    workers,
 )
 from jobwire.db.changes import JobOp, Outcome, apply_ops
 from jobwire.db.engine import Database
@@ -182,14 +186,14 @@ class JobStore:
         now = wire.now
         results: list[Any] = [None] * len(work)
         submits = [(i, jobs) for i, jobs in numbered.items() if isinstance(work[i], Submit)]
-        claims = [(i, w) for i, w in enumerate(work) if isinstance(w, Claim)]
+        asked = [(i, w) for i, w in enumerate(work) if isinstance(w, Claim)]
         calls = [(i, w) for i, w in enumerate(work) if isinstance(w, Call)]
         made = [(i, w) for i, w in enumerate(work) if isinstance(w, SubmitBatch)]
         if submits:
             # First: a taken idempotency key restarts the transaction, which nothing before may have written.
             answers = await submit.submit(
                 wire, [job for _, jobs in submits for job in jobs], now=now,
-                duplicate=self.db.integrity_error, commit=not (made or claims or calls),
+                duplicate=self.db.integrity_error, commit=not (made or asked or calls),
             )  # fmt: skip
             sizes = [len(jobs) for _, jobs in submits]
             for (i, _), part in zip(submits, _split(answers, sizes), strict=True):
@@ -199,7 +203,7 @@ class JobStore:
                 for a in answers
                 if not isinstance(a, JobwireError) and a[1]
             )  # a replayed key made nothing
-            if not (made or claims or calls):
+            if not (made or asked or calls):
                 return results
         for i, w in made:
             results[i] = answer = await batches.submit_batch(
@@ -207,26 +211,26 @@ class JobStore:
             )
             if not isinstance(answer, JobwireError) and answer[2]:
                 moved.extend(Transition(Move.SUBMITTED, job.queue, job.job_type) for job in answer[1])
-        if not (claims or calls):
+        if not (asked or calls):
             await wire.commit()
             return results
         rows: dict[Name, Row] = {}
         parts: list[tuple[int, Sequence[JobOp[Any]]]] = []  # each call's ops, in order
         extra: list[Statement] = []
         budgets = queue_limits.Budgets(self.limited, now)
-        for i, claim in claims:
-            found = leases.fitting_reply(
-                await leases.candidates(wire, claim.who, claim.max_jobs, rows, budgets, self.turns)
+        for i, claim in asked:
+            found = claims.fitting_reply(
+                await claims.candidates(wire, claim.who, claim.max_jobs, rows, budgets, self.turns)
             )
             budgets.take(found)
             claim.held.clear()  # a transaction run again decides again
             claim.held.update(budgets.held(claim.who.tenant, claim.who.queues))
             rows.update(((r["tenant"], r["job_no"]), r) for r in found)
-            parts.append((i, leases.claim_ops(claim.who, found)))
+            parts.append((i, claims.claim_ops(claim.who, found)))
             if claim.seen:
-                extra.append(leases.seen(wire, claim.who, now))
+                extra.append(claims.seen(wire, claim.who, now))
             if claim.kinds:
-                extra.append(leases.claimed_kinds(wire, claim.who.tenant, claim.kinds, now))
+                extra.append(claims.claimed_kinds(wire, claim.who.tenant, claim.kinds, now))
         parts += [(i, call.ops) for i, call in calls]
         extra += budgets.spent(wire)
         extra += [make(wire, now) for _, call in calls for make in call.extra]
@@ -306,7 +310,7 @@ class JobStore:
     def list_workers(
         self, scope: Scope, queue: str, page_size: int, page_token: str, gone_after: timedelta
     ) -> tuple[list[WorkerInfo], str]:
-        return self.db.read(lambda c: reads.list_workers(c, scope, queue, page_size, page_token, gone_after))
+        return self.db.read(lambda c: workers.list_workers(c, scope, queue, page_size, page_token, gone_after))
 
     def turns_due(self, queues: Sequence[str]) -> bool:
         """Whether a shared fleet's claim of `queues` must first list whose turn it is (`list_turns`)."""
@@ -376,7 +380,7 @@ class JobStore:
 
     def purge_workers(self, older_than: timedelta) -> int:
         """Forget workers not seen, and queues and job types not claimed for, for `older_than`."""
-        return self.db.write(lambda c: reads.purge_workers(c, older_than))
+        return self.db.write(lambda c: workers.purge_workers(c, older_than))
 
     # -- schedules (jobwire.db.schedules; their firings submit through apply) --------------------
     def create_schedule(self, new: ScheduleRecord, limit: int) -> ScheduleRecord:
@@ -484,7 +488,7 @@ class JobStore:
 def heartbeat_call(tenant: str, worker_id: str, held: Sequence[tuple[str, str]], *, touch: bool) -> Call:
     """A worker's heartbeat as one call: a renewal per lease, and its last-seen time."""
     ops = [leases.Renew(tenant=tenant, job_no=job_no, token=token) for job_no, token in held]
-    extra: list[Extra] = [lambda wire, now: leases.touch_worker(wire, tenant, worker_id, now)] if touch else []
+    extra: list[Extra] = [lambda wire, now: claims.touch_worker(wire, tenant, worker_id, now)] if touch else []
     return Call(ops, extra)
 
 

@@ -28,10 +28,14 @@ def drop_mysql_database(admin: sa.Engine, name: str) -> None:
     that DROP would wait on until the test's timeout.
     """
     with admin.connect() as conn:
-        sessions = conn.execute(
-            sa.text("SELECT id FROM information_schema.processlist WHERE db = :db AND id <> CONNECTION_ID()"),
-            {"db": name},
-        ).scalars().all()
+        sessions = (
+            conn.execute(
+                sa.text("SELECT id FROM information_schema.processlist WHERE db = :db AND id <> CONNECTION_ID()"),
+                {"db": name},
+            )
+            .scalars()
+            .all()
+        )
         for session in sessions:
             with contextlib.suppress(sa.exc.OperationalError):  # it ended on its own meanwhile
                 conn.execute(sa.text(f"KILL {int(session)}"))

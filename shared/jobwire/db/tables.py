@@ -236,7 +236,7 @@ artifact = Table(
 
 Index("ix_artifact_stored_key", artifact.c.stored_key)  # housekeeping: is an upload named by any result?
 
-# The last job number reserved per tenant and UTC day (jobwire.db.job_numbers).
+# The last job number reserved per tenant and UTC day (jobwire.db.number_counters).
 job_day_counter = Table(
     "job_day_counter",
     metadata,

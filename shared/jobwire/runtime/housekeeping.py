@@ -37,7 +37,7 @@ from jobwire.db.store import JobStore
 from jobwire.rpc.job_metrics import JobMetrics
 from jobwire.runtime import settling
 from jobwire.runtime.blocking import Blocking
-from jobwire.runtime.results import ResultStore
+from jobwire.runtime.result_store import ResultStore
 from jobwire.runtime.rounds import Rounds
 from jobwire.runtime.settings import Settings
 

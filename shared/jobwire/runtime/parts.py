@@ -18,7 +18,7 @@ from jobwire.rpc.batching import Batcher
 from jobwire.rpc.server import Endpoint, ServerHost, check_exposure
 from jobwire.runtime import family, housekeeping, settling
 from jobwire.runtime.blocking import Blocking
-from jobwire.runtime.results import FILE_THREADS, ResultStore
+from jobwire.runtime.result_store import FILE_THREADS, ResultStore
 from jobwire.runtime.settings import Settings
 from jobwire.runtime.tail import EventTail
 from jobwire.runtime.transfers import Transfers

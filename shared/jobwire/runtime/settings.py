@@ -1,4 +1,4 @@
-"""Server configuration from JOBWIRE_* environment variables (DESIGN.md §7)."""
+"""Server configuration from JOBWIRE_* environment variables, each in docs/deployment.md's settings table."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobwire.domain.job import DEFAULT_RESULT_SCHEMES
+from jobwire.domain.kept_results import DEFAULT_MAX_INLINE_RESULT, DEFAULT_MAX_RESULT_BYTES
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES, MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
-from jobwire.domain.results import DEFAULT_MAX_INLINE_RESULT, DEFAULT_MAX_RESULT_BYTES
 from jobwire.observe.logs import FORMATS, LEVELS
 from jobwire.runtime.cpus import usable_cpus
 

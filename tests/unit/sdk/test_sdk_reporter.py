@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from sdk_support import Call, FakeWorkerService, lease_lost, unavailable
 
-from jobwire.worker.sdk._context import Snapshot, StopReason
+from jobwire.worker.sdk._attempt import Snapshot, StopReason
 from jobwire.worker.sdk._reporter import JobReporter, ReportSender
 
 INTERVAL = 0.25

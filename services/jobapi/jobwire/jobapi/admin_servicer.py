@@ -117,8 +117,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ListEvents(
         self, request: admin_pb2.ListEventsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListEventsResponse:
-        events, token = await self.jobs.list_events(
-            auth.current(), limits.job_no(request.job_no), limits.page_size(request.page_size, 100), request.page_token
+        scope = auth.current().scope
+        job_no, size = limits.job_no(request.job_no), limits.page_size(request.page_size, 100)
+        events, token = await self.jobs.with_store(
+            lambda store: store.list_events(scope, job_no, size, request.page_token)
         )
         return admin_pb2.ListEventsResponse(events=[event(e) for e in events], next_page_token=token)
 

@@ -39,9 +39,9 @@ class Settings:
     # runs the schedule loop): renewed every third of it, taken over within it of a death
     # (jobwire.runtime.leadership)
     chore_lease_seconds: float = 15.0
-    # schedules: how often each job-service process looks for due ones (0: never), and how
-    # long after a fire time some server's loop must have run for it not to be missed (a
-    # missed one is the schedule's catch_up's; one found late while loops ran fires)
+    # schedules: how often the job-service process that runs the loop looks for due ones (0:
+    # never), and how long after a fire time some server's loop must have run for it not to
+    # be missed (a missed one is the schedule's catch_up's; one found late while loops ran fires)
     schedule_interval_seconds: float = 1.0
     schedule_misfire_grace_seconds: float = 60.0
     # schedules one tenant may keep: a round's work grows with them (CreateSchedule past it: RESOURCE_EXHAUSTED)

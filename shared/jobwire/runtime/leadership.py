@@ -51,8 +51,9 @@ Duty = Callable[[], Coroutine[Any, Any, None]]
 
 
 def process_name() -> str:
-    """Names this process (host, pid and a token: two servers of one test process differ)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+    """Names this process: host, pid and a token, so two servers of one test process differ,
+    and so do two containers of one pod (one hostname, each its own pid 1)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 class Leadership:

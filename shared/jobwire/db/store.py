@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 
 from jobwire.db import (
     batches,
+    chore_leases,
     claims,
     commit_markers,
     dependencies,
@@ -423,7 +424,16 @@ class JobStore:
     def schedule_runs(self, since: datetime) -> list[Run]:
         return self.db.read(lambda c: schedules.runs(c, since))
 
-    # -- housekeeping (every server process runs it; see jobwire.runtime.housekeeping) -------------------
+    # -- chore leader (jobwire.db.chore_leases; the loop: jobwire.runtime.leadership) ----------------------
+    def elect_chore_leader(self, name: str, candidate: str, lease: timedelta, *, holding: bool) -> chore_leases.Term:
+        """Renew or take the lease of the chores `name` for `candidate`, or learn who holds it."""
+        return self.db.write(lambda c: chore_leases.elect(c, name, candidate, lease, holding=holding))
+
+    def resign_chore_leader(self, name: str, holder: str) -> bool:
+        """Give up the lease of the chores `name` if `holder` has it: whether it had."""
+        return self.db.write(lambda c: chore_leases.resign(c, name, holder))
+
+    # -- housekeeping (the chore leader runs it; see jobwire.runtime.housekeeping) -------------------------
     async def reap_leases(self, grace: timedelta, *, by: str, read: reaper.Read) -> reaper.Reaped:
         """Mark expired leases stalled; past `grace`, apply each job's lease-lost policy.
 

@@ -368,3 +368,18 @@ schedule_run = Table(
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",
 )
+
+# Which one serving process of all replicas runs a set of chores (housekeeping, schedules):
+# the holder of the row's lease until expires_at, by the database clock; renewed by its
+# holder, taken over once expired, released on a clean stop (jobwire.db.chore_leases).
+chore_leader = Table(
+    "chore_leader",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("holder", String(128), nullable=False),
+    Column("elected_at", Timestamp, nullable=False),
+    Column("expires_at", Timestamp, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)

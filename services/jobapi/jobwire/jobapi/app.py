@@ -41,9 +41,9 @@ def add_jobapi(rt: Runtime) -> None:
         ),
         schedule_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
     )
-    schedules = firing.start(jobs, rt.settings, rt.host.metrics)  # stopped with the host
+    schedules = firing.schedule_loop(jobs, rt.settings, rt.host.metrics)
     if schedules is not None:
-        rt.host.add_task(schedules)
+        rt.lead("schedules", schedules.run)
     rt.host.add_servicer(
         operations.add_OperationsServicer_to_server,
         OperationsServicer(jobs, watches),

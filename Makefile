@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # `make bench BENCHES=throughput` runs one.
 BENCHES ?= throughput fleet idle claims submit watch cancel_storm
 
-.PHONY: install proto dist run serve demo test lint typecheck migrate bench soak clean
+.PHONY: install proto dist run serve demo check test lint typecheck migrate bench soak clean
 
 install: $(STAMP) $(GENERATED)
 
@@ -50,8 +50,20 @@ run: install
 demo: install
 	$(PY) -m jobwire.devrun --demo
 
+# The inner loop, under a minute: lint, types, and the unit and store tests on SQLite.
+check: lint typecheck
+	JOBWIRE_REQUIRE_MYSQL= $(PY) -m pytest -q -n $(TEST_PROCESSES) -m "not mysql" tests/unit tests/store $(PYTEST_ARGS)
+
+# The whole suite (CI runs it): first what can share the machine, spread over processes
+# (unit, store, service, e2e and fuzz tests each on their own ports and databases), then
+# alone what cannot (tests marked `alone`: fault tests, some restart the shared MariaDB; the
+# soak; the browser). The run time is the last line.
+TEST_PROCESSES ?= 4
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@start=$$(date +%s); \
+	$(PY) -m pytest -n $(TEST_PROCESSES) -m "not alone" $(PYTEST_ARGS) \
+	  && $(PY) -m pytest -m alone $(PYTEST_ARGS); status=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s, exit $$status"; exit $$status
 
 lint: install
 	$(BIN)/ruff check .

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from mysql_databases import fresh_mysql_database
+from databases import MysqlTemplate, empty_mysql_database, migrated_sqlite_template, sqlite_copy
 from served import Served, start_server
 
 MYSQL_SERVER_URL = os.environ.get("JOBWIRE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306")
@@ -41,19 +41,48 @@ def mysql_server() -> str:
     return MYSQL_SERVER_URL
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This pytest process's SQLite database at head, migrated once (tests/databases.py)."""
+    return migrated_sqlite_template(tmp_path_factory.mktemp("template"))
+
+
+@pytest.fixture(scope="session")
+def mysql_template(mysql_server: str) -> Iterator[MysqlTemplate]:
+    """This pytest process's MariaDB database at head, migrated once (tests/databases.py)."""
+    template = MysqlTemplate(mysql_server)
+    yield template
+    template.close()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database of each kind."""
+    """A database of each kind for this test alone, at the schema's head and holding no jobs."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'jobwire.db'}"
+        yield sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path)
     else:
-        yield from fresh_mysql_database(request.getfixturevalue("mysql_server"))
+        yield from request.getfixturevalue("mysql_template").copy()
 
 
 @pytest.fixture
-def mysql_url(mysql_server: str) -> Iterator[str]:
-    """A fresh MySQL database, for tests that are about MySQL only."""
-    yield from fresh_mysql_database(mysql_server)
+def mysql_url(mysql_template: MysqlTemplate) -> Iterator[str]:
+    """A MySQL database for this test alone at the schema's head, for tests about MySQL only."""
+    yield from mysql_template.copy()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of each kind with no tables at all, for tests of migrating one."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'jobwire.db'}"
+    else:
+        yield from empty_mysql_database(request.getfixturevalue("mysql_server"))
+
+
+@pytest.fixture
+def empty_mysql_url(mysql_server: str) -> Iterator[str]:
+    """A MySQL database with no tables at all, for tests of migrating one."""
+    yield from empty_mysql_database(mysql_server)
 
 
 @pytest.fixture
@@ -77,7 +106,7 @@ async def servers() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
 
 
 # -- markers by folder: `pytest -m "not e2e and not fault and not slow"` runs the fast part ------
-_FOLDER_MARKS = {"e2e": "e2e", "fault": "fault", "soak": "slow", "fuzz": "slow"}
+_FOLDER_MARKS = {"e2e": ("e2e",), "fault": ("fault", "alone"), "soak": ("slow", "alone"), "fuzz": ("slow",)}
 _TESTS = Path(__file__).resolve().parent
 
 
@@ -87,8 +116,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             folder = item.path.resolve().relative_to(_TESTS).parts[0]
         except ValueError:  # not under tests/
             continue
-        mark = _FOLDER_MARKS.get(folder)
-        if mark is not None:
+        for mark in _FOLDER_MARKS.get(folder, ()):
             item.add_marker(mark)
 
 

@@ -158,10 +158,10 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(mysql_url: str, tmp_path: Path) -> Iterator[Deployment]:
+def deployment(empty_mysql_url: str, tmp_path: Path) -> Iterator[Deployment]:
     d = Deployment(
         root=tmp_path,
-        database_url=mysql_url,
+        database_url=empty_mysql_url,
         client=Token(secrets.token_hex(16), tenant="acme", role="client"),
         worker_token=Token(secrets.token_hex(16), tenant="acme", role="worker"),
         admin=Token(secrets.token_hex(16), tenant="acme", role="admin"),
@@ -171,7 +171,7 @@ def deployment(mysql_url: str, tmp_path: Path) -> Iterator[Deployment]:
         yield d
     finally:
         try:
-            d.stop_all()  # before mysql_url drops the database
+            d.stop_all()  # before empty_mysql_url drops the database
         finally:
             d.show()
 

@@ -5,36 +5,28 @@ Servers with chosen settings come from tests/conftest.py's `servers`.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
-import sqlalchemy as sa
+from databases import MysqlTemplate
 from fault_support import mariadb_reachable, start_mariadb
-from mysql_databases import drop_mysql_database
 
 from jobwire.db.engine import Database
 from jobwire.db.migrate import upgrade
 
 
 @pytest.fixture
-def restartable_mysql_url(mysql_server: str) -> Iterator[str]:
-    """A fresh MySQL database that survives a server restart during the test.
-
-    Like tests/conftest.py's mysql_url, but its admin engine pings before reuse: after a
-    restart the connection that created the database is gone, and DROP must not fail.
-    """
-    name = f"jobwire_test_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(mysql_server + "/", pool_pre_ping=True)
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+def restartable_mysql_url(mysql_template: MysqlTemplate) -> Iterator[str]:
+    """A database of this test's own (as tests/conftest.py's mysql_url) that a restart of the
+    server during the test cannot strand: its removal starts the server again if it is down."""
+    copy = mysql_template.copy()
+    url = next(copy)
     try:
-        yield f"{mysql_server}/{name}"
+        yield url
     finally:
-        if not mariadb_reachable(mysql_server + "/"):
-            start_mariadb(mysql_server + "/")  # never leave the shared server down
-        drop_mysql_database(admin, name)
-        admin.dispose()
+        if not mariadb_reachable(mysql_template.server_url + "/"):
+            start_mariadb(mysql_template.server_url + "/")  # never leave the shared server down
+        next(copy, None)
 
 
 @pytest.fixture

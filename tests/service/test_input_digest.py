@@ -1,6 +1,6 @@
 """What a job was given, on SQLite and MariaDB: the payload's size and sha256 as the server
 computed them at submit, in Get, a watch stream and a batch's jobs; a replayed key shows the
-original's; another tenant reads nothing (NOT_FOUND, as for the job); migration 0017 digests
+original's; another tenant reads nothing (NOT_FOUND, as for the job); migration 0018 digests
 the payloads of jobs made before it."""
 
 from __future__ import annotations
@@ -93,12 +93,12 @@ def old_job(job_no: str, payload: bytes) -> dict[str, object]:
     }  # fmt: skip
 
 
-def test_migration_0017_digests_the_payloads_of_older_jobs(database_url: str) -> None:
+def test_migration_0018_digests_the_payloads_of_older_jobs(empty_database_url: str) -> None:
     payloads = {"PT-20261101-001": PAYLOAD, "PT-20261101-002": b"", "PT-20261101-003": b"\xff" * 70_000}
-    db = Database(database_url)
+    db = Database(empty_database_url)
     try:
-        upgrade(db, "0016")
-        older = sa.table("job", *(sa.column(name) for name in old_job("", b"")))  # as 0016 had it
+        upgrade(db, "0017")
+        older = sa.table("job", *(sa.column(name) for name in old_job("", b"")))  # as 0017 had it
         with db.engine.begin() as conn:
             conn.execute(sa.insert(older), [old_job(n, p) for n, p in payloads.items()])
         upgrade(db)

@@ -70,10 +70,11 @@ def migrate_old_database(url: str) -> dict[tuple[str, str], int]:
 
 
 async def test_each_tenant_goes_on_after_the_shared_sequence_and_old_numbers_stay(
-    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    empty_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = numbering_clock(monkeypatch, datetime(2031, 6, 1, 12, tzinfo=UTC))
     assert clock.day == TODAY
+    database_url = empty_database_url
     assert migrate_old_database(database_url) == {
         (tenant, day): OLD_COUNTER[day] for tenant in ("acme", "globex") for day in (TODAY, YESTERDAY)
     }

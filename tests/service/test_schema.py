@@ -43,8 +43,8 @@ def _differences(db: Database) -> list[object]:
         return [d for d in compare_metadata(context, metadata) if _real(d)]
 
 
-def test_migrations_produce_the_declared_schema(database_url: str) -> None:
-    db = Database(database_url)
+def test_migrations_produce_the_declared_schema(empty_database_url: str) -> None:
+    db = Database(empty_database_url)
     try:
         upgrade(db)
         diff = _differences(db)
@@ -72,7 +72,7 @@ def test_there_is_one_head(database_url: str) -> None:
 
 
 def test_the_claim_index_sorts_like_the_claim(database_url: str) -> None:
-    """DESIGN.md §5: (tenant, queue, status, waiting_on, priority DESC, id) so ORDER BY priority
+    """The claim index is (tenant, queue, status, waiting_on, priority DESC, id) so ORDER BY priority
     DESC, id needs no filesort (waiting_on = 0 is an equality before it). Checked on the migrated
     database itself, not on tables.py."""
     db = Database(database_url)
@@ -95,7 +95,8 @@ def test_the_claim_index_sorts_like_the_claim(database_url: str) -> None:
         db.dispose()
 
 
-def test_a_server_that_may_not_migrate_refuses_a_schema_that_is_not_current(database_url: str) -> None:
+def test_a_server_that_may_not_migrate_refuses_a_schema_that_is_not_current(empty_database_url: str) -> None:
+    database_url = empty_database_url
     from jobwire.db.migrate import SchemaNotCurrent
     from jobwire.db.store import open_store
 
@@ -111,10 +112,10 @@ def test_a_server_that_may_not_migrate_refuses_a_schema_that_is_not_current(data
 
 
 @pytest.mark.mysql
-def test_upgrades_started_together_on_an_empty_database_both_succeed(mysql_url: str) -> None:
+def test_upgrades_started_together_on_an_empty_database_both_succeed(empty_mysql_url: str) -> None:
     """A jobapi and a worker service starting at once both upgrade; MySQL DDL is not
     transactional, so without the schema lock one failed on "table already exists"."""
-    dbs = [Database(mysql_url) for _ in range(4)]
+    dbs = [Database(empty_mysql_url) for _ in range(4)]
     start = threading.Barrier(len(dbs))
     errors: list[BaseException] = []
 

@@ -1,7 +1,7 @@
 """`jobctl watch`'s display: a live progress line on a terminal, plain lines elsewhere.
 
 The bar is determinate only when the stage's total is known; otherwise it pulses and no
-percent is shown, because a guessed percent is a lie (DESIGN.md §3).
+percent is shown, because a guessed percent is a lie.
 """
 
 from __future__ import annotations

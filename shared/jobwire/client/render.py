@@ -1,7 +1,7 @@
 """How jobctl shows jobs, findings, events and workers: text pieces, tables, JSON.
 
 Pure functions from protobuf messages to rich renderables, so they are tested without a
-terminal. The rule from DESIGN.md §3 holds here too: a percent only with a known total.
+terminal. The progress rule (jobwire.domain.progress) holds here too: a percent only with a known total.
 """
 
 from __future__ import annotations

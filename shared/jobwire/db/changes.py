@@ -1,4 +1,4 @@
-"""The one shape every state change takes: decide on the row, guarded UPDATE, event.
+"""The one shape every state change takes: decide on the row, guarded UPDATE, event (one algorithm, kept whole).
 
 An operation (`JobOp`: a report, a Complete, a user's Cancel, a reaper's mark) looks at
 the job's row and decides a `Change`, or refuses. `apply_ops` runs any number of them in
@@ -36,20 +36,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from jobwire.db.cache import RowCache
-from jobwire.db.evidence_limit import EvidenceLimit
-from jobwire.db.rows import ARTIFACT_COLUMNS, snapshot
-from jobwire.db.sql import Lock, Name, name_params
+from jobwire.db.event_rows import artifact_values, event_values
+from jobwire.db.sql import Lock, name_params
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import EVERY_TENANT, may_act_for
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.handler_evidence import Entry
-from jobwire.domain.job import Artifact, Digest
-from jobwire.domain.results import KeptResult
+from jobwire.domain.job import Artifact, Digest, Name
+from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.states import LEASED, Action, Status, allowed
 from jobwire.domain.transitions import Move, Transition, move_of
+from jobwire.process_state.evidence_limit import EvidenceLimit
+from jobwire.process_state.row_cache import RowCache
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -451,44 +451,3 @@ def _outcomes(ops: Sequence[JobOp[Any]], jobs: Iterable[_Job]) -> list[Outcome]:
             op = ops[step.op]
             out[step.op] = step.error if step.error is not None else op.outcome(step.after, step.change)
     return out
-
-
-def artifact_values(result: Artifact) -> dict[str, Any]:
-    return {name: getattr(result, name) for name in ARTIFACT_COLUMNS}
-
-
-def event_values(
-    row: Mapping[str, Any],
-    kind: EventKind,
-    at: datetime,
-    from_status: str | None,
-    *,
-    visible: bool = True,
-    detail: str | None = None,
-    worker_id: str | None = None,
-    entry_key: str | None = None,
-    size_bytes: int | None = None,
-    sha256: str | None = None,
-) -> dict[str, Any]:
-    """The job_event row recording `row` as it is after a change (its version and snapshot)."""
-    return {
-        "job_id": row["id"],
-        "tenant": row["tenant"],
-        "job_no": row["job_no"],
-        "version": row["version"],
-        "kind": kind.value,
-        "visible": visible,
-        "from_status": from_status,
-        "to_status": row["status"],
-        "stage": row["stage"],
-        "processed_units": row["processed_units"],
-        "total_units": row["total_units"],
-        "worker_id": row.get("worker_id") if worker_id is None else worker_id,
-        "attempt": row["attempt"],
-        "detail": detail,
-        "snapshot": snapshot(row) if visible else None,
-        "entry_key": entry_key,
-        "size_bytes": size_bytes,
-        "sha256": sha256,
-        "created_at": at,
-    }

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobwire.db.changes import Change, JobOp, Row
-from jobwire.db.leases import held, issued
+from jobwire.db.lease_tokens import issued
+from jobwire.db.leases import replayed
 from jobwire.domain.commands import EVERY_TENANT
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.handler_evidence import Entry, admitted
@@ -35,7 +36,7 @@ class Record(JobOp[int]):
         return issued(row, self.token) if self.tenant == EVERY_TENANT else super().names(row)
 
     def decide(self, row: Row | None, now: datetime) -> Change:
-        held(row, self.token)
+        replayed(row, self.token)  # a record is never a replay: refused unless the lease is held
         assert row is not None
         recorded = row["recorded_entries"] if row["recorded_attempt"] == row["attempt"] else 0
         values: dict[str, object] = {

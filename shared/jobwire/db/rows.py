@@ -22,6 +22,7 @@ from jobwire.domain.retry import OnLeaseLost, RetryPolicy
 from jobwire.domain.review import Decision, Review, ReviewRequest
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
+from jobwire.domain.timeouts import deadline
 
 VISIBLE_COLUMNS = (
     "job_no", "tenant", "job_type", "queue", "owner", "title", "input_size", "input_sha256", "labels", "locale",
@@ -184,12 +185,15 @@ def holding_values(holding: Holding) -> dict[str, Any]:
 
 
 def ending_values(ending: Ending, now: datetime) -> dict[str, Any]:
-    """The columns an Ending sets: its status, when it finished or may run again, and the error it tells."""
+    """The columns an Ending sets: its status, when it finished or may run again, the attempts
+    that no longer count, and the error it tells."""
     values: dict[str, Any] = {"status": ending.status.value}
     if ending.status.terminal:
         values["finished_at"] = now
     if ending.status is Status.QUEUED:
         values.update(UNSTAGED, run_after=ending.run_after)
+    if ending.attempt_base is not None:
+        values["attempt_base"] = ending.attempt_base
     if ending.error is not None:
         values.update(
             error_category=ending.error.category.value,
@@ -234,3 +238,8 @@ def row_from_snapshot(text: str) -> dict[str, Any]:
         if row.get(name):
             row[name] = datetime.fromisoformat(row[name])
     return row
+
+
+def progress_moved(row: Mapping[str, Any], now: datetime) -> dict[str, object]:
+    """Progress moved now (a claim, a report with new units or a new stage): the stage_timeout starts again."""
+    return {"progress_at": now, "progress_deadline": deadline(now, row["stage_timeout_s"]), "no_progress": False}

@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from jobwire.db import dependencies
-from jobwire.db.changes import Row, event_values
-from jobwire.db.leases import new_lease_key
+from jobwire.db.changes import Row
+from jobwire.db.event_rows import event_values
+from jobwire.db.lease_tokens import new_lease_key
 from jobwire.db.wire import Statement, Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import NewJob

@@ -248,7 +248,7 @@ artifact = Table(
 
 Index("ix_artifact_stored_key", artifact.c.stored_key)  # housekeeping: is an upload named by any result?
 
-# The last job number reserved per tenant and UTC day (jobwire.db.job_numbers).
+# The last job number reserved per tenant and UTC day (jobwire.db.number_counters).
 job_day_counter = Table(
     "job_day_counter",
     metadata,
@@ -376,6 +376,21 @@ schedule_run = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("started_at", Timestamp, nullable=False),
     Column("last_at", Timestamp, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+
+# Which one serving process of all replicas runs a set of chores (housekeeping, schedules):
+# the holder of the row's lease until expires_at, by the database clock; renewed by its
+# holder, taken over once expired, released on a clean stop (jobwire.db.chore_leases).
+chore_leader = Table(
+    "chore_leader",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("holder", String(128), nullable=False),
+    Column("elected_at", Timestamp, nullable=False),
+    Column("expires_at", Timestamp, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",

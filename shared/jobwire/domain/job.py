@@ -16,6 +16,8 @@ from jobwire.domain.progress import Progress
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
 
+Name = tuple[str, str]  # (tenant, job_no): what names a job, its number being its tenant's
+
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 

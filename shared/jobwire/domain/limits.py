@@ -1,4 +1,4 @@
-"""Input limits and name rules shared by every entry point (DESIGN.md §4)."""
+"""Input limits and name rules shared by every entry point."""
 
 from __future__ import annotations
 

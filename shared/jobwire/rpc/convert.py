@@ -234,7 +234,7 @@ def artifact(result: job_pb2.Artifact, schemes: Collection[str]) -> Artifact:
 
 
 def claimed_artifact(result: job_pb2.Artifact) -> Artifact:
-    """What a worker says of bytes the server keeps; the server checks it (jobwire.domain.results)."""
+    """What a worker says of bytes the server keeps; the server checks it (jobwire.domain.kept_results)."""
     return Artifact(
         uri=result.uri, size_bytes=result.size_bytes, sha256=result.sha256, content_type=result.content_type,
         summary=result.summary,

@@ -1,4 +1,4 @@
-"""The error hierarchy: canonical codes and ErrorInfo reasons as DESIGN.md §2/§3/§4 name them."""
+"""The error hierarchy: canonical codes and ErrorInfo reasons as the API documents them."""
 
 from __future__ import annotations
 

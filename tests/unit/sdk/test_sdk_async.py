@@ -12,7 +12,7 @@ import pytest
 from jobwire.domain.handler_evidence import Entry
 from jobwire.domain.stages import DEFAULT_PLAN
 from jobwire.worker.sdk import JobCancelled, JobContext, Result
-from jobwire.worker.sdk._context import AttemptState, JobInfo, Snapshot, StopReason
+from jobwire.worker.sdk._attempt import AttemptState, JobInfo, Snapshot, StopReason
 from jobwire.worker.sdk._endings import EndKind, decide
 from jobwire.worker.sdk.testing import JobEnvironment
 

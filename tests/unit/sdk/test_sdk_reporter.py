@@ -12,7 +12,7 @@ import pytest
 from sdk_support import Call, FakeWorkerService, lease_lost, unavailable
 
 from jobwire.domain.handler_evidence import MAX_ENTRIES_PER_CALL, Entry
-from jobwire.worker.sdk._context import Snapshot, StopReason
+from jobwire.worker.sdk._attempt import Snapshot, StopReason
 from jobwire.worker.sdk._reporter import JobReporter, ReportSender
 
 INTERVAL = 0.25

@@ -121,8 +121,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ListEvents(
         self, request: admin_pb2.ListEventsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListEventsResponse:
-        events, token, title = await self.jobs.list_events(
-            auth.current(), limits.job_no(request.job_no), limits.page_size(request.page_size, 100), request.page_token
+        scope = auth.current().scope
+        job_no, size = limits.job_no(request.job_no), limits.page_size(request.page_size, 100)
+        events, token, title = await self.jobs.with_store(
+            lambda store: store.list_events(scope, job_no, size, request.page_token)
         )
         return admin_pb2.ListEventsResponse(events=[event(e) for e in events], next_page_token=token, title=title)
 
@@ -130,7 +132,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.GetCheckpointRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.Checkpoint:
         job_no = limits.job_no(request.job_no)
-        data = await self.jobs.checkpoint(auth.current(), job_no)
+        scope = auth.current().scope
+        data = await self.jobs.with_store(lambda store: store.checkpoint(scope, job_no))
         saved = Digest.of(data)
         return admin_pb2.Checkpoint(job_no=job_no, data=data, size_bytes=saved.size_bytes, sha256=saved.sha256)
 

@@ -6,13 +6,17 @@ The rows live in the store (jobwire.db.schedules); firing them is jobwire.jobapi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
+from typing import TypeVar
 
 from jobwire.db.store import JobStore
 from jobwire.domain.schedules import ScheduleRecord
 from jobwire.rpc.auth import Principal
 from jobwire.runtime.blocking import Blocking
+
+T = TypeVar("T")
 
 
 class Schedules:
@@ -30,20 +34,13 @@ class Schedules:
         A tenant at its limit of schedules is refused (RESOURCE_EXHAUSTED) and nothing is written."""
         return await self.blocking(self.store.create_schedule, new, self.max_per_tenant)
 
-    async def get(self, who: Principal, schedule_id: str) -> ScheduleRecord:
-        return await self.blocking(self.store.get_schedule, who.scope, schedule_id)
-
-    async def list(self, who: Principal, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
-        return await self.blocking(self.store.list_schedules, who.scope, page_size, page_token)
-
-    async def pause(self, who: Principal, schedule_id: str) -> ScheduleRecord:
-        return await self.blocking(self.store.set_schedule_paused, who.scope, schedule_id, None)
+    async def with_store(self, call: Callable[[JobStore], T]) -> T:
+        """`call` with the store, on the blocking pool: a read or write of schedules that needs
+        nothing but the store, made by the servicer, which imports no database code."""
+        return await self.blocking(call, self.store)
 
     async def resume(self, who: Principal, schedule_id: str) -> ScheduleRecord:
         """Fire next at the first fire time after now: firings due while paused are not made up."""
-        found = await self.get(who, schedule_id)
+        found = await self.blocking(self.store.get_schedule, who.scope, schedule_id)
         upcoming = found.timing.next_after(self.store.now())
         return await self.blocking(partial(self.store.set_schedule_paused, who.scope, schedule_id, upcoming))
-
-    async def delete(self, who: Principal, schedule_id: str) -> None:
-        await self.blocking(self.store.delete_schedule, who.scope, schedule_id)

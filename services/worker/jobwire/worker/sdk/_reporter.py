@@ -34,7 +34,7 @@ from google.rpc import code_pb2, status_pb2
 from jobwire.client import Backoff, Pauses, status_info
 from jobwire.domain.handler_evidence import MAX_ENTRIES_PER_CALL, Entry
 from jobwire.v1 import worker_pb2
-from jobwire.worker.sdk._context import Snapshot, StopReason
+from jobwire.worker.sdk._attempt import Snapshot, StopReason
 from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerStub, describe, is_transient
 
 log = logging.getLogger("jobwire.worker")

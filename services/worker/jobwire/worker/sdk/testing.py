@@ -33,7 +33,8 @@ from jobwire.domain.job import Artifact
 from jobwire.domain.progress import Progress
 from jobwire.domain.review import Review, ReviewRequest
 from jobwire.domain.stages import StageDef
-from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snapshot, StopReason
+from jobwire.worker.sdk._attempt import AttemptState, JobInfo, Snapshot, StopReason
+from jobwire.worker.sdk._context import JobContext
 from jobwire.worker.sdk._endings import (
     Ending,
     EndKind,

@@ -1,7 +1,7 @@
 """A job's title, its input's digest, and the handler's evidence in its trail
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-03 10:00:00
 
 Jobs made before this revision have no title (empty, as a job submitted without one); their
@@ -16,8 +16,8 @@ import hashlib
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

@@ -12,6 +12,7 @@ laptop and fails under CI (`.ci/run` installs chromium first).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,13 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from auth_files import Token, write_auth_file
 from gateway_support import running_gateway
 from processes import ServerProcess, start_server_process
 
 from jobwire.client import JobClient
-from jobwire.v1 import job_pb2
+from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.alone]  # a browser and a server: timing it keeps to itself
 
@@ -266,3 +268,58 @@ def test_evidence_refuses_a_client_token_and_shows_an_admin_the_trail(page: Any,
     assert "CANCEL" in text(page, "#events").upper() and text(page, "#workers")
     screenshot(page, "evidence", tmp_path)
     print(json.dumps({"evidence_rows": page.locator("#events tbody tr").count()}))
+
+
+def test_a_title_is_what_the_jobs_page_and_the_job_page_show_first_with_the_inputs_digest(
+    page: Any, stack: Stack
+) -> None:
+    title = "Import customers-2026-11.csv"
+    payload = b'{"file": "customers-2026-11.csv"}'
+    with stack.client() as client:
+        job_no = client.submit("frames", payload, queue="nobody-serves-this", title=title).job.job_no
+    sign_in(page, CLIENT)
+    page.goto("/jobs")
+    row = page.locator(f'#jobs tr[data-job="{job_no}"]')
+    assert row.locator("td").first.inner_text().strip() == title
+    page.goto(f"/jobs/{job_no}")
+    assert text(page, "h1") == title
+    assert job_no in text(page, ".job-no")
+    assert text(page, "#input-sha256") == hashlib.sha256(payload).hexdigest()
+    assert f"{len(payload)} bytes" in text(page, "#input")
+
+
+def test_an_admin_reads_the_handlers_evidence_and_the_latest_checkpoint_a_client_neither(
+    page: Any, stack: Stack
+) -> None:
+    with stack.client() as client:
+        job_no = client.submit("manual-charge", queue="by-hand", title="Charge order 42").job.job_no
+    with grpc.insecure_channel(stack.server.target) as channel:
+        workers = worker_pb2_grpc.WorkerServiceStub(channel)
+        claim = worker_pb2.ClaimRequest(
+            worker_id="by-hand", queues=["by-hand"], job_types=[worker_pb2.JobTypeSpec(name="manual-charge")]
+        )
+        (lease,) = workers.Claim(claim, metadata=WORKER.metadata, timeout=10).leases
+        entry = worker_pb2.EvidenceEntry(key="payment_request_id", value="pi_3NxQ2f")
+        workers.RecordEvidence(
+            worker_pb2.RecordEvidenceRequest(job_no=job_no, worker_token=lease.worker_token, entries=[entry]),
+            metadata=WORKER.metadata, timeout=10,
+        )  # fmt: skip
+        workers.ReportStage(
+            worker_pb2.ReportStageRequest(
+                job_no=job_no, worker_token=lease.worker_token, stage="PROCESSING", checkpoint=b"row 2500 of 9000"
+            ),
+            metadata=WORKER.metadata, timeout=10,
+        )  # fmt: skip
+    sign_in(page, CLIENT)
+    page.goto(f"/jobs/{job_no}")
+    assert text(page, "h1") == "Charge order 42"
+    assert page.locator("#timeline").count() == 0 and "pi_3NxQ2f" not in page.content()
+
+    page.click("#signout")
+    sign_in(page, ADMIN)
+    page.goto(f"/evidence?job={job_no}")
+    assert text(page, "#trail-title") == "Charge order 42"
+    assert "payment_request_id" in text(page, "#handler-evidence") and "pi_3NxQ2f" in text(page, "#handler-evidence")
+    assert text(page, "#checkpoint-text") == "row 2500 of 9000"
+    assert text(page, "#checkpoint-sha256") == hashlib.sha256(b"row 2500 of 9000").hexdigest()
+    assert "CHECKPOINT_SAVED" in text(page, "#events") and "HANDLER_EVIDENCE" in text(page, "#events")

@@ -5,6 +5,7 @@ evidence, errors and live updates, over HTTP to a real uvicorn (tests/gateway_su
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -533,3 +534,39 @@ async def test_a_stalled_download_holds_a_bounded_buffer_and_its_call_ends_with_
         return served.runtime.transfers.shares.total == 0 and not open_result_files(served)
 
     await eventually(call_ended, what="the download's GetResult ended when the browser left")
+
+
+async def test_handler_evidence_is_on_the_evidence_page_and_an_admins_timeline_never_a_clients(
+    served: Served, gateway: str
+) -> None:
+    job = await _submit(served, ACME, title="Charge order 42")
+    lease = await _claim(served)
+    entry = worker_pb2.EvidenceEntry(key="payment_request_id", value="pi_3NxQ2f")
+    record = worker_pb2.RecordEvidenceRequest(job_no=job.job_no, worker_token=lease.worker_token, entries=[entry])
+    await served.workers.RecordEvidence(record, metadata=WORKER.metadata)
+    async with _signed_in(gateway, ACME) as client:
+        mine = (await client.get(f"/jobs/{job.job_no}")).text
+        assert "Charge order 42" in mine
+        assert "pi_3NxQ2f" not in mine and 'id="timeline"' not in mine  # a client sees no evidence
+    async with _signed_in(gateway, OPERATOR) as client:
+        theirs = (await client.get(f"/jobs/{job.job_no}")).text
+        assert 'id="timeline"' in theirs and "payment_request_id = pi_3NxQ2f" in theirs
+        trail = (await client.get("/evidence", params={"job": job.job_no})).text
+        assert 'id="handler-evidence"' in trail and "<td>payment_request_id</td><td>pi_3NxQ2f</td>" in trail
+        assert "Charge order 42" in trail  # the trail's heading: its title
+        assert 'id="checkpoint"' not in trail  # none saved yet
+
+    async def save(checkpoint: bytes) -> str:
+        report = worker_pb2.ReportStageRequest(
+            job_no=job.job_no, worker_token=lease.worker_token, stage="PROCESSING", checkpoint=checkpoint
+        )
+        await served.workers.ReportStage(report, metadata=WORKER.metadata)
+        async with _signed_in(gateway, OPERATOR) as client:
+            return (await client.get("/evidence", params={"job": job.job_no})).text
+
+    text = await save(b'{"row": 2500}')
+    assert '<pre id="checkpoint-text">{&#34;row&#34;: 2500}</pre>' in text
+    assert hashlib.sha256(b'{"row": 2500}').hexdigest() in text and "CHECKPOINT_SAVED" in text
+    binary = await save(b"\xff\xfe\x00")
+    assert 'id="checkpoint-binary"' in binary and 'id="checkpoint-text"' not in binary
+    assert hashlib.sha256(b"\xff\xfe\x00").hexdigest() in binary and "3 bytes" in binary

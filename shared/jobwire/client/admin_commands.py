@@ -1,4 +1,4 @@
-"""jobctl's operator commands (the admin role): inspect, events, requeue, workers."""
+"""jobctl's operator commands (the admin role): inspect, events, checkpoint, requeue, workers."""
 
 from __future__ import annotations
 
@@ -27,6 +27,20 @@ def cmd_events(ctx: Context, args: argparse.Namespace) -> int:
         ctx.emit([render.to_json(e.raw) for e in events])
     else:
         ctx.out.print(render.events_table(e.raw for e in events))
+    return EXIT_OK
+
+
+def cmd_checkpoint(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        saved = admin.checkpoint(args.job_no)
+    if args.output is not None:
+        args.output.write_bytes(saved.data)
+    if ctx.as_json:
+        ctx.emit(render.to_json(saved.raw))
+    else:
+        lines = render.checkpoint_lines(saved.raw)
+        for line in lines[:1] if args.output is not None else lines:
+            ctx.out.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
 
 

@@ -193,7 +193,7 @@ def job_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "queue": args.queue, "priority": args.priority, "max_attempts": args.max_attempts,
         "on_lease_lost": args.on_lease_lost, "timeouts": _timeouts(args), "owner": args.owner,
-        "labels": dict(args.label),
+        "labels": dict(args.label), "title": args.title,
     }  # fmt: skip
 
 

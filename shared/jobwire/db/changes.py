@@ -43,7 +43,8 @@ from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import EVERY_TENANT, may_act_for
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
-from jobwire.domain.job import Artifact, Name
+from jobwire.domain.handler_evidence import Entry
+from jobwire.domain.job import Artifact, Digest, Name
 from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.states import LEASED, Action, Status, allowed
 from jobwire.domain.transitions import Move, Transition, move_of
@@ -68,6 +69,7 @@ class Change:
         artifact: The result row a Complete adds.
         kept: The bytes (or their place in the result store) kept with that row.
         guards: Extra conditions `(sql, params)` on columns that change without a version.
+        entries: Evidence the lease's holder recorded: one HANDLER_EVIDENCE event each.
     """
 
     action: Action
@@ -80,6 +82,7 @@ class Change:
     artifact: Artifact | None = None
     kept: KeptResult | None = None
     guards: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    entries: tuple[Entry, ...] = ()
 
 
 class LateCall(WorkerLeaseLost):
@@ -381,6 +384,20 @@ def _records(wire: Wire, jobs: Iterable[_Job], now: datetime, evidence: Evidence
                     step.before, EventKind.LATE_CALL_REJECTED, now, step.before["status"], visible=False,
                     detail=step.error.detail, worker_id="",
                 ))  # fmt: skip
+            if change is not None and change.values.get("checkpoint") is not None:
+                assert step.after is not None
+                saved = Digest.of(change.values["checkpoint"])  # size and sha256: never the bytes
+                events.append(event_values(
+                    step.after, EventKind.CHECKPOINT_SAVED, step.after["updated_at"], step.after["status"],
+                    visible=False, size_bytes=saved.size_bytes, sha256=saved.sha256,
+                ))  # fmt: skip
+            if change is not None and change.entries:
+                assert step.after is not None
+                events += [
+                    event_values(step.after, EventKind.HANDLER_EVIDENCE, now, step.after["status"], visible=False,
+                                 detail=entry.value, entry_key=entry.key)
+                    for entry in change.entries
+                ]  # fmt: skip
     out: list[Statement] = []
     if events:
         out.append(Many(wire.sql.insert_event, events))

@@ -25,6 +25,9 @@ def event_values(
     visible: bool = True,
     detail: str | None = None,
     worker_id: str | None = None,
+    entry_key: str | None = None,
+    size_bytes: int | None = None,
+    sha256: str | None = None,
 ) -> dict[str, Any]:
     """The job_event row recording `row` as it is after a change (its version and snapshot)."""
     return {
@@ -43,5 +46,8 @@ def event_values(
         "attempt": row["attempt"],
         "detail": detail,
         "snapshot": snapshot(row) if visible else None,
+        "entry_key": entry_key,
+        "size_bytes": size_bytes,
+        "sha256": sha256,
         "created_at": at,
     }

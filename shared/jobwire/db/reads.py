@@ -214,10 +214,20 @@ def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: st
     return rows, "" if last is None else encode_page_token(last)
 
 
+def checkpoint(conn: Connection, scope: Scope, job_no: str) -> Row | None:
+    """A job's latest checkpoint (`checkpoint`: its bytes, or None when none was saved); None
+    for a job `scope` does not see."""
+    query = sa.select(job.c.tenant, job.c.queue, job.c.checkpoint).where(
+        job.c.tenant == scope.tenant, job.c.job_no == job_no
+    )
+    found = conn.execute(query).mappings().first()
+    return dict(found) if found is not None and scope.sees(found["tenant"], found["queue"]) else None
+
+
 def list_events(
     conn: Connection, scope: Scope, job_no: str, page_size: int, page_token: str
-) -> tuple[list[JobEvent], str] | None:
-    """A job's evidence trail in order; None for an unknown job."""
+) -> tuple[list[JobEvent], str, str] | None:
+    """A job's evidence trail in order, the next page's token and the job's title; None for an unknown job."""
     row = load_job(conn, scope, job_no)
     if row is None:
         return None
@@ -229,7 +239,7 @@ def list_events(
         .limit(page_size + 1)
     )
     events, last = page_of([dict(r) for r in conn.execute(query).mappings()], page_size)
-    return [_event(e) for e in events], "" if last is None else encode_page_token(last)
+    return [_event(e) for e in events], "" if last is None else encode_page_token(last), row["title"]
 
 
 def _event(row: Row) -> JobEvent:
@@ -240,7 +250,7 @@ def _event(row: Row) -> JobEvent:
         version=row["version"], kind=row["kind"], from_status=status(row["from_status"]),
         to_status=status(row["to_status"]), stage=row["stage"], processed_units=row["processed_units"],
         total_units=row["total_units"], worker_id=row["worker_id"], attempt=row["attempt"], detail=row["detail"],
-        created_at=row["created_at"],
+        created_at=row["created_at"], key=row["entry_key"], size_bytes=row["size_bytes"], sha256=row["sha256"],
     )  # fmt: skip
 
 

@@ -55,6 +55,7 @@ from jobwire.domain.census import Census
 from jobwire.domain.commands import Claimant, JobFilter, NewJob, Scope
 from jobwire.domain.errors import (
     BatchNotFound,
+    CheckpointNotFound,
     JobNotFound,
     JobwireError,
     ResultNotAvailable,
@@ -287,11 +288,22 @@ class JobStore:
         """Those of `job_nos` that `scope` sees."""
         return self.db.read(lambda c: reads.visible_jobs(c, scope, job_nos))
 
-    def list_events(self, scope: Scope, job_no: str, page_size: int, page_token: str) -> tuple[list[JobEvent], str]:
+    def list_events(
+        self, scope: Scope, job_no: str, page_size: int, page_token: str
+    ) -> tuple[list[JobEvent], str, str]:
         found = self.db.read(lambda c: reads.list_events(c, scope, job_no, page_size, page_token))
         if found is None:
             raise JobNotFound()
         return found
+
+    def checkpoint(self, scope: Scope, job_no: str) -> bytes:
+        """The latest checkpoint of a job `scope` sees (AdminService.GetCheckpoint)."""
+        found = self.db.read(lambda c: reads.checkpoint(c, scope, job_no))
+        if found is None:
+            raise JobNotFound()
+        if found["checkpoint"] is None:
+            raise CheckpointNotFound()
+        return bytes(found["checkpoint"])
 
     def inspect(
         self,

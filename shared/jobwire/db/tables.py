@@ -37,9 +37,13 @@ job = Table(
     Column("job_type", String(64), nullable=False),
     Column("queue", String(64), nullable=False),
     Column("owner", String(128), nullable=False, server_default=""),
+    Column("title", String(200), nullable=False, server_default=""),  # plain text, as submitted
     Column("labels", Text, nullable=False),  # JSON object
     Column("locale", String(35), nullable=False, server_default="en"),
     Column("payload", Blob, nullable=False),
+    # the payload's size and sha256, computed at submit, so a read shows them without the payload
+    Column("input_size", BigInteger, nullable=False, server_default="0"),
+    Column("input_sha256", String(64), nullable=False, server_default=""),
     Column("fingerprint", String(64), nullable=False),  # sha256 of the submitted request
     Column("idempotency_key", String(128), nullable=True),
     Column("priority", Integer, nullable=False, server_default="0"),
@@ -116,6 +120,10 @@ job = Table(
     Column("finished_at", Timestamp, nullable=True),
     Column("run_after", Timestamp, nullable=False),
     Column("version", BigInteger, nullable=False, server_default="1"),
+    # Evidence entries the handler recorded (jobwire.domain.handler_evidence) in attempt
+    # `recorded_attempt`, counted against the per-attempt bound; another attempt starts at 0.
+    Column("recorded_attempt", Integer, nullable=False, server_default="0"),
+    Column("recorded_entries", Integer, nullable=False, server_default="0"),
     # Job numbers are per tenant: a job is named by (tenant, job_no). job_no leads, so a shared
     # fleet's call, which names only the number (its token tells the tenant), finds its
     # candidates on this index too (jobwire.db.changes).
@@ -207,6 +215,10 @@ job_event = Table(
     Column("attempt", Integer, nullable=True),
     Column("detail", LongText, nullable=True),
     Column("snapshot", LongText, nullable=True),  # the user-visible job after this event
+    Column("entry_key", String(64), nullable=True),  # HANDLER_EVIDENCE: the entry's key; its value is the detail
+    # CHECKPOINT_SAVED: the checkpoint's size and sha256 (its bytes stay on the job row only)
+    Column("size_bytes", BigInteger, nullable=True),
+    Column("sha256", String(64), nullable=True),
     Column("created_at", Timestamp, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",

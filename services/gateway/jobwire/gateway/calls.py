@@ -18,7 +18,7 @@ import grpc.aio
 
 from jobwire.client import ChannelConfig, aio_channel
 from jobwire.client.channel import FIXED_WINDOW_OPTIONS
-from jobwire.client.errors import PermissionDeniedError, from_rpc_error
+from jobwire.client.errors import NotFoundError, PermissionDeniedError, from_rpc_error
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 T = TypeVar("T")
@@ -75,14 +75,24 @@ class Calls:
         request = job_pb2.RetryRequest(job_no=job_no, locale=self.locale, force=force)
         return await self._unary(self._jobs.Retry(request, timeout=CALL_TIMEOUT_S))
 
-    async def is_admin(self, job_no: str) -> bool:
-        """Whether this token has the admin role: asked with the cheapest admin call, about the job at hand."""
-        request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=1)
+    async def admin_trail(self, job_no: str) -> list[admin_pb2.JobEvent] | None:
+        """The job's trail when this token has the admin role (who has it only the server
+        knows, so it is asked); None when it has not."""
         try:
-            await self._unary(self._admin.ListEvents(request, timeout=CALL_TIMEOUT_S))
+            _, events = await self.events(job_no)
         except PermissionDeniedError:
-            return False
-        return True
+            return None
+        return events
+
+    async def checkpoint(self, job_no: str) -> admin_pb2.Checkpoint | None:
+        """The job's latest checkpoint; None when its worker never saved one."""
+        request = admin_pb2.GetCheckpointRequest(job_no=job_no)
+        try:
+            return await self._unary(self._admin.GetCheckpoint(request, timeout=CALL_TIMEOUT_S))
+        except NotFoundError as missing:
+            if missing.reason == "CHECKPOINT_NOT_FOUND":
+                return None
+            raise
 
     async def requeue(self, job_no: str, reason: str) -> job_pb2.Job:
         request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)
@@ -92,15 +102,15 @@ class Calls:
         reply = await self._unary(self._admin.Inspect(admin_pb2.InspectRequest(), timeout=CALL_TIMEOUT_S))
         return list(reply.findings)
 
-    async def events(self, job_no: str) -> list[admin_pb2.JobEvent]:
-        """The job's whole evidence trail, oldest first."""
+    async def events(self, job_no: str) -> tuple[str, list[admin_pb2.JobEvent]]:
+        """The job's title and its whole evidence trail, oldest first."""
         request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=PAGE_SIZE)
         events: list[admin_pb2.JobEvent] = []
         while True:
             page = await self._unary(self._admin.ListEvents(request, timeout=CALL_TIMEOUT_S))
             events.extend(page.events)
             if not page.next_page_token:
-                return events
+                return page.title, events
             request.page_token = page.next_page_token
 
     async def workers(self) -> list[admin_pb2.WorkerInfo]:

@@ -13,22 +13,8 @@ from jobwire.gateway import session
 from jobwire.gateway.errors import csrf_refused
 from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.routes import calls_for
+from jobwire.gateway.views import HANDLER_EVIDENCE, checkpoint_view, event_rows
 from jobwire.v1 import admin_pb2
-
-
-def _change(event: admin_pb2.JobEvent, locale: str) -> str:
-    before, after = event.from_status, event.to_status
-    if not after:
-        return ""
-    if before in (0, after):
-        return status_label(after, locale)
-    return f"{status_label(before, locale)} → {status_label(after, locale)}"
-
-
-def _units(event: admin_pb2.JobEvent) -> str:
-    if event.HasField("total_units"):
-        return f"{event.processed_units}/{event.total_units}"
-    return str(event.processed_units) if event.processed_units else ""
 
 
 async def evidence_page(request: Request) -> Response:
@@ -37,11 +23,13 @@ async def evidence_page(request: Request) -> Response:
     async with calls_for(request) as calls:
         findings = await calls.inspect()  # first: a client token stops here, with the reason
         workers = await calls.workers()
-        events = await calls.events(job_no) if job_no else []
+        title, events = await calls.events(job_no) if job_no else ("", [])
+        saved = await calls.checkpoint(job_no) if job_no else None
     return page(
         request,
         "evidence.html",
         job_no=job_no,
+        job_title=title,
         findings=[
             {
                 "kind": admin_pb2.Finding.Kind.Name(f.kind),
@@ -64,19 +52,18 @@ async def evidence_page(request: Request) -> Response:
             }
             for w in workers
         ],
-        events=[
+        events=event_rows(events, locale),
+        checkpoint=checkpoint_view(saved),
+        entries=[
             {
-                "version": e.version,
                 "time": fmt_time(e.created_at, short=True),
-                "kind": e.kind,
-                "change": _change(e, locale),
-                "stage": e.stage,
-                "units": _units(e),
-                "worker": e.worker_id,
                 "attempt": e.attempt,
-                "detail": e.detail,
+                "stage": e.stage,
+                "key": e.key,
+                "value": e.detail,
             }
             for e in events
+            if e.kind == HANDLER_EVIDENCE
         ],
     )
 

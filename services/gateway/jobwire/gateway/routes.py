@@ -19,7 +19,7 @@ from jobwire.gateway.calls import Calls
 from jobwire.gateway.errors import csrf_refused, error_response
 from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.settings import GatewaySettings
-from jobwire.gateway.views import download_headers, job_view
+from jobwire.gateway.views import download_headers, event_rows, job_view
 from jobwire.v1 import job_pb2
 
 _STATUS_NAMES = [name for name in job_pb2.Job.Status.keys() if name != "STATUS_UNSPECIFIED"]  # noqa: SIM118
@@ -109,21 +109,22 @@ async def jobs_page(request: Request) -> Response:
 
 
 async def job_page(request: Request) -> Response:
+    locale = locale_of(request)
     async with calls_for(request) as calls:
         job = await calls.get(request.path_params["job_no"])
-        force_retry = await _may_force_retry(calls, job)
-    return page(request, "job.html", job=job_view(job, locale_of(request)), force_retry=force_retry)
+        trail = await calls.admin_trail(job.job_no)  # an admin's page shows the timeline too
+    return page(
+        request, "job.html", job=job_view(job, locale), force_retry=trail is not None and _not_retryable(job),
+        timeline=None if trail is None else event_rows(trail, locale),
+    )  # fmt: skip
 
 
-async def _may_force_retry(calls: Calls, job: job_pb2.Job) -> bool:
-    """A FAILED job whose error is not retryable offers an admin a forced retry.
+def _not_retryable(job: job_pb2.Job) -> bool:
+    """A FAILED job whose error is not retryable: an admin may force a retry (checked again when it comes).
 
-    The job's Display offers RETRY only when the error is retryable; who is an admin only the
-    server knows, so it is asked (and the forced Retry is checked again when it comes).
+    The job's Display offers RETRY only when the error is retryable.
     """
-    if job.status != job_pb2.Job.FAILED or job_pb2.Display.RETRY in job.display.actions:
-        return False
-    return await calls.is_admin(job.job_no)
+    return job.status == job_pb2.Job.FAILED and job_pb2.Display.RETRY not in job.display.actions
 
 
 def _hold(request: Request, watched: int) -> sse.Hold:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import mimetypes
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from jobwire.client.convert import is_terminal, status_name
-from jobwire.client.render import fmt_time, percent
+from jobwire.client.render import event_detail, fmt_size, fmt_time, percent, status_label
 from jobwire.gateway.i18n import t
-from jobwire.v1 import job_pb2
+from jobwire.v1 import admin_pb2, job_pb2
 
 # What the gateway offers for each Display action; VIEW is the page itself.
 ACTIONS = {
@@ -28,6 +29,7 @@ OCTET_STREAM = "application/octet-stream"
 
 @dataclass(frozen=True, kw_only=True)
 class JobView:
+    title: str  # as submitted: shown first; empty when none was given
     job_no: str
     job_type: str
     status: str  # the code, for styles and tests
@@ -47,6 +49,8 @@ class JobView:
     updated: str
     result_summary: str
     error_message: str
+    input_size: str  # what the job was given: its payload's size and sha256
+    input_sha256: str
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +59,7 @@ class JobView:
 def job_view(job: job_pb2.Job, locale: str) -> JobView:
     p = job.progress
     return JobView(
+        title=job.title,
         job_no=job.job_no,
         job_type=job.job_type,
         status=status_name(job.status),
@@ -74,7 +79,56 @@ def job_view(job: job_pb2.Job, locale: str) -> JobView:
         updated=fmt_time(job.updated_at, short=True),
         result_summary=job.result.summary if job.HasField("result") else "",
         error_message=job.error.message if job.HasField("error") else "",
+        input_size=fmt_size(job.input.size_bytes) if job.HasField("input") else "",
+        input_sha256=job.input.sha256,
     )
+
+
+def _change(event: admin_pb2.JobEvent, locale: str) -> str:
+    before, after = event.from_status, event.to_status
+    if not after:
+        return ""
+    if before in (0, after):
+        return status_label(after, locale)
+    return f"{status_label(before, locale)} → {status_label(after, locale)}"
+
+
+def _event_units(event: admin_pb2.JobEvent) -> str:
+    if event.HasField("total_units"):
+        return f"{event.processed_units}/{event.total_units}"
+    return str(event.processed_units) if event.processed_units else ""
+
+
+HANDLER_EVIDENCE = "HANDLER_EVIDENCE"  # an entry a handler recorded: key = value
+
+
+def event_rows(events: Iterable[admin_pb2.JobEvent], locale: str) -> list[dict[str, Any]]:
+    """A job's trail as the evidence page and an admin's job page show it, oldest first."""
+    return [
+        {
+            "version": e.version,
+            "time": fmt_time(e.created_at, short=True),
+            "kind": e.kind,
+            "change": _change(e, locale),
+            "stage": e.stage,
+            "units": _event_units(e),
+            "worker": e.worker_id,
+            "attempt": e.attempt,
+            "detail": event_detail(e),
+        }
+        for e in events
+    ]
+
+
+def checkpoint_view(saved: admin_pb2.Checkpoint | None) -> dict[str, str | None] | None:
+    """The latest checkpoint as the evidence page shows it: its text when it is UTF-8, always its size and digest."""
+    if saved is None:
+        return None
+    try:
+        text: str | None = saved.data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None  # bytes a person cannot read: the size and digest say what they were
+    return {"size": fmt_size(saved.size_bytes), "sha256": saved.sha256, "text": text}
 
 
 def _units(p: job_pb2.Progress, locale: str) -> str:

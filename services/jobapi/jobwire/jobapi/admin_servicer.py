@@ -10,6 +10,7 @@ import grpc
 from jobwire.domain import flow, limits
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
+from jobwire.domain.job import Digest
 from jobwire.domain.states import Status
 from jobwire.jobapi.jobs import Jobs
 from jobwire.rpc import auth, convert
@@ -57,6 +58,9 @@ def event(found: JobEvent) -> admin_pb2.JobEvent:
         attempt=found.attempt or 0,
         detail=found.detail or "",
         created_at=convert.timestamp(found.created_at),
+        key=found.key or "",
+        size_bytes=found.size_bytes or 0,
+        sha256=found.sha256 or "",
     )
 
 
@@ -119,10 +123,19 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.ListEventsResponse:
         scope = auth.current().scope
         job_no, size = limits.job_no(request.job_no), limits.page_size(request.page_size, 100)
-        events, token = await self.jobs.with_store(
+        events, token, title = await self.jobs.with_store(
             lambda store: store.list_events(scope, job_no, size, request.page_token)
         )
-        return admin_pb2.ListEventsResponse(events=[event(e) for e in events], next_page_token=token)
+        return admin_pb2.ListEventsResponse(events=[event(e) for e in events], next_page_token=token, title=title)
+
+    async def GetCheckpoint(
+        self, request: admin_pb2.GetCheckpointRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.Checkpoint:
+        job_no = limits.job_no(request.job_no)
+        scope = auth.current().scope
+        data = await self.jobs.with_store(lambda store: store.checkpoint(scope, job_no))
+        saved = Digest.of(data)
+        return admin_pb2.Checkpoint(job_no=job_no, data=data, size_bytes=saved.size_bytes, sha256=saved.sha256)
 
     async def Requeue(self, request: admin_pb2.RequeueRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         reason = limits.short_text("reason", request.reason, limits.MAX_MESSAGE_CHARS)

@@ -18,8 +18,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from jobwire.domain import limits
+from jobwire.domain import handler_evidence, limits
 from jobwire.domain.errors import ProgressRegression
+from jobwire.domain.handler_evidence import Entry
 from jobwire.domain.progress import Progress, apply_report
 from jobwire.domain.review import Review
 from jobwire.domain.stages import StageDef
@@ -67,9 +68,11 @@ class Snapshot:
 
 
 class ReportSink(Protocol):
-    """Where snapshots go: the coalescing reporter, or a test recorder."""
+    """Where snapshots and evidence entries go: the coalescing reporter, or a test recorder."""
 
     def publish(self, snapshot: Snapshot) -> None: ...
+
+    def record(self, entry: Entry) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +101,7 @@ class AttemptState:
         self._progress = Progress(stage_index=1, stage_count=len(info.stages))
         self._checkpoint: bytes | None = None
         self._checkpoint_seq = 0
+        self._recorded = 0  # evidence entries of this attempt (the server bounds them per attempt)
         self._stop: StopReason | None = None
         self._delivered: StopReason | None = None
         # Called once, on their loop, when the first stop is requested.
@@ -133,6 +137,13 @@ class AttemptState:
             self._checkpoint = data
             self._checkpoint_seq += 1
             self._publish()
+
+    def record(self, key: str, value: str) -> None:
+        # The server's rules, checked here so a mistake fails in the handler's own stack.
+        (entry,) = handler_evidence.entries([(key, value)])
+        with self._lock:
+            self._recorded = handler_evidence.admitted(self._recorded, 1)
+            self._sink.record(entry)
 
     def check(self) -> None:
         with self._lock:

@@ -126,6 +126,23 @@ class JobContext:
         """Save where a later attempt may resume (at most 64 KiB); sent with the next report."""
         self._state.save_checkpoint(data)
 
+    def record(self, key: str, value: str) -> None:
+        """Leave evidence for operators: `ctx.record("payment_request_id", "pi_3Nx...")`.
+
+        The entry joins this attempt's trail with its stage and time (AdminService.ListEvents,
+        the evidence page); the job's user never sees it. Entries are sent with the next
+        reports, and before the attempt ends.
+
+        Args:
+            key: A name, [A-Za-z0-9][A-Za-z0-9_.:-]{0,63}.
+            value: Plain text, at most 1000 characters, no control characters.
+
+        Raises:
+            InvalidArgument: A key or value past those rules (nothing is sent).
+            EvidenceLimitReached: This attempt has recorded 200 entries already.
+        """
+        self._state.record(key, value)
+
     @property
     def review(self) -> Review | None:
         """The reviewer's decision (APPROVE), note and name when this job was approved after

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
@@ -21,6 +20,7 @@ from typing import cast
 from opentelemetry.trace import SpanKind, StatusCode
 
 from jobwire.codec import stages_from_proto
+from jobwire.domain.handler_evidence import Entry
 from jobwire.domain.review import Decision, Review
 from jobwire.domain.stages import StageDef
 from jobwire.observe import tracing
@@ -43,15 +43,19 @@ log = logging.getLogger("jobwire.worker")
 
 
 class _LoopSink:
-    """Hands snapshots from any thread to the reporter on the event loop, in order."""
+    """Hands snapshots and evidence entries from any thread to the reporter on the event loop, in order."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, update: Callable[[Snapshot], None]) -> None:
-        self._loop, self._update = loop, update
+    def __init__(self, loop: asyncio.AbstractEventLoop, reporter: JobReporter) -> None:
+        self._loop, self._reporter = loop, reporter
 
     def publish(self, snapshot: Snapshot) -> None:
         # A closed loop means the worker has exited and nobody listens any more.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._update, snapshot)
+            self._loop.call_soon_threadsafe(self._reporter.update, snapshot)
+
+    def record(self, entry: Entry) -> None:
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._reporter.record, entry)
 
 
 def stages_of(lease: worker_pb2.Lease, spec: HandlerSpec) -> tuple[StageDef, ...]:
@@ -88,7 +92,7 @@ class JobRunner:
             first_stage=stages[0].code,
             on_stop=self.request_stop,
         )
-        state = AttemptState(self._info(stages, tmp), _LoopSink(asyncio.get_running_loop(), reporter.update))
+        state = AttemptState(self._info(stages, tmp), _LoopSink(asyncio.get_running_loop(), reporter))
         self._state = state
         if self._stop_early is not None:
             state.request_stop(self._stop_early)

@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
+from jobwire.db.handler_evidence import Record
 from jobwire.db.leases import AwaitReview, Complete, ConfirmCancel, Fail, Release, Report
 from jobwire.db.queue_limits import Budget
 from jobwire.db.store import Call, Claim, JobStore, Work, heartbeat_call, lease_states
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import JobwireError, ResourceExhausted
+from jobwire.domain.handler_evidence import Entry
 from jobwire.domain.job import Artifact, JobRecord
 from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import Lease, LeaseStatus
@@ -173,6 +175,10 @@ class Leasing:
 
     async def report(self, report: ProgressReport) -> LeaseStatus:
         return await self._one(Report.of(report))
+
+    async def record(self, tenant: str, job_no: str, token: str, entries: tuple[Entry, ...]) -> int:
+        """The handler's evidence entries, kept with its attempt; the attempt's count after them."""
+        return await self._one(Record(tenant=tenant, job_no=job_no, token=token, entries=entries))
 
     async def complete(
         self, tenant: str, job_no: str, token: str, result: Artifact, kept: KeptResult | None = None

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from jobwire.codec import stages_from_proto, stages_to_proto
-from jobwire.domain import kept_results, limits
+from jobwire.domain import handler_evidence, kept_results, limits
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import InvalidArgument, JobwireError
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
@@ -210,6 +210,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         applied = iter(await self.leasing.reports(reports) if reports else [])
         results = [d if isinstance(d, JobwireError) else next(applied) for d in decoded]
         return worker_pb2.BatchReportStageResponse(results=[report_result(r) for r in results])
+
+    async def RecordEvidence(
+        self, request: worker_pb2.RecordEvidenceRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.RecordEvidenceResponse:
+        tenant, job_no, token = auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token)
+        entries = handler_evidence.entries((entry.key, entry.value) for entry in request.entries)
+        recorded = await self.leasing.record(tenant, job_no, token, entries)
+        return worker_pb2.RecordEvidenceResponse(attempt_entries=recorded)
 
     async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         tenant, job_no, token = auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token)

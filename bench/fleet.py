@@ -49,7 +49,7 @@ import grpc  # noqa: E402
 from measure import CpuMeter, find_pid, median, pct  # noqa: E402
 
 from jobwire.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc  # noqa: E402
-from jobwire.worker.sdk._context import Snapshot, StopReason  # noqa: E402
+from jobwire.worker.sdk._attempt import Snapshot, StopReason  # noqa: E402
 from jobwire.worker.sdk._reporter import JobReporter, ReportSender  # noqa: E402
 
 CADENCE_S = 0.25

@@ -26,5 +26,5 @@ def test_the_bench_module_imports(name: str, monkeypatch: pytest.MonkeyPatch) ->
         importlib.import_module(name)
     finally:  # bench/ names (e2e, measure, peers) must not shadow anything for later tests
         for added in set(sys.modules) - before:
-            if not added.startswith("jobwire"):
+            if Path(getattr(sys.modules[added], "__file__", None) or "/").parent == BENCH:
                 del sys.modules[added]

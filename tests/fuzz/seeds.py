@@ -62,6 +62,7 @@ def seed(name: str, at: Targets) -> dict[str, Any]:
         "AdminService.GetQueueLimits": {"queue": "fuzz"},
         "AdminService.PauseQueue": {"queue": "fuzz"},
         "AdminService.ResumeQueue": {"queue": "fuzz"},
+        "AdminService.ListQueues": {"queue": "fuzz", "minutes": 5},
         "Operations.GetOperation": {"name": f"operations/{at.queued}"},
         "Operations.CancelOperation": {"name": f"operations/{at.queued}"},
         "Operations.WaitOperation": {"name": f"operations/{at.failed}"},

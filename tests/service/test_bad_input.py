@@ -1067,6 +1067,23 @@ MATRIX: dict[str, list[Bad]] = {
     "AdminService.GetQueueLimits": _queue_cases("GetQueueLimits", admin_pb2.GetQueueLimitsRequest),
     "AdminService.PauseQueue": _queue_cases("PauseQueue", admin_pb2.PauseQueueRequest),
     "AdminService.ResumeQueue": _queue_cases("ResumeQueue", admin_pb2.ResumeQueueRequest),
+    "AdminService.ListQueues": [
+        Bad(
+            "ListQueues queue with a space",
+            lambda c: c.served.admin.ListQueues(admin_pb2.ListQueuesRequest(queue="bad name!")),
+            "queue",
+        ),  # type: ignore[attr-defined]
+        Bad(
+            "ListQueues negative minutes",
+            lambda c: c.served.admin.ListQueues(admin_pb2.ListQueuesRequest(minutes=-1)),
+            "minutes",
+        ),  # type: ignore[attr-defined]
+        Bad(
+            "ListQueues past a day",
+            lambda c: c.served.admin.ListQueues(admin_pb2.ListQueuesRequest(minutes=1441)),
+            "minutes",
+        ),  # type: ignore[attr-defined]
+    ],
     "Operations.GetOperation": OPERATIONS_GET,
     "Operations.ListOperations": OPERATIONS_LIST,
     "Operations.WaitOperation": OPERATIONS_WAIT,

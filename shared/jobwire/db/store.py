@@ -25,6 +25,7 @@ from jobwire.db import (
     feed,
     leases,
     queue_limits,
+    queue_reads,
     reads,
     reaper,
     retention,
@@ -60,6 +61,7 @@ from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import LeaseState, LeaseStatus
+from jobwire.domain.queues import QueueOverview
 from jobwire.domain.results import KeptResult
 from jobwire.domain.schedules import Advance, Backlog, Run, ScheduleRecord
 from jobwire.domain.states import Status
@@ -324,6 +326,9 @@ class JobStore:
         self.limited.learn(tenant, queue, not after.none)
         self.recent_queues.forget(tenant, queue)
         return after
+
+    def queue_overview(self, scope: Scope, queue: str, minutes: int) -> QueueOverview:
+        return self.db.read(lambda c: queue_reads.overview(c, scope, queue, minutes))
 
     def get_batch(self, scope: Scope, batch_id: str) -> BatchRecord:
         found = self.db.read(lambda c: batches.get(c, scope, batch_id))

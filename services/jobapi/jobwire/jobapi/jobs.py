@@ -22,6 +22,7 @@ from jobwire.domain.errors import JobNotFound, JobwireError
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
+from jobwire.domain.queues import QueueOverview
 from jobwire.domain.review import Decision, Review
 from jobwire.domain.states import Status
 from jobwire.rpc.auth import Principal
@@ -165,6 +166,11 @@ class Jobs:
         return await self.blocking(
             self.store.list_workers, who.scope, queue, page_size, page_token, self.worker_gone_after
         )
+
+    async def queue_overview(self, who: Principal, queue: str, minutes: int) -> QueueOverview:
+        if queue:
+            who.check_queue(queue)
+        return await self.blocking(self.store.queue_overview, who.scope, queue, minutes)
 
     async def queue_limits(self, who: Principal, queue: str) -> QueueLimits:
         who.check_queue(queue)

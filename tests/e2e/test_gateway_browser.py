@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from auth_files import Token, write_auth_file
 from gateway_support import running_gateway
 from processes import ServerProcess, start_server_process
 
 from jobwire.client import JobClient
-from jobwire.v1 import job_pb2
+from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.alone]  # a browser and a server: timing it keeps to itself
 
@@ -266,3 +267,51 @@ def test_evidence_refuses_a_client_token_and_shows_an_admin_the_trail(page: Any,
     assert "CANCEL" in text(page, "#events").upper() and text(page, "#workers")
     screenshot(page, "evidence", tmp_path)
     print(json.dumps({"evidence_rows": page.locator("#events tbody tr").count()}))
+
+
+def claim_from(stack: Stack, queue: str, job_type: str = "frames") -> list[str]:
+    """One Claim of `queue` with the worker's token, waiting for nothing: the job numbers leased."""
+    with grpc.insecure_channel(stack.server.target) as channel:
+        request = worker_pb2.ClaimRequest(
+            worker_id="browser-test", job_types=[worker_pb2.JobTypeSpec(name=job_type)], queues=[queue], max_jobs=5
+        )
+        reply = worker_pb2_grpc.WorkerServiceStub(channel).Claim(request, metadata=WORKER.metadata, timeout=10)
+    return [lease.job_no for lease in reply.leases]
+
+
+def cell(page: Any, queue: str, field: str) -> str:
+    return text(page, f'#queues tr[data-queue="{queue}"] [data-field={field}]')
+
+
+def test_the_queue_page_counts_the_jobs_made_and_its_pause_holds_the_next_claim(
+    page: Any, stack: Stack, tmp_path: Path
+) -> None:
+    queue = "console-held"  # no fleet worker serves it: the test's claims are the only ones
+    with stack.client() as client:
+        for _ in range(3):
+            client.submit("frames", {"frames": 1}, queue=queue)
+    sign_in(page, ADMIN)
+    page.goto("/queues")
+    assert [cell(page, queue, f) for f in ("queued", "running", "waiting", "state")] == ["3", "0", "0", "Active"]
+    assert page.locator(f'section.queue[data-queue="{queue}"] svg polyline').count() == 3
+    assert (
+        page.locator(f'section.queue[data-queue="{queue}"] [data-series=submitted]').get_attribute("data-total") == "3"
+    )
+
+    page.click(f'#queues tr[data-queue="{queue}"] [data-action=pause]')
+    page.wait_for_load_state()
+    assert cell(page, queue, "state") == "Paused"
+    assert claim_from(stack, queue) == []  # paused: the next claim leases nothing
+    screenshot(page, "queues", tmp_path)
+
+    page.click(f'#queues tr[data-queue="{queue}"] [data-action=resume]')
+    page.wait_for_load_state()
+    assert cell(page, queue, "state") == "Active"
+    assert len(claim_from(stack, queue)) == 3
+    page.reload()
+    assert [cell(page, queue, f) for f in ("queued", "running")] == ["0", "3"]
+
+    page.click("#lang-zh-CN")
+    page.wait_for_load_state()
+    assert text(page, "h1") == "队列" and "排队中" in text(page, "#queues thead")
+    assert cell(page, queue, "state") == "正常"

@@ -108,6 +108,20 @@ class Calls:
         reply = await self._unary(self._admin.ListWorkers(request, timeout=CALL_TIMEOUT_S))
         return list(reply.workers)
 
+    async def queues(self) -> admin_pb2.ListQueuesResponse:
+        """Every queue of the tenant this token may use, with the last hour by the minute."""
+        return await self._unary(self._admin.ListQueues(admin_pb2.ListQueuesRequest(), timeout=CALL_TIMEOUT_S))
+
+    async def pause_queue(self, queue: str) -> None:
+        await self._unary(self._admin.PauseQueue(admin_pb2.PauseQueueRequest(queue=queue), timeout=CALL_TIMEOUT_S))
+
+    async def resume_queue(self, queue: str) -> None:
+        await self._unary(self._admin.ResumeQueue(admin_pb2.ResumeQueueRequest(queue=queue), timeout=CALL_TIMEOUT_S))
+
+    async def set_queue_limits(self, queue: str, limits: admin_pb2.QueueLimits) -> None:
+        request = admin_pb2.SetQueueLimitsRequest(queue=queue, limits=limits)
+        await self._unary(self._admin.SetQueueLimits(request, timeout=CALL_TIMEOUT_S))
+
     async def result(self, job_no: str) -> tuple[str, AsyncGenerator[bytes, None]]:
         """The result's content type and its bytes; an error before the first chunk is raised here."""
         stream = self._jobs.GetResult(job_pb2.GetResultRequest(job_no=job_no))

@@ -64,3 +64,8 @@ def not_found(request: Request, *, job: bool = False) -> Response:
 
 def csrf_refused(request: Request) -> Response:
     return page(request, "error.html", status_code=403, heading_key="error_CSRF", message="", reason="")
+
+
+def not_valid(request: Request) -> Response:
+    """A form whose values the gateway cannot even send (a word where a number goes)."""
+    return page(request, "error.html", status_code=400, heading_key="error_INVALID_ARGUMENT", message="", reason="")

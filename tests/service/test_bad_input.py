@@ -325,6 +325,10 @@ LIST_JOBS = [
     list_jobs("assignee of 129 chars", "assignee", assignee="a" * 129),
     list_jobs("assignee with a newline", "assignee", assignee="a\nb"),
     list_jobs("assignee with a leading space", "assignee", assignee=" alice"),
+    list_jobs("queue with a space", "queue", queue="bad name!"),
+    list_jobs("queue of 65 chars", "queue", queue="q" * 65),
+    list_jobs("label key of 65 chars", "labels", labels={"k" * 65: "v"}),
+    list_jobs("33 labels", "labels", labels={f"k{i}": "v" for i in range(33)}),
 ]
 
 

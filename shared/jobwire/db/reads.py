@@ -172,7 +172,7 @@ def _list_filters(where: JobFilter) -> dict[str, list[str]]:
         "owner": [where.owner] if where.owner else [],
         "job_type": [where.job_type] if where.job_type else [],
         "statuses": sorted({s.value for s in where.statuses}),
-        "queues": sorted(where.scope.queues) if where.scope.queues is not None else [],
+        "queues": [where.queue] if where.queue else sorted(where.scope.queues or ()),
     }
     return {name: values for name, values in filters.items() if values}
 
@@ -184,6 +184,7 @@ def list_queries(where: JobFilter, before: int | None, limit: int) -> list[sa.Se
     rest: list[sa.ColumnElement[bool]] = [
         path[1].in_(filters[path[0]]) for path in _LIST_PATHS if path[0] in filters and path is not lead
     ]
+    rest += [_has_label(key, value) for key, value in sorted(where.labels.items())]
     if before is not None:
         rest.append(job.c.id < before)
     tenant = job.c.tenant == where.tenant
@@ -191,6 +192,13 @@ def list_queries(where: JobFilter, before: int | None, limit: int) -> list[sa.Se
         return [_hinted(select_jobs(tenant, *rest), "ix_job_tenant", limit)]
     name, column, index = lead
     return [_hinted(select_jobs(tenant, column == value, *rest), index, limit) for value in filters[name]]
+
+
+def _has_label(key: str, value: str) -> sa.ColumnElement[bool]:
+    # labels is the JSON object as submit wrote it (sorted keys, ", " and ": "): the pair's own
+    # text, quotes included, is found only as that pair (a quote inside a key or value is escaped)
+    pair = f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
+    return job.c.labels.contains(pair, autoescape=True)
 
 
 def _hinted(query: sa.Select[Any], index: str, limit: int) -> sa.Select[Any]:

@@ -73,6 +73,8 @@ class JobFilter:
     statuses: Sequence[Status] = ()
     job_type: str = ""
     assignee: str = ""  # handed to this reviewer (jobwire.domain.review)
+    queue: str = ""  # one queue (the scope's queues otherwise)
+    labels: Mapping[str, str] = field(default_factory=dict)  # every one of them, with its value
 
     @property
     def tenant(self) -> str:

@@ -128,12 +128,18 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     async def ListJobs(
         self, request: job_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.ListJobsResponse:
+        who = auth.current()
+        queue = limits.name("queue", request.queue) if request.queue else ""
+        if queue:
+            who.check_queue(queue)
         where = JobFilter(
-            scope=auth.current().scope,
+            scope=who.scope,
             owner=limits.key("owner", request.owner),
             statuses=[convert.status(s) for s in request.statuses],
             job_type=limits.name("job_type", request.job_type) if request.job_type else "",
             assignee=limits.key("assignee", request.assignee),
+            queue=queue,
+            labels=limits.labels(request.labels),
         )
         locale = limits.locale(request.locale)
         jobs, token = await self.jobs.list_jobs(where, limits.page_size(request.page_size), request.page_token)

@@ -315,3 +315,61 @@ def test_the_queue_page_counts_the_jobs_made_and_its_pause_holds_the_next_claim(
     page.wait_for_load_state()
     assert text(page, "h1") == "队列" and "排队中" in text(page, "#queues thead")
     assert cell(page, queue, "state") == "正常"
+
+
+def listed(page: Any) -> list[str]:
+    return [str(row.get_attribute("data-job")) for row in page.locator("#jobs tbody tr").all()]
+
+
+def test_search_by_number_filters_and_paging_reach_the_150th_job(page: Any, stack: Stack) -> None:
+    queue = "console-pages"  # no fleet worker serves it: the jobs stay as made
+    with stack.client() as client:
+        made = [
+            client.submit("frames", {"frames": 1}, queue=queue, labels={"part": "tail" if i < 3 else "head"}).job.job_no
+            for i in range(150)
+        ]
+    sign_in(page, CLIENT)
+    page.fill("#f-queue", queue)
+    page.click("#search-go")
+    page.wait_for_load_state()
+    assert listed(page) == made[::-1][:50]
+    page.click("#page-next")
+    page.wait_for_load_state()
+    page.click("#page-next")
+    page.wait_for_load_state()
+    assert listed(page) == made[::-1][100:] and listed(page)[-1] == made[0]  # the 150th newest
+    assert page.locator("#page-next").count() == 0
+    page.click("#page-previous")
+    page.wait_for_load_state()
+    assert listed(page) == made[::-1][50:100]
+
+    page.fill("#f-label", "part=tail")
+    page.click("#search-go")
+    page.wait_for_load_state()
+    assert listed(page) == made[2::-1]  # the label narrows the queue's 150 to its 3
+
+    page.goto("/jobs")
+    page.fill("#f-job-no", made[75])
+    page.click("#search-go")
+    page.wait_for_load_state()
+    assert listed(page) == [made[75]]
+
+
+def test_bulk_cancel_of_three_ticked_jobs_cancels_exactly_those(page: Any, stack: Stack) -> None:
+    queue = "console-bulk"
+    with stack.client() as client:
+        made = [client.submit("frames", {"frames": 1}, queue=queue).job.job_no for _ in range(5)]
+    sign_in(page, CLIENT)
+    page.goto(f"/jobs?queue={queue}")
+    ticked = made[1:4]
+    for job_no in ticked:
+        page.check(f'#jobs tr[data-job="{job_no}"] input[type=checkbox]')
+    page.click("#bulk-cancel")
+    page.wait_for_load_state()
+    assert page.locator('#outcomes tr[data-done="yes"]').count() == 3
+    with stack.client() as client:
+        statuses = {job_no: client.get(job_no).status for job_no in made}
+    assert statuses == {n: job_pb2.Job.CANCELLED if n in ticked else job_pb2.Job.QUEUED for n in made}
+    page.click("#back")
+    page.wait_for_load_state()
+    assert page.url.endswith(f"/jobs?queue={queue}")

@@ -72,10 +72,12 @@ async def complete(served: Served, lease: worker_pb2.Lease, data: bytes, content
     return await served.workers.Complete(done, metadata=WORKER.metadata)
 
 
-async def fail(served: Served, lease: worker_pb2.Lease, message: str = "boom", detail: str = "") -> job_pb2.Job:
+async def fail(
+    served: Served, lease: worker_pb2.Lease, message: str = "boom", detail: str = "", *, retryable: bool = False
+) -> job_pb2.Job:
     request = worker_pb2.FailRequest(
         job_no=lease.job_no, worker_token=lease.worker_token, category=job_pb2.JobError.PROCESSING_ERROR,
-        message=message, retryable=False,
+        message=message, retryable=retryable,
     )  # fmt: skip
     if detail:
         request.detail = detail

@@ -46,6 +46,7 @@ def build_app(settings: GatewaySettings) -> Starlette:
             Route("/jobs", routes.jobs_page),
             Route("/live", routes.jobs_stream),
             Route("/live/jobs", routes.jobs_page_stream),
+            Route("/jobs/bulk", routes.bulk, methods=["POST"]),
             Route("/jobs/{job_no}", routes.job_page),
             Route("/jobs/{job_no}/result", routes.download),
             Route("/jobs/{job_no}/cancel", routes.cancel, methods=["POST"]),

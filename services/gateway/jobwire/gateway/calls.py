@@ -7,7 +7,7 @@ per page or live stream: a person's token never rides on anyone else's calls.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Self, TypeVar
@@ -19,9 +19,11 @@ import grpc.aio
 from jobwire.client import ChannelConfig, aio_channel
 from jobwire.client.channel import FIXED_WINDOW_OPTIONS
 from jobwire.client.errors import PermissionDeniedError, from_rpc_error
+from jobwire.gateway.search import JobQuery
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
 T = TypeVar("T")
+EVERY_JOB = JobQuery()
 CALL_TIMEOUT_S = 10.0
 PAGE_SIZE = 100
 
@@ -57,11 +59,12 @@ class Calls:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
-    async def list_jobs(self, statuses: Iterable[int] = (), page_size: int = PAGE_SIZE) -> list[job_pb2.Job]:
-        """The first page of the caller's jobs, newest first as the server lists them."""
-        request = job_pb2.ListJobsRequest(statuses=list(statuses), page_size=page_size, locale=self.locale)  # type: ignore[arg-type]
-        reply = await self._unary(self._jobs.ListJobs(request, timeout=CALL_TIMEOUT_S))
-        return list(reply.jobs)
+    async def list_jobs(
+        self, query: JobQuery = EVERY_JOB, page_size: int = PAGE_SIZE, page_token: str = ""
+    ) -> job_pb2.ListJobsResponse:
+        """A page of the caller's jobs that `query` lets through, newest first as the server lists them."""
+        request = query.request(page_size=page_size, page_token=page_token, locale=self.locale)
+        return await self._unary(self._jobs.ListJobs(request, timeout=CALL_TIMEOUT_S))
 
     async def get(self, job_no: str) -> job_pb2.Job:
         request = job_pb2.GetRequest(job_no=job_no, locale=self.locale)

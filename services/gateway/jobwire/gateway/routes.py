@@ -11,13 +11,20 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from jobwire.client import ClientError, PermissionDeniedError, UnauthenticatedError
-from jobwire.client.convert import status_name, status_value
+from jobwire.client import (
+    ClientError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from jobwire.client.render import status_label
 from jobwire.gateway import budget, session, sse
 from jobwire.gateway.calls import Calls
-from jobwire.gateway.errors import csrf_refused, error_response
+from jobwire.gateway.errors import csrf_refused, error_response, not_valid
 from jobwire.gateway.pages import locale_of, page
+from jobwire.gateway.search import PAGE_SIZE, JobQuery, Paging
 from jobwire.gateway.settings import GatewaySettings
 from jobwire.gateway.views import download_headers, job_view
 from jobwire.v1 import job_pb2
@@ -85,27 +92,34 @@ async def choose_language(request: Request) -> Response:
     return response
 
 
-def _status_filter(request: Request) -> str:
-    """The status `?status=` names (the form sends RUNNING; a typed Processing or 正在处理 works too),
-    by its name; empty (every status) when it names none."""
-    try:
-        return status_name(status_value(request.query_params.get("status", "")))
-    except ValueError:
-        return ""
-
-
 async def jobs_page(request: Request) -> Response:
-    chosen = _status_filter(request)
+    query, paging = JobQuery.of(request.query_params), Paging.of(request.query_params)
     locale = locale_of(request)
     async with calls_for(request) as calls:
-        jobs = await calls.list_jobs([job_pb2.Job.Status.Value(chosen)] if chosen else [])
+        if query.job_no:
+            jobs, next_token = await _numbered(calls, query.job_no), ""
+        else:
+            reply = await calls.list_jobs(query, page_size=PAGE_SIZE, page_token=paging.token)
+            jobs, next_token = list(reply.jobs), reply.next_page_token
     return page(
         request,
         "jobs.html",
         jobs=[job_view(job, locale) for job in jobs],
         options=[(name, status_label(job_pb2.Job.Status.Value(name), locale)) for name in _STATUS_NAMES],
-        chosen=chosen,
+        query=query,
+        next_href=paging.next_href(query, next_token) if next_token else "",
+        previous_href=paging.previous_href(query),
+        # New jobs show on the first page of a list; any other page follows only its own rows.
+        finds_new=paging.first and not query.job_no,
     )
+
+
+async def _numbered(calls: Calls, job_no: str) -> list[job_pb2.Job]:
+    """The job of that number, as a list of one; none when there is no such job of the caller's."""
+    try:
+        return [await calls.get(job_no)]
+    except (NotFoundError, InvalidArgumentError):
+        return []
 
 
 async def job_page(request: Request) -> Response:
@@ -148,14 +162,13 @@ async def jobs_stream(request: Request) -> Response:
 
 
 async def jobs_page_stream(request: Request) -> Response:
-    """The jobs page's updates: the listed jobs (`job=`, not ended; `seen=`, ended) and new ones."""
-    chosen = _status_filter(request)
+    """The jobs page's updates: the listed jobs (`job=`, not ended; `seen=`, ended) and new ones
+    its filters (the page's own address's) let through."""
     params = request.query_params
     jobs = sse.NewJobs(params.getlist("job")[: sse.MAX_WATCHED], params.getlist("seen")[: sse.MAX_WATCHED])
-    statuses = [job_pb2.Job.Status.Value(chosen)] if chosen else []
     calls = calls_for(request)
     events = sse.page_events(
-        calls, statuses, jobs, hold=_hold(request, jobs.weight), listings=request.app.state.listings,
+        calls, JobQuery.of(params), jobs, hold=_hold(request, jobs.weight), listings=request.app.state.listings,
         person=budget.person_of(session.token_of(request) or ""),
     )  # fmt: skip
     return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
@@ -182,6 +195,35 @@ async def _act(request: Request, action: Callable[[Calls, str], Awaitable[job_pb
     async with calls_for(request) as calls:
         await action(calls, job_no)
     return RedirectResponse(f"/jobs/{job_no}", status_code=303)
+
+
+async def bulk(request: Request) -> Response:
+    """Cancel or retry the jobs ticked on the jobs page, one call each (the server checks each
+    job and the role); a page then says what became of every one of them."""
+    form = await request.form()
+    if not session.csrf_ok(request, form.get(session.CSRF_FIELD)):
+        return csrf_refused(request)
+    action = form.get("action")
+    job_nos = list(dict.fromkeys(str(v) for v in form.getlist("job")))
+    if action not in _BULK or not job_nos or len(job_nos) > MAX_BULK:
+        return not_valid(request)
+    outcomes = []
+    async with calls_for(request) as calls:
+        for job_no in job_nos:
+            try:
+                job = await _BULK[action](calls, job_no)
+                outcomes.append({"job_no": job_no, "done": True, "said": job.display.status_label})
+            except (UnauthenticatedError, UnavailableError):
+                raise  # the whole page's trouble: sign in again, or try later
+            except ClientError as error:
+                outcomes.append({"job_no": job_no, "done": False, "said": error.message})
+    back = local_path(str(form.get("back", "")))
+    return page(request, "bulk.html", action=action, outcomes=outcomes, back=back)
+
+
+# Cancel and Retry are a person's own calls, job by job, as on a job's page.
+_BULK: dict[object, Callable[[Calls, str], Awaitable[job_pb2.Job]]] = {"cancel": Calls.cancel, "retry": Calls.retry}
+MAX_BULK = 2 * PAGE_SIZE
 
 
 class _Download(StreamingResponse):

@@ -9,10 +9,11 @@ from __future__ import annotations
 import mimetypes
 import re
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobwire.client.convert import is_terminal, status_name
-from jobwire.client.render import fmt_time, percent
+from jobwire.client.render import fmt_elapsed, fmt_time, percent
 from jobwire.gateway.i18n import t
 from jobwire.v1 import job_pb2
 
@@ -42,7 +43,11 @@ class JobView:
     actions: tuple[str, ...]
     terminal: bool
     attempt: str
+    queue: str
+    owner: str
     created: str
+    started: str
+    duration: str  # started to finished, or to now while it runs; "" before it starts
     finished: str
     updated: str
     result_summary: str
@@ -69,12 +74,24 @@ def job_view(job: job_pb2.Job, locale: str) -> JobView:
         actions=tuple(ACTIONS[a] for a in job.display.actions if a in ACTIONS),
         terminal=is_terminal(job),
         attempt=f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt),
+        queue=job.queue,
+        owner=job.owner,
         created=fmt_time(job.created_at),
+        started=fmt_time(job.started_at) if job.HasField("started_at") else "",
+        duration=_duration(job),
         finished=fmt_time(job.finished_at),
         updated=fmt_time(job.updated_at, short=True),
         result_summary=job.result.summary if job.HasField("result") else "",
         error_message=job.error.message if job.HasField("error") else "",
     )
+
+
+def _duration(job: job_pb2.Job) -> str:
+    """How long it ran: from its start to its end, or to now (this machine's clock) while it runs."""
+    if not job.HasField("started_at"):
+        return ""
+    end = job.finished_at.ToDatetime(UTC) if job.HasField("finished_at") else datetime.now(UTC)
+    return fmt_elapsed(max(timedelta(0), end - job.started_at.ToDatetime(UTC)))
 
 
 def _units(p: job_pb2.Progress, locale: str) -> str:

@@ -40,6 +40,7 @@ def seed(name: str, at: Targets) -> dict[str, Any]:
         "JobService.CancelBatch": {"batch_id": at.batch_id},
         "JobService.Resolve": {"job_no": at.queued, "decision": job_pb2.Review.APPROVE},
         "JobService.GetResult": {"job_no": at.failed},
+        "JobService.GetPayload": {"job_no": at.queued, "max_bytes": 16},
         "JobService.WatchJobs": {"job_nos": [at.queued]},
         "ScheduleService.CreateSchedule": {"schedule_id": "fuzz", "cron": "0 2 * * *", "template": template},
         "ScheduleService.GetSchedule": {"schedule_id": at.schedule_id},

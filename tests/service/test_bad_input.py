@@ -934,6 +934,18 @@ GET_RESULT = _job_no_cases(
     lambda c, n: first_message(c.served.jobs.GetResult(job_pb2.GetResultRequest(job_no=n))),  # type: ignore[attr-defined]
 )
 
+GET_PAYLOAD = [
+    *_job_no_cases(
+        "GetPayload",
+        lambda c, n: c.served.jobs.GetPayload(job_pb2.GetPayloadRequest(job_no=n)),  # type: ignore[attr-defined]
+    ),
+    Bad(
+        "GetPayload negative max_bytes",
+        lambda c: c.served.jobs.GetPayload(job_pb2.GetPayloadRequest(job_no=c.job_no, max_bytes=-1)),  # type: ignore[attr-defined]
+        "max_bytes",
+    ),
+]
+
 LIST_WORKERS = [
     Bad(
         "ListWorkers queue with a space",
@@ -1047,6 +1059,7 @@ MATRIX: dict[str, list[Bad]] = {
     "JobService.GetBatch": GET_BATCH,
     "JobService.CancelBatch": CANCEL_BATCH,
     "JobService.GetResult": GET_RESULT,
+    "JobService.GetPayload": GET_PAYLOAD,
     "WorkerService.Claim": CLAIM,
     "WorkerService.Heartbeat": HEARTBEAT,
     "WorkerService.ReportStage": REPORT,

@@ -408,6 +408,16 @@ def kept_result(conn: Connection, scope: Scope, job_no: str) -> KeptRow | None:
     )  # fmt: skip
 
 
+def payload(conn: Connection, scope: Scope, job_no: str, max_bytes: int) -> tuple[bytes, int] | None:
+    """The first `max_bytes` of a job's payload and its whole size; None for a job `scope` does not see.
+    Cut by the database, so a 1 MiB payload read for a preview crosses the wire as the preview."""
+    query = sa.select(
+        sa.func.substr(job.c.payload, 1, max_bytes).label("head"), sa.func.length(job.c.payload).label("size")
+    ).where(*scoped(scope), job.c.job_no == job_no)
+    found = conn.execute(query).first()
+    return None if found is None else (bytes(found.head or b""), int(found.size or 0))
+
+
 def lease_held(conn: Connection, tenant: str, job_no: str, token: str) -> bool:
     """True while `token` is the current lease of the job `job_no` of `tenant` (an upload is
     fenced on it); a shared fleet's (tenant "*"): of the tenant whose job of that number it leases."""

@@ -260,6 +260,13 @@ class JobStore:
             raise ResultNotAvailable("the worker published this result itself: fetch it from the job's result.uri")
         return found.content_type, KeptResult(inline=found.inline, stored_key=found.stored_key)
 
+    def payload(self, scope: Scope, job_no: str, max_bytes: int) -> tuple[bytes, int]:
+        """The first `max_bytes` of the job's payload, and its whole size."""
+        found = self.db.read(lambda c: reads.payload(c, scope, job_no, max_bytes))
+        if found is None:
+            raise JobNotFound()
+        return found
+
     def lease_held(self, tenant: str, job_no: str, token: str) -> bool:
         return self.db.read(lambda c: reads.lease_held(c, tenant, job_no, token))
 

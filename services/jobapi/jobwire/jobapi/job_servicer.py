@@ -108,6 +108,15 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         job = await self.jobs.get(auth.current(), limits.job_no(request.job_no))
         return convert.job_to_proto(job, limits.locale(request.locale))
 
+    async def GetPayload(
+        self, request: job_pb2.GetPayloadRequest, context: grpc.aio.ServicerContext
+    ) -> job_pb2.GetPayloadResponse:
+        if request.max_bytes < 0:
+            raise InvalidArgument("max_bytes", "must not be negative (0: the whole payload)")
+        wanted = min(request.max_bytes or limits.MAX_PAYLOAD_BYTES, limits.MAX_PAYLOAD_BYTES)
+        data, size = await self.jobs.payload(auth.current(), limits.job_no(request.job_no), wanted)
+        return job_pb2.GetPayloadResponse(data=data, size_bytes=size)
+
     async def Cancel(self, request: job_pb2.CancelRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         locale = limits.locale(request.locale)  # a bad request is refused before anything changes
         job = await self.jobs.cancel(auth.current(), limits.job_no(request.job_no))

@@ -94,6 +94,9 @@ class Jobs:
     async def get(self, who: Principal, job_no: str) -> JobRecord:
         return await self.blocking(lambda: self.store.get(who.scope, job_no, no_worker_after=self.no_worker_after))
 
+    async def payload(self, who: Principal, job_no: str, max_bytes: int) -> tuple[bytes, int]:
+        return await self.blocking(self.store.payload, who.scope, job_no, max_bytes)
+
     async def check_visible(self, who: Principal, job_nos: Sequence[str]) -> None:
         """NOT_FOUND unless the caller sees every one of `job_nos`, before a watch of them starts.
 

@@ -41,6 +41,7 @@ CLIENT = Token("browser-client-token", tenant="acme")
 ADMIN = Token("browser-admin-token", tenant="acme", role="admin")
 WORKER = Token("browser-worker-token", tenant="acme", role="worker")
 NEWCOMER = Token("browser-newcomer-token", tenant="initech")  # a tenant with no job yet
+OPERATOR = Token("browser-operator-token", tenant="acme", roles=("client", "admin"), name="olivia")
 WAIT_MS = 60_000
 PERCENT = re.compile(r"^\d+%$")
 
@@ -79,7 +80,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("gateway-browser")
-    auth = write_auth_file(root / "auth.toml", [CLIENT, ADMIN, WORKER, NEWCOMER])
+    auth = write_auth_file(root / "auth.toml", [CLIENT, ADMIN, WORKER, NEWCOMER, OPERATOR])
     env = {
         "JOBWIRE_DATABASE_URL": f"sqlite:///{root / 'jobwire.db'}",
         "JOBWIRE_LISTEN": "127.0.0.1:0",
@@ -269,14 +270,19 @@ def test_evidence_refuses_a_client_token_and_shows_an_admin_the_trail(page: Any,
     print(json.dumps({"evidence_rows": page.locator("#events tbody tr").count()}))
 
 
-def claim_from(stack: Stack, queue: str, job_type: str = "frames") -> list[str]:
-    """One Claim of `queue` with the worker's token, waiting for nothing: the job numbers leased."""
+def worker_call(stack: Stack, method: str, request: Any) -> Any:
+    """One WorkerService call with the worker's token, as the test's own worker."""
     with grpc.insecure_channel(stack.server.target) as channel:
-        request = worker_pb2.ClaimRequest(
-            worker_id="browser-test", job_types=[worker_pb2.JobTypeSpec(name=job_type)], queues=[queue], max_jobs=5
-        )
-        reply = worker_pb2_grpc.WorkerServiceStub(channel).Claim(request, metadata=WORKER.metadata, timeout=10)
-    return [lease.job_no for lease in reply.leases]
+        call = getattr(worker_pb2_grpc.WorkerServiceStub(channel), method)
+        return call(request, metadata=WORKER.metadata, timeout=10)
+
+
+def claim_from(stack: Stack, queue: str, job_type: str = "frames") -> list[worker_pb2.Lease]:
+    """One Claim of `queue` with the worker's token, waiting for nothing: the leases it got."""
+    request = worker_pb2.ClaimRequest(
+        worker_id="browser-test", job_types=[worker_pb2.JobTypeSpec(name=job_type)], queues=[queue], max_jobs=5
+    )
+    return list(worker_call(stack, "Claim", request).leases)
 
 
 def cell(page: Any, queue: str, field: str) -> str:
@@ -373,3 +379,62 @@ def test_bulk_cancel_of_three_ticked_jobs_cancels_exactly_those(page: Any, stack
     page.click("#back")
     page.wait_for_load_state()
     assert page.url.endswith(f"/jobs?queue={queue}")
+
+
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    + "".join(f'  File "/srv/app/{"deep/" * 30}step_{i}.py", line {i}, in run\n    {"y" * 400}\n' for i in range(60))
+    + "ValueError: "
+    + "z" * 2000
+)  # long lines and a word no line break can split
+
+
+def page_width(page: Any) -> int:
+    return int(page.evaluate("document.documentElement.scrollWidth"))
+
+
+def test_a_job_page_shows_payload_result_preview_and_timeline_and_a_traceback_keeps_to_the_page(
+    page: Any, stack: Stack, tmp_path: Path
+) -> None:
+    queue = "console-detail"
+    with stack.client() as client:
+        done = client.submit("frames", {"source": "<b>bold?</b>", "frames": 2}, queue=queue).job.job_no
+        broken = client.submit("frames", {"frames": 1}, queue=queue).job.job_no
+    leases = {lease.job_no: lease for lease in claim_from(stack, queue)}
+    finished = worker_pb2.CompleteRequest(
+        job_no=done, worker_token=leases[done].worker_token, inline_result=b'{"rows": 2, "ok": true}'
+    )
+    finished.result.content_type = "application/json"
+    worker_call(stack, "Complete", finished)
+    worker_call(stack, "Fail", worker_pb2.FailRequest(
+        job_no=broken, worker_token=leases[broken].worker_token, category=job_pb2.JobError.PROCESSING_ERROR,
+        message="the codec gave up", retryable=False, detail=TRACEBACK,
+    ))  # fmt: skip
+
+    sign_in(page, OPERATOR)
+    page.goto(f"/jobs/{done}")
+    assert json.loads(text(page, "#payload-preview")) == {"frames": 2, "source": "<b>bold?</b>"}
+    assert page.locator("#payload-preview b").count() == 0  # shown as text, never as markup
+    assert json.loads(text(page, "#result-preview")) == {"ok": True, "rows": 2}
+    kinds = [str(k) for k in page.locator("#events tbody tr").evaluate_all("rows => rows.map(r => r.dataset.kind)")]
+    assert kinds[:2] == ["SUBMITTED", "CLAIMED"] and kinds[-1] == "COMPLETED"
+    assert "worker browser-test" in text(page, "#events")
+    screenshot(page, "job-detail", tmp_path)
+
+    viewport = page.viewport_size["width"]
+    for path in (f"/jobs/{broken}", f"/evidence?job={broken}"):
+        page.goto(path)
+        failed = page.locator('#events tr[data-kind="FAILED"] details')
+        assert text(page, '#events tr[data-kind="FAILED"] summary') == "PROCESSING_ERROR: the codec gave up"
+        assert not failed.locator("pre").is_visible()  # folded to its first line
+        assert page_width(page) <= viewport, path
+        page.click('#events tr[data-kind="FAILED"] summary')
+        assert failed.locator("pre").is_visible()  # opens on a click
+        assert "Traceback (most recent call last)" in text(page, '#events tr[data-kind="FAILED"] pre')
+        assert page_width(page) <= viewport, path  # open, the traceback wraps inside the page
+    screenshot(page, "evidence-traceback", tmp_path)
+
+    page.click("#lang-zh-CN")
+    page.wait_for_load_state()
+    page.goto(f"/jobs/{done}")
+    assert text(page, "#payload h2") == "输入数据" and text(page, "#timeline h2") == "时间线"

@@ -18,7 +18,7 @@ import grpc.aio
 
 from jobwire.client import ChannelConfig, aio_channel
 from jobwire.client.channel import FIXED_WINDOW_OPTIONS
-from jobwire.client.errors import PermissionDeniedError, from_rpc_error
+from jobwire.client.errors import from_rpc_error
 from jobwire.gateway.search import JobQuery
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
 
@@ -26,6 +26,7 @@ T = TypeVar("T")
 EVERY_JOB = JobQuery()
 CALL_TIMEOUT_S = 10.0
 PAGE_SIZE = 100
+MAX_EVENTS = 1000  # a job reporting progress for hours has tens of thousands: a page shows the first
 
 
 class Calls:
@@ -70,6 +71,12 @@ class Calls:
         request = job_pb2.GetRequest(job_no=job_no, locale=self.locale)
         return await self._unary(self._jobs.Get(request, timeout=CALL_TIMEOUT_S))
 
+    async def payload(self, job_no: str, max_bytes: int) -> tuple[bytes, int]:
+        """The first `max_bytes` of the job's payload, and its whole size."""
+        request = job_pb2.GetPayloadRequest(job_no=job_no, max_bytes=max_bytes)
+        reply = await self._unary(self._jobs.GetPayload(request, timeout=CALL_TIMEOUT_S))
+        return reply.data, reply.size_bytes
+
     async def cancel(self, job_no: str) -> job_pb2.Job:
         request = job_pb2.CancelRequest(job_no=job_no, locale=self.locale)
         return await self._unary(self._jobs.Cancel(request, timeout=CALL_TIMEOUT_S))
@@ -77,15 +84,6 @@ class Calls:
     async def retry(self, job_no: str, *, force: bool = False) -> job_pb2.Job:
         request = job_pb2.RetryRequest(job_no=job_no, locale=self.locale, force=force)
         return await self._unary(self._jobs.Retry(request, timeout=CALL_TIMEOUT_S))
-
-    async def is_admin(self, job_no: str) -> bool:
-        """Whether this token has the admin role: asked with the cheapest admin call, about the job at hand."""
-        request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=1)
-        try:
-            await self._unary(self._admin.ListEvents(request, timeout=CALL_TIMEOUT_S))
-        except PermissionDeniedError:
-            return False
-        return True
 
     async def requeue(self, job_no: str, reason: str) -> job_pb2.Job:
         request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)
@@ -96,13 +94,13 @@ class Calls:
         return list(reply.findings)
 
     async def events(self, job_no: str) -> list[admin_pb2.JobEvent]:
-        """The job's whole evidence trail, oldest first."""
+        """The job's evidence trail, oldest first: its first MAX_EVENTS (a page is read whole)."""
         request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=PAGE_SIZE)
         events: list[admin_pb2.JobEvent] = []
         while True:
             page = await self._unary(self._admin.ListEvents(request, timeout=CALL_TIMEOUT_S))
             events.extend(page.events)
-            if not page.next_page_token:
+            if not page.next_page_token or len(events) >= MAX_EVENTS:
                 return events
             request.page_token = page.next_page_token
 

@@ -10,25 +10,11 @@ from starlette.responses import RedirectResponse, Response
 
 from jobwire.client.render import fmt_time, status_label
 from jobwire.gateway import session
+from jobwire.gateway.detail import timeline
 from jobwire.gateway.errors import csrf_refused
 from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.routes import calls_for
 from jobwire.v1 import admin_pb2
-
-
-def _change(event: admin_pb2.JobEvent, locale: str) -> str:
-    before, after = event.from_status, event.to_status
-    if not after:
-        return ""
-    if before in (0, after):
-        return status_label(after, locale)
-    return f"{status_label(before, locale)} → {status_label(after, locale)}"
-
-
-def _units(event: admin_pb2.JobEvent) -> str:
-    if event.HasField("total_units"):
-        return f"{event.processed_units}/{event.total_units}"
-    return str(event.processed_units) if event.processed_units else ""
 
 
 async def evidence_page(request: Request) -> Response:
@@ -64,20 +50,7 @@ async def evidence_page(request: Request) -> Response:
             }
             for w in workers
         ],
-        events=[
-            {
-                "version": e.version,
-                "time": fmt_time(e.created_at, short=True),
-                "kind": e.kind,
-                "change": _change(e, locale),
-                "stage": e.stage,
-                "units": _units(e),
-                "worker": e.worker_id,
-                "attempt": e.attempt,
-                "detail": e.detail,
-            }
-            for e in events
-        ],
+        events=timeline(events, locale),
     )
 
 

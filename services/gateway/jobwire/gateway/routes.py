@@ -22,12 +22,13 @@ from jobwire.client import (
 from jobwire.client.render import status_label
 from jobwire.gateway import budget, session, sse
 from jobwire.gateway.calls import Calls
+from jobwire.gateway.detail import PREVIEW_BYTES, Preview, head, preview, timeline
 from jobwire.gateway.errors import csrf_refused, error_response, not_valid
 from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.search import PAGE_SIZE, JobQuery, Paging
 from jobwire.gateway.settings import GatewaySettings
 from jobwire.gateway.views import download_headers, job_view
-from jobwire.v1 import job_pb2
+from jobwire.v1 import admin_pb2, job_pb2
 
 _STATUS_NAMES = [name for name in job_pb2.Job.Status.keys() if name != "STATUS_UNSPECIFIED"]  # noqa: SIM118
 
@@ -123,21 +124,52 @@ async def _numbered(calls: Calls, job_no: str) -> list[job_pb2.Job]:
 
 
 async def job_page(request: Request) -> Response:
+    """A job: its state (live until it ends), payload, result preview, links, and for an admin its timeline."""
+    locale = locale_of(request)
     async with calls_for(request) as calls:
         job = await calls.get(request.path_params["job_no"])
-        force_retry = await _may_force_retry(calls, job)
-    return page(request, "job.html", job=job_view(job, locale_of(request)), force_retry=force_retry)
+        data, size = await calls.payload(job.job_no, PREVIEW_BYTES)
+        result = await _result_preview(calls, job)
+        events = await _timeline(calls, job.job_no)
+    # A FAILED job whose error is not retryable offers an admin a forced retry: its Display
+    # offers RETRY only when the error is retryable; the forced Retry is checked again when it comes.
+    force_retry = (
+        job.status == job_pb2.Job.FAILED and job_pb2.Display.RETRY not in job.display.actions and events is not None
+    )
+    return page(
+        request,
+        "job.html",
+        job=job_view(job, locale),
+        force_retry=force_retry,
+        payload=preview(data, size),
+        result=result,
+        result_type=job.result.content_type,
+        depends_on=list(job.depends_on),
+        batch_id=job.batch_id,
+        events=timeline(events, locale) if events is not None else None,
+    )
 
 
-async def _may_force_retry(calls: Calls, job: job_pb2.Job) -> bool:
-    """A FAILED job whose error is not retryable offers an admin a forced retry.
+async def _result_preview(calls: Calls, job: job_pb2.Job) -> Preview | None:
+    """A READY job's result as the page previews it: read only when the server keeps it and it is small."""
+    if job.status != job_pb2.Job.READY:
+        return None
+    if job_pb2.Display.DOWNLOAD not in job.display.actions or job.result.size_bytes > PREVIEW_BYTES:
+        return preview(b"", job.result.size_bytes, job.result.content_type)  # its size and type, and the download
+    content_type, chunks = await calls.result(job.job_no)
+    try:
+        data = await head(chunks)
+    finally:
+        await chunks.aclose()
+    return preview(data, job.result.size_bytes or len(data), content_type)
 
-    The job's Display offers RETRY only when the error is retryable; who is an admin only the
-    server knows, so it is asked (and the forced Retry is checked again when it comes).
-    """
-    if job.status != job_pb2.Job.FAILED or job_pb2.Display.RETRY in job.display.actions:
-        return False
-    return await calls.is_admin(job.job_no)
+
+async def _timeline(calls: Calls, job_no: str) -> list[admin_pb2.JobEvent] | None:
+    """The job's events for a token with the admin role (evidence is an operator's); None for any other."""
+    try:
+        return await calls.events(job_no)
+    except PermissionDeniedError:
+        return None
 
 
 def _hold(request: Request, watched: int) -> sse.Hold:

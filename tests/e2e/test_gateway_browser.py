@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -438,3 +439,55 @@ def test_a_job_page_shows_payload_result_preview_and_timeline_and_a_traceback_ke
     page.wait_for_load_state()
     page.goto(f"/jobs/{done}")
     assert text(page, "#payload h2") == "输入数据" and text(page, "#timeline h2") == "时间线"
+
+
+def reload_until(page: Any, selector: str, value: str, attribute: str, timeout_s: float = 30.0) -> None:
+    """Reload `page` until `selector`'s `attribute` is `value`: the server decides, the page only shows."""
+    deadline = time.monotonic() + timeout_s
+    while (page.locator(selector).get_attribute(attribute) if page.locator(selector).count() else None) != value:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{selector} never had {attribute}={value}")
+        page.wait_for_timeout(250)  # the gap between two reads of the page, not a wait for the answer
+        page.reload()
+
+
+def test_the_workers_page_marks_a_killed_worker_gone(browser: Any, tmp_path: Path) -> None:
+    """A server of its own with short leases (2 s, grace 1 s): a worker killed is gone within 3 s."""
+    auth = write_auth_file(tmp_path / "auth.toml", [ADMIN, WORKER])
+    env = {
+        "JOBWIRE_DATABASE_URL": f"sqlite:///{tmp_path / 'jobwire.db'}", "JOBWIRE_LISTEN": "127.0.0.1:0",
+        "JOBWIRE_AUTH_FILE": str(auth), "JOBWIRE_PROCESSES": "1",
+        "JOBWIRE_LEASE_SECONDS": "2", "JOBWIRE_STALL_GRACE_SECONDS": "1",
+    }  # fmt: skip
+    server = start_server_process(["jobwire", "serve"], env)
+    worker_env = {**os.environ, "JOBWIRE_TOKEN": WORKER.secret}
+    args = [str(BIN / "jobwire-worker"), "--target", server.target, "--handlers", "jobwire.examples:handlers",
+            "--worker-id", "doomed-worker", "--claim-wait", "0.5", "--queue", "doomed"]  # fmt: skip
+    (tmp_path / "host").mkdir()
+    doomed = subprocess.Popen(
+        args, env=worker_env, cwd=tmp_path / "host", stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    try:
+        with running_gateway(server.target) as gateway:
+            context = browser.new_context(base_url=gateway, locale="en-US", viewport={"width": 1000, "height": 620})
+            context.set_default_timeout(WAIT_MS)
+            page = context.new_page()
+            sign_in(page, ADMIN)
+            page.goto("/workers")
+            row = '#workers tr[data-worker="doomed-worker"]'
+            reload_until(page, row, "live", "data-state")
+            assert text(page, f"{row} [data-field=state]") == "Live" and "doomed" in text(page, row)
+            doomed.kill()  # no goodbye: only its silence tells
+            doomed.wait(10)
+            reload_until(page, row, "gone", "data-state")
+            assert text(page, f"{row} [data-field=state]") == "Gone"
+            screenshot(page, "workers", tmp_path)
+            page.click("#lang-zh-CN")
+            page.wait_for_load_state()
+            assert text(page, "h1") == "处理程序" and text(page, f"{row} [data-field=state]") == "已离线"
+            context.close()
+    finally:
+        if doomed.poll() is None:
+            doomed.kill()
+            doomed.wait(10)
+        server.kill()

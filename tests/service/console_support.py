@@ -22,7 +22,8 @@ CLIENT = Token("console-client-token", tenant="acme")
 ADMIN = Token("console-admin-token", tenant="acme", roles=("client", "admin"), name="olivia")
 WORKER = Token("console-worker-token", tenant="acme", role="worker")
 OTHER = Token("console-globex-token", tenant="globex", roles=("client", "admin"))
-TOKENS = [CLIENT, ADMIN, WORKER, OTHER]
+FLEET = Token("console-fleet-token", tenant="*", role="worker")  # a shared fleet's worker
+TOKENS = [CLIENT, ADMIN, WORKER, OTHER, FLEET]
 ZH = {"Accept-Language": "zh-CN,zh;q=0.9"}
 
 
@@ -57,13 +58,13 @@ async def submit(served: Served, token: Token = CLIENT, job_type: str = "frames"
 
 
 async def claim(
-    served: Served, job_type: str = "frames", queue: str = "", worker_id: str = "w1"
+    served: Served, job_type: str = "frames", queue: str = "", worker_id: str = "w1", token: Token = WORKER
 ) -> list[worker_pb2.Lease]:
     request = worker_pb2.ClaimRequest(
         worker_id=worker_id, job_types=[worker_pb2.JobTypeSpec(name=job_type)], max_jobs=1,
         queues=[queue] if queue else [],
     )  # fmt: skip
-    return list((await served.workers.Claim(request, metadata=WORKER.metadata)).leases)
+    return list((await served.workers.Claim(request, metadata=token.metadata)).leases)
 
 
 async def complete(served: Served, lease: worker_pb2.Lease, data: bytes, content_type: str) -> job_pb2.Job:

@@ -104,10 +104,10 @@ class Calls:
                 return events
             request.page_token = page.next_page_token
 
-    async def workers(self) -> list[admin_pb2.WorkerInfo]:
-        request = admin_pb2.ListWorkersRequest(page_size=PAGE_SIZE)
-        reply = await self._unary(self._admin.ListWorkers(request, timeout=CALL_TIMEOUT_S))
-        return list(reply.workers)
+    async def workers(self, page_token: str = "") -> admin_pb2.ListWorkersResponse:
+        """A page of the workers that serve the tenant, by id, each live or gone as the server decides."""
+        request = admin_pb2.ListWorkersRequest(page_size=PAGE_SIZE, page_token=page_token)
+        return await self._unary(self._admin.ListWorkers(request, timeout=CALL_TIMEOUT_S))
 
     async def queues(self) -> admin_pb2.ListQueuesResponse:
         """Every queue of the tenant this token may use, with the last hour by the minute."""

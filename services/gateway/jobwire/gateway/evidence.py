@@ -22,7 +22,7 @@ async def evidence_page(request: Request) -> Response:
     locale = locale_of(request)
     async with calls_for(request) as calls:
         findings = await calls.inspect()  # first: a client token stops here, with the reason
-        workers = await calls.workers()
+        workers = (await calls.workers()).workers
         events = await calls.events(job_no) if job_no else []
     return page(
         request,

@@ -329,6 +329,7 @@ LIST_JOBS = [
     list_jobs("queue of 65 chars", "queue", queue="q" * 65),
     list_jobs("label key of 65 chars", "labels", labels={"k" * 65: "v"}),
     list_jobs("33 labels", "labels", labels={f"k{i}": "v" for i in range(33)}),
+    list_jobs("batch_id with a space", "batch_id", batch_id="not a batch"),
 ]
 
 

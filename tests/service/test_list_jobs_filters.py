@@ -62,3 +62,16 @@ async def test_a_queue_the_token_may_not_use_is_refused(served: Served) -> None:
     assert await _listed(served, EXPORTS, queue="exports") == [mine]
     code, _ = await rpc_error(served.jobs.ListJobs(job_pb2.ListJobsRequest(queue="mail"), metadata=EXPORTS.metadata))
     assert code == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_batch_lists_its_own_jobs_newest_first(served: Served) -> None:
+    batch = await served.jobs.SubmitBatch(
+        job_pb2.SubmitBatchRequest(jobs=[job_pb2.SubmitRequest(job_type="frames", queue="exports")] * 5),
+        metadata=CLIENT.metadata,
+    )
+    await _submit(served, "exports", {})  # not the batch's
+    made = [job.job_no for job in batch.jobs]
+    assert await _listed(served, batch_id=batch.batch_id) == made[::-1]
+    await served.jobs.Cancel(job_pb2.CancelRequest(job_no=made[1]), metadata=CLIENT.metadata)
+    assert await _listed(served, batch_id=batch.batch_id, statuses=[job_pb2.Job.CANCELLED]) == [made[1]]
+    assert await _listed(served, batch_id="B-" + "0" * 20) == []  # no such batch

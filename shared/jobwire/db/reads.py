@@ -157,6 +157,9 @@ def decode_page_token(token: str) -> int | None:
 # databases (tests/service/test_list_jobs_plans.py EXPLAINs every shape), so neither planner
 # can pick the claim index and sort.
 _LIST_PATHS = (  # (filter, column, index): the first filter present leads
+    # A batch holds at most 1000 jobs: its index (batch_id, status) is read whole and sorted,
+    # a bounded sort, rather than the tenant's jobs walked for its rows.
+    ("batch_id", job.c.batch_id, "ix_job_batch"),
     ("assignee", job.c.review_assignee, "ix_job_assignee"),
     ("owner", job.c.owner, "ix_job_owner"),
     ("job_type", job.c.job_type, "ix_job_type"),
@@ -168,6 +171,7 @@ _LIST_PATHS = (  # (filter, column, index): the first filter present leads
 def _list_filters(where: JobFilter) -> dict[str, list[str]]:
     """Each filter `where` has, as the values its column may take."""
     filters = {
+        "batch_id": [where.batch_id] if where.batch_id else [],
         "assignee": [where.assignee] if where.assignee else [],
         "owner": [where.owner] if where.owner else [],
         "job_type": [where.job_type] if where.job_type else [],

@@ -149,6 +149,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             assignee=limits.key("assignee", request.assignee),
             queue=queue,
             labels=limits.labels(request.labels),
+            batch_id=limits.batch_id(request.batch_id) if request.batch_id else "",
         )
         locale = limits.locale(request.locale)
         jobs, token = await self.jobs.list_jobs(where, limits.page_size(request.page_size), request.page_token)

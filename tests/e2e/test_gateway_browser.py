@@ -491,3 +491,22 @@ def test_the_workers_page_marks_a_killed_worker_gone(browser: Any, tmp_path: Pat
             doomed.kill()
             doomed.wait(10)
         server.kill()
+
+
+def test_a_batch_page_shows_its_counts_and_cancels(page: Any, stack: Stack, tmp_path: Path) -> None:
+    with stack.client() as client:
+        made = client.submit_batch([client.submit_request("frames", {"frames": 1}, queue="console-batch")] * 4)
+        client.cancel(made.jobs[0].job_no)
+    sign_in(page, CLIENT)
+    page.goto(f"/batches/{made.batch_id}")
+    count = {name: text(page, f"#counts [data-count={name}]") for name in ("queued", "cancelled", "ready")}
+    assert count == {"queued": "3", "cancelled": "1", "ready": "0"}
+    assert text(page, "#batch-finished") == "1 of 4 finished"
+    assert page.locator("#jobs tbody tr").count() == 4
+    screenshot(page, "batch", tmp_path)
+    page.click("#cancel-batch")
+    page.wait_for_load_state()
+    assert text(page, "#counts [data-count=cancelled]") == "4" and text(page, "#batch-finished") == "4 of 4 finished"
+    page.click("#lang-zh-CN")
+    page.wait_for_load_state()
+    assert text(page, "#batch-finished") == "已结束 4 / 4" and "已取消" in text(page, "#counts")

@@ -12,7 +12,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobwire.client import ClientError
-from jobwire.gateway import evidence, queues, routes, sse, workers
+from jobwire.gateway import batches, evidence, queues, routes, sse, workers
 from jobwire.gateway.budget import LiveBudget
 from jobwire.gateway.errors import error_response, not_found
 from jobwire.gateway.settings import GatewaySettings
@@ -57,6 +57,8 @@ def build_app(settings: GatewaySettings) -> Starlette:
             Route("/queues/{queue}/resume", queues.resume, methods=["POST"]),
             Route("/queues/{queue}/limits", queues.set_limits, methods=["POST"]),
             Route("/workers", workers.workers_page),
+            Route("/batches/{batch_id}", batches.batch_page),
+            Route("/batches/{batch_id}/cancel", batches.cancel, methods=["POST"]),
             Route("/evidence", evidence.evidence_page),
             Route("/evidence/{job_no}/requeue", evidence.requeue, methods=["POST"]),
             Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),

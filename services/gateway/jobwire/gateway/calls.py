@@ -85,6 +85,15 @@ class Calls:
         request = job_pb2.RetryRequest(job_no=job_no, locale=self.locale, force=force)
         return await self._unary(self._jobs.Retry(request, timeout=CALL_TIMEOUT_S))
 
+    async def batch(self, batch_id: str) -> job_pb2.Batch:
+        return await self._unary(
+            self._jobs.GetBatch(job_pb2.GetBatchRequest(batch_id=batch_id), timeout=CALL_TIMEOUT_S)
+        )
+
+    async def cancel_batch(self, batch_id: str) -> job_pb2.Batch:
+        request = job_pb2.CancelBatchRequest(batch_id=batch_id)
+        return await self._unary(self._jobs.CancelBatch(request, timeout=CALL_TIMEOUT_S))
+
     async def requeue(self, job_no: str, reason: str) -> job_pb2.Job:
         request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)
         return await self._unary(self._admin.Requeue(request, timeout=CALL_TIMEOUT_S))

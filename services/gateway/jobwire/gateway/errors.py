@@ -26,6 +26,7 @@ _HTTP_STATUS = {
     grpc.StatusCode.FAILED_PRECONDITION: 409,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
 }
+_ADDRESSES = {"job_no", "batch_id"}
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
@@ -39,8 +40,8 @@ def signin_again(request: Request) -> Response:
 def error_response(request: Request, error: ClientError) -> Response:
     if error.code is grpc.StatusCode.UNAUTHENTICATED:
         return signin_again(request)
-    if error.code is grpc.StatusCode.INVALID_ARGUMENT and any(field == "job_no" for field, _ in error.violations):
-        # The job number is the page's address: a malformed one names no page, as an unknown one.
+    if error.code is grpc.StatusCode.INVALID_ARGUMENT and any(field in _ADDRESSES for field, _ in error.violations):
+        # The job number (or batch id) is the page's address: a malformed one names no page, as an unknown one.
         return not_found(request, job=True)
     key = f"error_{error.code.name}"
     if error.code in _UNREACHABLE:

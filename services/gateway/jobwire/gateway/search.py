@@ -17,7 +17,7 @@ from jobwire.client.convert import status_name, status_value
 from jobwire.v1 import job_pb2
 
 PAGE_SIZE = 50
-_FIELDS = ("job_no", "status", "job_type", "queue", "owner", "label")
+_FIELDS = ("job_no", "status", "job_type", "queue", "owner", "label", "batch_id")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class JobQuery:
     queue: str = ""
     owner: str = ""
     label: str = ""  # key=value
+    batch_id: str = ""
 
     @classmethod
     def of(cls, params: QueryParams) -> JobQuery:
@@ -56,6 +57,7 @@ class JobQuery:
             queue=self.queue,
             owner=self.owner,
             labels=self.labels,
+            batch_id=self.batch_id,
             page_size=page_size,
             page_token=page_token,
             locale=locale,
@@ -83,15 +85,15 @@ class Paging:
     def first(self) -> bool:
         return not self.token
 
-    def next_href(self, query: JobQuery, next_token: str) -> str:
-        return _href(query, next_token, (*self.back, self.token))
+    def next_href(self, query: JobQuery, next_token: str, path: str = "/jobs") -> str:
+        return _href(path, query, next_token, (*self.back, self.token))
 
-    def previous_href(self, query: JobQuery) -> str:
-        return _href(query, self.back[-1], self.back[:-1]) if self.back else ""
+    def previous_href(self, query: JobQuery, path: str = "/jobs") -> str:
+        return _href(path, query, self.back[-1], self.back[:-1]) if self.back else ""
 
 
-def _href(query: JobQuery, token: str, back: tuple[str, ...]) -> str:
+def _href(path: str, query: JobQuery, token: str, back: tuple[str, ...]) -> str:
     pairs = query.pairs()
     if token:
         pairs += [("page", token), ("back", ",".join(back))]
-    return "/jobs?" + urlencode(pairs) if pairs else "/jobs"
+    return f"{path}?{urlencode(pairs)}" if pairs else path

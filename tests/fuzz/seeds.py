@@ -47,6 +47,7 @@ def seed(name: str, at: Targets) -> dict[str, Any]:
         "ScheduleService.PauseSchedule": {"schedule_id": at.schedule_id},
         "ScheduleService.ResumeSchedule": {"schedule_id": at.schedule_id},
         "ScheduleService.DeleteSchedule": {"schedule_id": at.schedule_id},
+        "ScheduleService.ListScheduleJobs": {"schedule_id": at.schedule_id, "page_size": 2},
         "WorkerService.Claim": {"worker_id": "fuzz", "job_types": [{"name": "fuzz-none"}]},
         "WorkerService.Heartbeat": {"worker_id": "fuzz", "leases": [lease]},
         "WorkerService.ReportStage": lease,

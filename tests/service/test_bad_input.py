@@ -1085,6 +1085,20 @@ MATRIX: dict[str, list[Bad]] = {
     "AdminService.GetQueueLimits": _queue_cases("GetQueueLimits", admin_pb2.GetQueueLimitsRequest),
     "AdminService.PauseQueue": _queue_cases("PauseQueue", admin_pb2.PauseQueueRequest),
     "AdminService.ResumeQueue": _queue_cases("ResumeQueue", admin_pb2.ResumeQueueRequest),
+    "ScheduleService.ListScheduleJobs": [
+        Bad(
+            "ListScheduleJobs schedule_id with a space",
+            lambda c: c.served.schedules.ListScheduleJobs(schedule_pb2.ListScheduleJobsRequest(schedule_id="a b")),  # type: ignore[attr-defined]
+            "schedule_id",
+        ),
+        Bad(
+            "ListScheduleJobs negative page_size",
+            lambda c: c.served.schedules.ListScheduleJobs(  # type: ignore[attr-defined]
+                schedule_pb2.ListScheduleJobsRequest(schedule_id="s", page_size=-1)
+            ),
+            "page_size",
+        ),
+    ],
     "AdminService.ListQueues": [
         Bad(
             "ListQueues queue with a space",

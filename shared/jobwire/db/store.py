@@ -29,6 +29,7 @@ from jobwire.db import (
     reads,
     reaper,
     retention,
+    schedule_jobs,
     schedules,
     standing,
     submit,
@@ -396,6 +397,19 @@ class JobStore:
         if found is None:
             raise ScheduleNotFound()
         return found
+
+    def schedule_jobs(
+        self, scope: Scope, schedule_id: str, page_size: int, page_token: str, *, no_worker_after: timedelta
+    ) -> tuple[list[JobRecord], str]:
+        """A page of the jobs the schedule's firings made, the latest first (NOT_FOUND: an unknown schedule)."""
+
+        def read(conn: Connection) -> tuple[list[JobRecord], str]:
+            if schedules.get(conn, scope, schedule_id) is None:
+                raise ScheduleNotFound()
+            rows, token = schedule_jobs.page(conn, scope, schedule_id, page_size, page_token)
+            return standing.records(conn, rows, no_worker_after), token
+
+        return self.db.read(read)
 
     def list_schedules(self, scope: Scope, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
         return self.db.read(lambda c: schedules.list_page(c, scope, page_size, page_token))

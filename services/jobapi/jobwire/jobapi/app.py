@@ -37,7 +37,13 @@ def add_jobapi(rt: Runtime) -> None:
     rt.host.add_servicer(
         schedule_pb2_grpc.add_ScheduleServiceServicer_to_server,
         ScheduleServicer(
-            Schedules(rt.store, rt.blocking, max_per_tenant=rt.settings.max_schedules_per_tenant), rt.settings
+            Schedules(
+                rt.store,
+                rt.blocking,
+                max_per_tenant=rt.settings.max_schedules_per_tenant,
+                no_worker_after=no_worker_after,
+            ),
+            rt.settings,
         ),
         schedule_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
     )

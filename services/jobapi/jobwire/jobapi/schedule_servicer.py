@@ -123,6 +123,16 @@ class ScheduleServicer(schedule_pb2_grpc.ScheduleServiceServicer):
         await self.schedules.delete(auth.current(), _schedule_id(request))
         return empty_pb2.Empty()
 
+    async def ListScheduleJobs(
+        self, request: schedule_pb2.ListScheduleJobsRequest, context: grpc.aio.ServicerContext
+    ) -> job_pb2.ListJobsResponse:
+        schedule_id = limits.name("schedule_id", request.schedule_id)
+        locale = limits.locale(request.locale)
+        found, token = await self.schedules.jobs(
+            auth.current(), schedule_id, limits.page_size(request.page_size), request.page_token
+        )
+        return job_pb2.ListJobsResponse(jobs=[convert.job_to_proto(j, locale) for j in found], next_page_token=token)
+
 
 def _schedule_id(request: schedule_pb2.ScheduleRef) -> str:
     return limits.name("schedule_id", request.schedule_id)

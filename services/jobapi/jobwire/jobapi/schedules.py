@@ -6,20 +6,23 @@ The rows live in the store (jobwire.db.schedules); firing them is jobwire.jobapi
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from functools import partial
 
 from jobwire.db.store import JobStore
+from jobwire.domain.job import JobRecord
 from jobwire.domain.schedules import ScheduleRecord
 from jobwire.rpc.auth import Principal
 from jobwire.runtime.blocking import Blocking
 
 
 class Schedules:
-    def __init__(self, store: JobStore, blocking: Blocking, *, max_per_tenant: int) -> None:
+    def __init__(self, store: JobStore, blocking: Blocking, *, max_per_tenant: int, no_worker_after: timedelta) -> None:
         self.store = store
         self.blocking = blocking
         self.max_per_tenant = max_per_tenant  # JOBWIRE_MAX_SCHEDULES_PER_TENANT
+        self.no_worker_after = no_worker_after  # JOBWIRE_NO_WORKER_AFTER: where a listed QUEUED job stands
 
     def now(self) -> datetime:
         """The database clock (no round trip): a new schedule's created_at, from which it counts."""
@@ -35,6 +38,12 @@ class Schedules:
 
     async def list(self, who: Principal, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
         return await self.blocking(self.store.list_schedules, who.scope, page_size, page_token)
+
+    async def jobs(
+        self, who: Principal, schedule_id: str, page_size: int, page_token: str
+    ) -> tuple[Sequence[JobRecord], str]:  # `list` is a method's name here
+        read = partial(self.store.schedule_jobs, no_worker_after=self.no_worker_after)
+        return await self.blocking(read, who.scope, schedule_id, page_size, page_token)
 
     async def pause(self, who: Principal, schedule_id: str) -> ScheduleRecord:
         return await self.blocking(self.store.set_schedule_paused, who.scope, schedule_id, None)

@@ -30,7 +30,7 @@ from gateway_support import running_gateway
 from processes import ServerProcess, start_server_process
 
 from jobwire.client import JobClient
-from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
+from jobwire.v1 import job_pb2, schedule_pb2, schedule_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.alone]  # a browser and a server: timing it keeps to itself
 
@@ -510,3 +510,30 @@ def test_a_batch_page_shows_its_counts_and_cancels(page: Any, stack: Stack, tmp_
     page.click("#lang-zh-CN")
     page.wait_for_load_state()
     assert text(page, "#batch-finished") == "已结束 4 / 4" and "已取消" in text(page, "#counts")
+
+
+def test_a_schedule_page_shows_its_next_firing(page: Any, stack: Stack, tmp_path: Path) -> None:
+    request = schedule_pb2.CreateScheduleRequest(
+        schedule_id="console-nightly", cron="30 2 * * *", time_zone="Asia/Shanghai",
+        template=job_pb2.SubmitRequest(job_type="frames", queue="console-nightly"),
+    )  # fmt: skip
+    with grpc.insecure_channel(stack.server.target) as channel:
+        made = schedule_pb2_grpc.ScheduleServiceStub(channel).CreateSchedule(
+            request, metadata=CLIENT.metadata, timeout=10
+        )
+    next_fire = made.next_fire_time.ToDatetime().strftime("%Y-%m-%d %H:%M:%SZ")
+    sign_in(page, CLIENT)
+    page.click("#nav-schedules")
+    page.wait_for_load_state()
+    assert text(page, '#schedules tr[data-schedule="console-nightly"] [data-field=next]') == next_fire
+    page.click('#schedules a[href="/schedules/console-nightly"]')
+    page.wait_for_load_state()
+    assert text(page, "#next") == next_fire and text(page, "#timing") == "cron 30 2 * * *"
+    assert text(page, "#time-zone") == "Asia/Shanghai" and text(page, "#state") == "Active"
+    screenshot(page, "schedule", tmp_path)
+    page.click("#pause")
+    page.wait_for_load_state()
+    assert text(page, "#state") == "Paused" and text(page, "#next") == ""
+    page.click("#lang-zh-CN")
+    page.wait_for_load_state()
+    assert text(page, "h1") == "定时任务 console-nightly" and text(page, "#state") == "已暂停"

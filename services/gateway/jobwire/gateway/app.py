@@ -12,7 +12,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobwire.client import ClientError
-from jobwire.gateway import batches, evidence, queues, routes, sse, workers
+from jobwire.gateway import batches, evidence, queues, routes, schedules, sse, workers
 from jobwire.gateway.budget import LiveBudget
 from jobwire.gateway.errors import error_response, not_found
 from jobwire.gateway.settings import GatewaySettings
@@ -57,6 +57,11 @@ def build_app(settings: GatewaySettings) -> Starlette:
             Route("/queues/{queue}/resume", queues.resume, methods=["POST"]),
             Route("/queues/{queue}/limits", queues.set_limits, methods=["POST"]),
             Route("/workers", workers.workers_page),
+            Route("/schedules", schedules.schedules_page),
+            Route("/schedules/{schedule_id}", schedules.schedule_page),
+            Route("/schedules/{schedule_id}/pause", schedules.pause, methods=["POST"]),
+            Route("/schedules/{schedule_id}/resume", schedules.resume, methods=["POST"]),
+            Route("/schedules/{schedule_id}/delete", schedules.delete, methods=["POST"]),
             Route("/batches/{batch_id}", batches.batch_page),
             Route("/batches/{batch_id}/cancel", batches.cancel, methods=["POST"]),
             Route("/evidence", evidence.evidence_page),

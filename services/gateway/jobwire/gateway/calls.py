@@ -20,7 +20,7 @@ from jobwire.client import ChannelConfig, aio_channel
 from jobwire.client.channel import FIXED_WINDOW_OPTIONS
 from jobwire.client.errors import from_rpc_error
 from jobwire.gateway.search import JobQuery
-from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc
+from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc, schedule_pb2, schedule_pb2_grpc
 
 T = TypeVar("T")
 EVERY_JOB = JobQuery()
@@ -38,6 +38,7 @@ class Calls:
         self._channel = aio_channel(replace(service, token=token), options)
         self._jobs = job_pb2_grpc.JobServiceStub(self._channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self._schedules = schedule_pb2_grpc.ScheduleServiceStub(self._channel)
         self.locale = locale
 
     async def __aenter__(self) -> Self:
@@ -93,6 +94,32 @@ class Calls:
     async def cancel_batch(self, batch_id: str) -> job_pb2.Batch:
         request = job_pb2.CancelBatchRequest(batch_id=batch_id)
         return await self._unary(self._jobs.CancelBatch(request, timeout=CALL_TIMEOUT_S))
+
+    async def schedules(self, page_token: str = "") -> schedule_pb2.ListSchedulesResponse:
+        request = schedule_pb2.ListSchedulesRequest(page_size=PAGE_SIZE, page_token=page_token)
+        return await self._unary(self._schedules.ListSchedules(request, timeout=CALL_TIMEOUT_S))
+
+    async def schedule(self, schedule_id: str) -> schedule_pb2.Schedule:
+        request = schedule_pb2.ScheduleRef(schedule_id=schedule_id)
+        return await self._unary(self._schedules.GetSchedule(request, timeout=CALL_TIMEOUT_S))
+
+    async def schedule_jobs(self, schedule_id: str, page_size: int, page_token: str) -> job_pb2.ListJobsResponse:
+        request = schedule_pb2.ListScheduleJobsRequest(
+            schedule_id=schedule_id, page_size=page_size, page_token=page_token, locale=self.locale
+        )
+        return await self._unary(self._schedules.ListScheduleJobs(request, timeout=CALL_TIMEOUT_S))
+
+    async def pause_schedule(self, schedule_id: str) -> None:
+        request = schedule_pb2.ScheduleRef(schedule_id=schedule_id)
+        await self._unary(self._schedules.PauseSchedule(request, timeout=CALL_TIMEOUT_S))
+
+    async def resume_schedule(self, schedule_id: str) -> None:
+        request = schedule_pb2.ScheduleRef(schedule_id=schedule_id)
+        await self._unary(self._schedules.ResumeSchedule(request, timeout=CALL_TIMEOUT_S))
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        request = schedule_pb2.ScheduleRef(schedule_id=schedule_id)
+        await self._unary(self._schedules.DeleteSchedule(request, timeout=CALL_TIMEOUT_S))
 
     async def requeue(self, job_no: str, reason: str) -> job_pb2.Job:
         request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)

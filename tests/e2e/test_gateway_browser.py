@@ -309,6 +309,7 @@ def test_the_queue_page_counts_the_jobs_made_and_its_pause_holds_the_next_claim(
     page.wait_for_load_state()
     assert cell(page, queue, "state") == "Paused"
     assert claim_from(stack, queue) == []  # paused: the next claim leases nothing
+    page.evaluate("window.scrollTo(0, 0)")  # back from the row's anchor, for the picture
     screenshot(page, "queues", tmp_path)
 
     page.click(f'#queues tr[data-queue="{queue}"] [data-action=resume]')

@@ -3,6 +3,7 @@ cancel or retry of several ticked jobs at once (CSRF, each job checked by the se
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -66,6 +67,25 @@ async def test_a_job_number_finds_that_job_and_filters_narrow_the_list(served: S
         assert 'id="f-owner" name="owner" value="ann"' in page and 'value="QUEUED" selected' in page
         # the page's live stream asks for the same filters, so new rows are the ones a reload lists
         assert "/live/jobs?status=QUEUED&amp;queue=exports&amp;owner=ann&amp;" in page
+
+
+async def test_the_first_pages_stream_brings_only_new_jobs_its_filters_let_through(
+    served: Served, gateway: str
+) -> None:
+    page = {"queue": "wanted", "label": "team=red"}
+    async with signed_in(gateway, CLIENT) as client, client.stream("GET", "/live/jobs", params=page) as stream:
+        await submit(served, queue="other", labels={"team": "red"})
+        await submit(served, queue="wanted", labels={"team": "blue"})
+        match = await submit(served, queue="wanted", labels={"team": "red"})
+        name = ""
+        async for line in stream.aiter_lines():
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: ") and name == "listed":
+                listed = json.loads(line.removeprefix("data: "))
+                break
+        assert listed["order"] == [match.job_no] and [r["job_no"] for r in listed["rows"]] == [match.job_no]
+        assert "<td>wanted</td>" in listed["rows"][0]["html"]
 
 
 async def test_the_columns_say_queue_type_created_started_and_duration(served: Served, gateway: str) -> None:

@@ -3,8 +3,12 @@
 A real server process (`python -m jobwire serve` with an auth file), a real fleet worker
 process running the example handlers, and the gateway on a real uvicorn. A person signs in,
 watches a job's stage and units change without a reload, cancels it, downloads a result,
-reads the page in zh-CN, and is refused the evidence page with a client token. Screenshots
-of the three pages land in docs/ when JOBWIRE_GATEWAY_SCREENSHOTS=1 (the README shows them).
+reads the page in zh-CN, and is refused the evidence page with a client token. The
+operator's console: a queue's counts and a pause that holds the next claim, a schedule's
+next firing, a batch's counts, search, filters and paging to the 150th job, a bulk cancel of
+exactly the 3 ticked, a job's payload, result preview and timeline, a killed worker marked
+gone, a traceback that does not widen the page, zh-CN on each. Screenshots of the pages
+land in docs/ when JOBWIRE_GATEWAY_SCREENSHOTS=1 (docs/gateway.md shows them).
 
 The browser is never downloaded: without /usr/bin/chromium (or Playwright) this skips on a
 laptop and fails under CI (`.ci/run` installs chromium first).

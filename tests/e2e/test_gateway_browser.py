@@ -438,6 +438,9 @@ def test_a_job_page_shows_payload_result_preview_and_timeline_and_a_traceback_ke
         assert failed.locator("pre").is_visible()  # opens on a click
         assert "Traceback (most recent call last)" in text(page, '#events tr[data-kind="FAILED"] pre')
         assert page_width(page) <= viewport, path  # open, the traceback wraps inside the page
+        print(
+            json.dumps({"page": path.split("/")[1].split("?")[0], "width_open": page_width(page), "viewport": viewport})
+        )
     screenshot(page, "evidence-traceback", tmp_path)
 
     page.click("#lang-zh-CN")

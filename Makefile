@@ -52,7 +52,7 @@ demo: install
 
 # The inner loop, under a minute: lint, types, and the unit and store tests on SQLite.
 check: lint typecheck
-	$(PY) -m pytest -q -n $(TEST_PROCESSES) -m "not mysql" tests/unit tests/store $(PYTEST_ARGS)
+	JOBWIRE_REQUIRE_MYSQL= $(PY) -m pytest -q -n $(TEST_PROCESSES) -m "not mysql" tests/unit tests/store $(PYTEST_ARGS)
 
 # The whole suite (CI runs it): first what can share the machine, spread over processes
 # (unit, store, service, e2e and fuzz tests each on their own ports and databases), then

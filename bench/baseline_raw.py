@@ -1,4 +1,4 @@
-"""The raw PyMySQL job lifecycle: the floor jobwire is measured against (MEASURED.md).
+"""The raw PyMySQL job lifecycle: the floor jobwire is measured against (its reference figures: docs/performance.md).
 
 Each client is a thread with its own autocommit PyMySQL connection at READ COMMITTED and
 runs, per job:
@@ -10,7 +10,8 @@ runs, per job:
 4. complete: BEGIN; INSERT the artifact; UPDATE to READY; COMMIT.
 
 The claim index is (status, priority DESC, id), matching the ORDER BY; `index="asc"`
-builds (status, priority, id) instead, the filesort trap MEASURED.md also lists.
+builds (status, priority, id) instead, the filesort trap: MySQL sorts every candidate
+instead of reading the index in order.
 
 Run alone: `python bench/baseline_raw.py --clients 1,8,32 --seconds 5`.
 """

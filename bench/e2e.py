@@ -55,14 +55,16 @@ RETRY_LOG = re.compile(r"retrying transaction after (\S+)")
 class Server:
     """`python -m jobwire serve` on a fresh MariaDB database, stopped with SIGTERM."""
 
-    def __init__(self, database: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, database: str, log_path: Path, env: dict[str, str] | None = None, *, fresh: bool = True) -> None:
+        """`fresh`: the database is made anew first; else the server joins it (another replica)."""
         self.database = database
         self.log_path = log_path
-        conn = connect()
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
-            cur.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
-        conn.close()
+        if fresh:
+            conn = connect()
+            with conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+                cur.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
+            conn.close()
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.counter_file = log_path.with_suffix(".sqlcount")
         full_env = {

@@ -2,7 +2,7 @@
 
 Both are timed the same way: the worker subprocess is started and proven ready with one
 warm-up job (untimed), then the clock runs from the first enqueue until the last job's
-result is in Redis. That is MEASURED.md's "worker already running" shape (RQ SimpleWorker
+result is in Redis. That is the "worker already running" shape of the reference figures (RQ SimpleWorker
 304/s; Celery solo 688/s). Neither keeps state durably nor reports progress, so these
 bound what a Redis queue does per job, not what jobwire promises.
 

@@ -5,7 +5,7 @@ same run, interleaved with jobwire's own (run 1: raw, jobwire, echo at each clie
 then the peers; run 2: the same; ...), and the table shows medians of --runs runs with
 the ratio jobwire/raw paired run by run:
 
-  (a) raw PyMySQL job lifecycle (bench/baseline_raw.py), MEASURED.md's floor;
+  (a) raw PyMySQL job lifecycle (bench/baseline_raw.py), the floor;
   (b) jobwire end to end over gRPC against `python -m jobwire serve` on a fresh MariaDB
       database (bench/e2e.py): Submit, Claim (batch, long poll), 3 ReportStage, Complete;
   (c) grpcio unary echo (bench/echo.py), the RPC ceiling (--skip-echo to leave out);
@@ -43,7 +43,8 @@ import sqlcount
 from measure import DbCounters, connect, describe_machine, median, pct, wait_for_db
 
 ROOT = Path(__file__).resolve().parent.parent
-# MEASURED.md, for the eye: this run's own baselines are what the ratios use.
+# Reference figures measured before jobwire (docs/performance.md), for the eye: this run's
+# own baselines are what the ratios use.
 REFERENCE = {
     "raw": {1: 361, 8: 936, 32: 693},
     "echo": {1: 1619, 8: 4121, 32: 3823},
@@ -262,7 +263,7 @@ def report(args: argparse.Namespace, results: Results, machine: list[str], elaps
         "| what | " + " | ".join(f"{c} client{'s' if c > 1 else ''}" for c in counts) + " |",
         "|---|" + "---|" * len(counts),
         row(
-            "raw PyMySQL lifecycle, jobs/s (MEASURED.md)",
+            "raw PyMySQL lifecycle, jobs/s (reference)",
             counts,
             lambda c: f"{spread([r.jobs_per_s for r in ok(raw[c])])} ({REFERENCE['raw'].get(c, '–')})",
         ),
@@ -348,7 +349,7 @@ def report(args: argparse.Namespace, results: Results, machine: list[str], elaps
     if ech:
         lines += [
             row(
-                "gRPC unary echo, calls/s (MEASURED.md)",
+                "gRPC unary echo, calls/s (reference)",
                 counts,
                 lambda c: f"{spread([e.calls_per_s for e in ech[c]])} ({REFERENCE['echo'].get(c, '–')})",
             ),
@@ -370,7 +371,7 @@ def report(args: argparse.Namespace, results: Results, machine: list[str], elaps
         best_jw = med(jw[best], lambda j: j.jobs_per_s)
         lines += [
             "",
-            f"| peer ({args.peer_jobs} no-op jobs, worker already running) | jobs/s | MEASURED.md "
+            f"| peer ({args.peer_jobs} no-op jobs, worker already running) | jobs/s | reference "
             f"| enqueue/s | worker CPU ms/job | jobwire SDK no-op / this | jobwire lifecycle ({best} clients) / this |",
             "|---|---|---|---|---|---|---|",
         ]

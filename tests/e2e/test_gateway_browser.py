@@ -7,8 +7,10 @@ reads the page in zh-CN, and is refused the evidence page with a client token. T
 operator's console: a queue's counts and a pause that holds the next claim, a schedule's
 next firing, a batch's counts, search, filters and paging to the 150th job, a bulk cancel of
 exactly the 3 ticked, a job's payload, result preview and timeline, a killed worker marked
-gone, a traceback that does not widen the page, zh-CN on each. Screenshots of the pages
-land in docs/ when JOBWIRE_GATEWAY_SCREENSHOTS=1 (docs/gateway.md shows them).
+gone, a traceback that does not widen the page, zh-CN on each. A job's title is what each
+page shows first; an admin reads the handler's evidence and the latest checkpoint.
+Screenshots of the pages land in docs/ when JOBWIRE_GATEWAY_SCREENSHOTS=1 (docs/gateway.md
+shows them).
 
 The browser is never downloaded: without /usr/bin/chromium (or Playwright) this skips on a
 laptop and fails under CI (`.ci/run` installs chromium first).
@@ -16,6 +18,7 @@ laptop and fails under CI (`.ci/run` installs chromium first).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -165,11 +168,12 @@ def text(page: Any, selector: str) -> str:
 
 def test_a_job_moves_on_the_page_without_a_reload_then_ends_cancelled(page: Any, stack: Stack, tmp_path: Path) -> None:
     with stack.client() as client:
-        job_no = client.submit("frames", {"frames": 600, "frame_ms": 40}).job.job_no
-        client.submit("frames", {"frames": 3, "frame_ms": 0})  # a second row for the jobs page
+        job_no = client.submit("frames", {"frames": 600, "frame_ms": 40}, title="Render the launch trailer").job.job_no
+        client.submit("frames", {"frames": 3, "frame_ms": 0}, title="Render the teaser")  # a second row
     sign_in(page, CLIENT)
     assert page.url.endswith("/jobs") and job_no in page.content()
     page.goto(f"/jobs/{job_no}")
+    assert text(page, "h1") == "Render the launch trailer"
     assert text(page, "#status") == "Queued" and text(page, "#stage-text") == "Not started"
     page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
 
@@ -259,7 +263,7 @@ def test_the_language_link_switches_the_labels_to_zh_cn(page: Any, stack: Stack)
 
 def test_evidence_refuses_a_client_token_and_shows_an_admin_the_trail(page: Any, stack: Stack, tmp_path: Path) -> None:
     with stack.client() as client:
-        job_no = client.submit("frames", queue="nobody-serves-this").job.job_no
+        job_no = client.submit("frames", queue="nobody-serves-this", title="Nightly invoice export").job.job_no
         client.cancel(job_no)
     sign_in(page, CLIENT)
     refused = page.goto("/evidence")
@@ -404,8 +408,10 @@ def test_a_job_page_shows_payload_result_preview_and_timeline_and_a_traceback_ke
 ) -> None:
     queue = "console-detail"
     with stack.client() as client:
-        done = client.submit("frames", {"source": "<b>bold?</b>", "frames": 2}, queue=queue).job.job_no
-        broken = client.submit("frames", {"frames": 1}, queue=queue).job.job_no
+        done = client.submit(
+            "frames", {"source": "<b>bold?</b>", "frames": 2}, queue=queue, title="Thumbnails of album 7"
+        ).job.job_no
+        broken = client.submit("frames", {"frames": 1}, queue=queue, title="Transcode lecture 12").job.job_no
     leases = {lease.job_no: lease for lease in claim_from(stack, queue)}
     finished = worker_pb2.CompleteRequest(
         job_no=done, worker_token=leases[done].worker_token, inline_result=b'{"rows": 2, "ok": true}'
@@ -503,14 +509,18 @@ def test_the_workers_page_marks_a_killed_worker_gone(browser: Any, tmp_path: Pat
 
 def test_a_batch_page_shows_its_counts_and_cancels(page: Any, stack: Stack, tmp_path: Path) -> None:
     with stack.client() as client:
-        made = client.submit_batch([client.submit_request("frames", {"frames": 1}, queue="console-batch")] * 4)
+        made = client.submit_batch(
+            [client.submit_request("frames", {"frames": i}, queue="console-batch", title=f"Page {i} of the catalogue")
+             for i in range(1, 5)]
+        )  # fmt: skip
         client.cancel(made.jobs[0].job_no)
     sign_in(page, CLIENT)
     page.goto(f"/batches/{made.batch_id}")
     count = {name: text(page, f"#counts [data-count={name}]") for name in ("queued", "cancelled", "ready")}
     assert count == {"queued": "3", "cancelled": "1", "ready": "0"}
     assert text(page, "#batch-finished") == "1 of 4 finished"
-    assert page.locator("#jobs tbody tr").count() == 4
+    titles = page.locator("#jobs tbody tr td.title").all_inner_texts()
+    assert titles == [f"Page {i} of the catalogue" for i in range(4, 0, -1)]  # each job by its title, newest first
     screenshot(page, "batch", tmp_path)
     page.click("#cancel-batch")
     page.wait_for_load_state()
@@ -523,7 +533,7 @@ def test_a_batch_page_shows_its_counts_and_cancels(page: Any, stack: Stack, tmp_
 def test_a_schedule_page_shows_its_next_firing(page: Any, stack: Stack, tmp_path: Path) -> None:
     request = schedule_pb2.CreateScheduleRequest(
         schedule_id="console-nightly", cron="30 2 * * *", time_zone="Asia/Shanghai",
-        template=job_pb2.SubmitRequest(job_type="frames", queue="console-nightly"),
+        template=job_pb2.SubmitRequest(job_type="frames", queue="console-nightly", title="Nightly thumbnails"),
     )  # fmt: skip
     with grpc.insecure_channel(stack.server.target) as channel:
         made = schedule_pb2_grpc.ScheduleServiceStub(channel).CreateSchedule(
@@ -538,6 +548,7 @@ def test_a_schedule_page_shows_its_next_firing(page: Any, stack: Stack, tmp_path
     page.wait_for_load_state()
     assert text(page, "#next") == next_fire and text(page, "#timing") == "cron 30 2 * * *"
     assert text(page, "#time-zone") == "Asia/Shanghai" and text(page, "#state") == "Active"
+    assert text(page, "#template .title") == "Nightly thumbnails"
     screenshot(page, "schedule", tmp_path)
     page.click("#pause")
     page.wait_for_load_state()
@@ -545,3 +556,59 @@ def test_a_schedule_page_shows_its_next_firing(page: Any, stack: Stack, tmp_path
     page.click("#lang-zh-CN")
     page.wait_for_load_state()
     assert text(page, "h1") == "定时任务 console-nightly" and text(page, "#state") == "已暂停"
+
+
+def test_a_title_is_what_the_jobs_page_and_the_job_page_show_first_with_the_inputs_digest(
+    page: Any, stack: Stack
+) -> None:
+    title = "Import customers-2026-11.csv"
+    payload = b'{"file": "customers-2026-11.csv"}'
+    with stack.client() as client:
+        job_no = client.submit("frames", payload, queue="nobody-serves-this", title=title).job.job_no
+    sign_in(page, CLIENT)
+    page.goto("/jobs")
+    row = page.locator(f'#jobs tr[data-job="{job_no}"]')
+    cells = [cell.strip() for cell in row.locator("td").all_inner_texts()]
+    assert cells[:3] == ["", title, job_no]  # the title first after the row's tick box
+    page.goto(f"/jobs/{job_no}")
+    assert text(page, "h1") == title
+    assert job_no in text(page, ".job-no")
+    assert text(page, "#input-sha256") == hashlib.sha256(payload).hexdigest()
+    assert f"{len(payload)} bytes" in text(page, "#input")
+
+
+def test_an_admin_reads_the_handlers_evidence_and_the_latest_checkpoint_a_client_neither(
+    page: Any, stack: Stack
+) -> None:
+    with stack.client() as client:
+        job_no = client.submit("manual-charge", queue="by-hand", title="Charge order 42").job.job_no
+    with grpc.insecure_channel(stack.server.target) as channel:
+        workers = worker_pb2_grpc.WorkerServiceStub(channel)
+        claim = worker_pb2.ClaimRequest(
+            worker_id="by-hand", queues=["by-hand"], job_types=[worker_pb2.JobTypeSpec(name="manual-charge")]
+        )
+        (lease,) = workers.Claim(claim, metadata=WORKER.metadata, timeout=10).leases
+        entry = worker_pb2.EvidenceEntry(key="payment_request_id", value="pi_3NxQ2f")
+        workers.RecordEvidence(
+            worker_pb2.RecordEvidenceRequest(job_no=job_no, worker_token=lease.worker_token, entries=[entry]),
+            metadata=WORKER.metadata, timeout=10,
+        )  # fmt: skip
+        workers.ReportStage(
+            worker_pb2.ReportStageRequest(
+                job_no=job_no, worker_token=lease.worker_token, stage="PROCESSING", checkpoint=b"row 2500 of 9000"
+            ),
+            metadata=WORKER.metadata, timeout=10,
+        )  # fmt: skip
+    sign_in(page, CLIENT)
+    page.goto(f"/jobs/{job_no}")
+    assert text(page, "h1") == "Charge order 42"
+    assert page.locator("#timeline").count() == 0 and "pi_3NxQ2f" not in page.content()
+
+    page.click("#signout")
+    sign_in(page, ADMIN)
+    page.goto(f"/evidence?job={job_no}")
+    assert text(page, "#trail-title") == "Charge order 42"
+    assert "payment_request_id" in text(page, "#handler-evidence") and "pi_3NxQ2f" in text(page, "#handler-evidence")
+    assert text(page, "#checkpoint-text") == "row 2500 of 9000"
+    assert text(page, "#checkpoint-sha256") == hashlib.sha256(b"row 2500 of 9000").hexdigest()
+    assert "CHECKPOINT_SAVED" in text(page, "#events") and "HANDLER_EVIDENCE" in text(page, "#events")

@@ -80,7 +80,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     # on submit --timeout is the attempt's time limit; the per-call one goes before the command
     "submit": {"--payload", "--payload-file", "--queue", "--priority", "--idempotency-key", "--owner", "--label",
                "--max-attempts", "--on-lease-lost", "--timeout", "--job-timeout", "--stage-timeout",
-               "--on-no-progress", "--run-after", "--watch", "--depends-on"},
+               "--on-no-progress", "--run-after", "--watch", "--depends-on", "--title"},
     "get": set(),
     "cancel": set(),
     "retry": {"--failed", "--type", "--owner", "--queue", "--category", "--limit", "--dry-run", "--force"},
@@ -95,8 +95,8 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "batch cancel": set(),
     # schedule create takes submit's job options (not the key, run-after, depends-on or watch)
     "schedule create": {"--payload", "--payload-file", "--queue", "--priority", "--owner", "--label", "--max-attempts",
-                        "--on-lease-lost", "--timeout", "--job-timeout", "--stage-timeout", "--on-no-progress",
-                        "--cron", "--every", "--tz", "--overlap", "--catch-up"},
+                        "--title", "--on-lease-lost", "--timeout", "--job-timeout", "--stage-timeout",
+                        "--on-no-progress", "--cron", "--every", "--tz", "--overlap", "--catch-up"},
     "schedule get": set(),
     "schedule list": {"--limit"},
     "schedule pause": set(),
@@ -104,6 +104,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "schedule delete": set(),
     "inspect": {"--queue", "--kind", "--stalled-after"},
     "events": {"--limit"},
+    "checkpoint": {"--output"},
     "requeue": {"--reason"},
     "workers": {"--queue"},
     "queue limits": {"--max-running", "--rate", "--burst"},
@@ -779,6 +780,26 @@ def test_list_with_a_negative_limit_is_a_usage_error(stack: Stack) -> None:
 # ---- watch --------------------------------------------------------------------------
 
 
+def test_a_title_is_shown_first_by_get_list_and_watch(stack: Stack) -> None:
+    job_type = fresh_type("titled")
+    title = "Import customers-2026-11.csv"
+    job_no = stack.submit_with_jobctl(job_type, "--title", title)
+    untitled = stack.submit(job_type)
+    shown = stack.jobctl("get", job_no)
+    assert shown.code == 0, shown
+    assert shown.out.splitlines()[0].strip().split(None, 1) == ["title", title]  # the first row of the grid
+    assert details(shown.out)["job"] == job_no
+    assert "title" not in details(stack.jobctl("get", untitled).out)  # none given: none shown
+    listed = stack.jobctl("list", "--type", job_type)
+    assert listed.out.splitlines()[0].split()[0] == "TITLE", listed
+    rows = {row["JOB"]: row for row in table(listed.out)}
+    assert (rows[job_no]["TITLE"], rows[untitled]["TITLE"]) == (title, "-")
+    watching = stack.watch("watch", job_no)
+    assert watching.wait_line(rf"^{re.escape(title)}  {job_no} Queued")
+    stack.jobctl("cancel", job_no)
+    assert watching.finish() == 3, watching.text + watching.err
+
+
 def test_watch_follows_a_job_to_ready_and_shows_its_result(stack: Stack) -> None:
     job_type = fresh_type("watch-ready")
     job_no = stack.submit(job_type)
@@ -1094,6 +1115,33 @@ def test_cancel_is_refused_once_a_job_is_done_or_delivering(stack: Stack) -> Non
 
 
 # ---- operator commands --------------------------------------------------------------
+
+
+def test_events_and_checkpoint_show_what_the_handler_left(stack: Stack, tmp_path: Path) -> None:
+    job_type = fresh_type("evidence")
+    job_no = stack.submit(job_type)
+    lease = stack.worker.claim(job_type)
+    entry = worker_pb2.EvidenceEntry(key="payment_request_id", value="pi_3NxQ2f")
+    stack.worker.stub.RecordEvidence(
+        worker_pb2.RecordEvidenceRequest(job_no=job_no, worker_token=lease.worker_token, entries=[entry]),
+        metadata=stack.worker.metadata, timeout=30,
+    )  # fmt: skip
+    saved = b"row 2500 of 9000"
+    stack.worker.stub.ReportStage(
+        worker_pb2.ReportStageRequest(job_no=job_no, worker_token=lease.worker_token, stage="PROCESSING",
+                                      checkpoint=saved),
+        metadata=stack.worker.metadata, timeout=30,
+    )  # fmt: skip
+    rows = {row["KIND"]: row for row in table(stack.jobctl("events", job_no, token=ADMIN).out)}
+    assert rows["HANDLER_EVIDENCE"]["DETAIL"] == "payment_request_id = pi_3NxQ2f"
+    digest = hashlib.sha256(saved).hexdigest()
+    assert rows["CHECKPOINT_SAVED"]["DETAIL"] == f"16 bytes · sha256 {digest}"
+    shown = stack.jobctl("checkpoint", job_no, token=ADMIN)
+    assert shown.code == 0 and shown.out.splitlines() == [f"{job_no}: 16 bytes · sha256 {digest}", saved.decode()]
+    written = tmp_path / "checkpoint.bin"
+    assert stack.jobctl("checkpoint", job_no, "-o", str(written), token=ADMIN).code == 0
+    assert written.read_bytes() == saved
+    assert_clean_error(stack.jobctl("checkpoint", job_no), 4, "PERMISSION_DENIED")  # a client token
 
 
 def test_events_shows_the_evidence_trail(stack: Stack) -> None:
@@ -1614,10 +1662,11 @@ def test_schedule_create_get_list_pause_resume_and_delete(stack: Stack) -> None:
         "--json", "schedule", "create", f"{job_type}-every", job_type, "--every", "2s", "--overlap", "allow",
         "--payload", '{"report": "daily"}', "--queue", "reports", "--priority", "3", "--owner", "ops",
         "--label", "team=data", "--max-attempts", "2", "--on-lease-lost", "retry", "--timeout", "90s",
-        "--job-timeout", "1h", "--stage-timeout", "5m", "--on-no-progress", "fail",
+        "--job-timeout", "1h", "--stage-timeout", "5m", "--on-no-progress", "fail", "--title", "Daily report",
     )  # fmt: skip
     assert made.code == 0, made
     template = made.json()["template"]
+    assert template["title"] == "Daily report"
     assert (template["job_type"], template["queue"], template["priority"], template["owner"]) == (
         job_type, "reports", 3, "ops",
     )  # fmt: skip
@@ -1633,7 +1682,7 @@ def test_schedule_create_get_list_pause_resume_and_delete(stack: Stack) -> None:
         return stack.jobctl("--json", "schedule", "get", f"{job_type}-every").json().get("last_job_no")
 
     job_no = wait_for("a firing", fired)
-    assert stack.jobs.get(job_no).job_type == job_type
+    assert (stack.jobs.get(job_no).job_type, stack.jobs.get(job_no).title) == (job_type, "Daily report")
     listed = stack.jobctl("schedule", "list")
     assert listed.code == 0 and f"{job_type}-every" in listed.out and f"{job_type}-cron" in listed.out, listed
     assert len(stack.jobctl("--json", "schedule", "list", "--limit", "1").out.splitlines()) == 1

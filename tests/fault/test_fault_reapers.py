@@ -1,7 +1,9 @@
-"""Two servers, each with its own reaper, on one database: every expired lease is handled once.
+"""Two reapers on one database: every expired lease is handled once.
 
-Both reapers run every 50 ms over the same expired leases; each action is a guarded
-UPDATE, so counting the events proves that no job was marked or acted on twice.
+One process of all replicas keeps house (jobwire.runtime.leadership), but at a handover a
+deposed leader may still be at it: here the leader's reaper and a second one run every
+50 ms over the same expired leases; each action is a guarded UPDATE, so counting the
+events proves that no job was marked or acted on twice.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from served import eventually
 
 from jobwire.db.changes import JobOp
 from jobwire.db.reaper import ApplyPolicy, MarkStalled
+from jobwire.db.retention import keep_files
 from jobwire.db.sql import Lock
 from jobwire.db.store import Call
 from jobwire.db.tables import job, job_event
 from jobwire.domain.evidence import EventKind
+from jobwire.runtime.housekeeping import Housekeeping
 from jobwire.v1 import job_pb2
 
 pytestmark = pytest.mark.timeout(60)
@@ -47,6 +51,10 @@ def policy(group: str) -> job_pb2.RetryPolicy | None:
 async def test_two_reapers_handle_each_expired_lease_exactly_once(servers, database_url) -> None:  # type: ignore[no-untyped-def]
     a = await servers(database_url, **FAST)
     b = await servers(database_url, **FAST)
+    rt = b.runtime  # a second reaper beside the leader's, as a deposed leader's would be
+    deposed = asyncio.create_task(
+        Housekeeping(rt.store, rt.blocking, rt.settings, deleter=keep_files, metrics=rt.host.metrics.jobs).run()
+    )
     groups: dict[str, str] = {}
     for group in EXPECTED:
         for _ in range(EACH):
@@ -71,6 +79,7 @@ async def test_two_reapers_handle_each_expired_lease_exactly_once(servers, datab
 
     await eventually(settled, timeout=15, what="every expired lease handled")
     await eventually(_quiet(engine), timeout=5, what="the reapers have nothing left to do")
+    deposed.cancel()
 
     with engine.connect() as conn:
         counted = Counter(conn.execute(sa.select(job_event.c.job_no, job_event.c.kind)).all())

@@ -15,14 +15,15 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
-from jobwire.db.cache import RowCache
 from jobwire.db.changes import apply_ops
 from jobwire.db.engine import Database
-from jobwire.db.evidence_limit import EvidenceLimit
 from jobwire.db.feed import FeedReader
+from jobwire.db.sql import BLOBS
 from jobwire.db.user_actions import Cancel
 from jobwire.domain.commands import Scope
 from jobwire.jobapi.app import add_jobapi
+from jobwire.process_state.evidence_limit import EvidenceLimit
+from jobwire.process_state.row_cache import RowCache
 from jobwire.runtime.parts import open_runtime
 from jobwire.runtime.settings import Settings
 from jobwire.v1 import job_pb2, job_pb2_grpc
@@ -116,7 +117,7 @@ async def test_a_watcher_gets_a_change_that_committed_late(mysql_url: str) -> No
             # A: X's cancel, its event with the lower id, left uncommitted (its COMMIT waits below)
             a.commit = a.run  # type: ignore[method-assign,assignment]
             cancel = [Cancel(scope=Scope(tenant="default"), job_no=x.job_no)]
-            await apply_ops(a, cancel, now=db.clock.now(), cache=RowCache(), evidence=EvidenceLimit())
+            await apply_ops(a, cancel, now=db.clock.now(), cache=RowCache(blobs=BLOBS), evidence=EvidenceLimit())
             await jobs.Cancel(job_pb2.CancelRequest(job_no=y.job_no))  # B: higher id, committed
             assert (await asyncio.wait_for(watch_y.read(), 10)).job.status == job_pb2.Job.CANCELLED
             for _ in range(3):  # several more polls pass A's id by

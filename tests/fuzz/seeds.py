@@ -28,7 +28,7 @@ class Targets:
 def seed(name: str, at: Targets) -> dict[str, Any]:
     """The valid request of `name` ("Service.Method") as message_dict values; {} when it has none."""
     lease = {"job_no": at.job_no, "worker_token": at.worker_token}
-    template = {"job_type": "fuzz", "payload": b"{}"}
+    template = {"job_type": "fuzz", "payload": b"{}", "title": "Fuzz report, November"}
     return {
         "JobService.Submit": template,
         "JobService.Get": {"job_no": at.queued},
@@ -58,7 +58,9 @@ def seed(name: str, at: Targets) -> dict[str, Any]:
         "WorkerService.Release": lease,
         "WorkerService.AwaitReview": {**lease, "assignee": "fuzz"},
         "WorkerService.UploadResult": {**lease, "data": b"x"},
+        "WorkerService.RecordEvidence": {**lease, "entries": [{"key": "payment_request_id", "value": "pi_3Nx"}]},
         "AdminService.ListEvents": {"job_no": at.queued},
+        "AdminService.GetCheckpoint": {"job_no": at.queued},
         "AdminService.Requeue": {"job_no": at.failed, "reason": "fuzz"},
         "AdminService.SetQueueLimits": {"queue": "fuzz", "limits": {"max_running": 1}},
         "AdminService.GetQueueLimits": {"queue": "fuzz"},

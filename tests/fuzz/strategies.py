@@ -64,6 +64,7 @@ SHAPES = [
     "../../etc/passwd", "javascript:alert(1)", "https://x/y", "file:///etc/passwd", "zh-CN", "en", "x" * 5000,
     _b64(b'{"after": 1}'), _b64(b'{"after": -1}'), _b64(b"[" * 5000), _b64(b'{"after_worker": "w"}'),
     "PREPARING", "PROCESSING", "VERIFYING", "DELIVERING", "UPLOADING",
+    "题" * 200, "t" * 201, "title\u0085",  # a title at its limit, past it, with a C1 control
 ]  # fmt: skip
 
 

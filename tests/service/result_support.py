@@ -8,7 +8,7 @@ from pathlib import Path
 
 from served import Served
 
-from jobwire.domain.results import RESULT_CHUNK_BYTES
+from jobwire.domain.kept_results import RESULT_CHUNK_BYTES
 from jobwire.v1 import job_pb2
 
 

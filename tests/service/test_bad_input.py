@@ -125,6 +125,8 @@ def limits(**fields: object) -> job_pb2.Timeouts:
 
 
 SUBMIT = [
+    submit_case("title of 201 chars", "title", title="t" * 201),
+    submit_case("title with a newline", "title", title="two\nlines"),
     submit_case("empty job_type", "job_type", job_type=""),
     submit_case("job_type with a space", "job_type", job_type="bad name!"),
     submit_case("job_type of 65 chars", "job_type", job_type="x" * 65),
@@ -886,6 +888,37 @@ LIST_EVENTS = [
 ]
 
 
+async def get_checkpoint(c: Ctx, job_no: str) -> object:
+    return await c.served.admin.GetCheckpoint(admin_pb2.GetCheckpointRequest(job_no=job_no))  # type: ignore[attr-defined]
+
+
+def record_case(name: str, field: str, **fields: object) -> Bad:
+    async def call(c: Ctx) -> object:
+        values: dict[str, object] = {
+            "job_no": c.job_no, "worker_token": c.token, "entries": [worker_pb2.EvidenceEntry(key="k", value="v")],
+            **fields,
+        }  # fmt: skip
+        return await c.served.workers.RecordEvidence(worker_pb2.RecordEvidenceRequest(**values))  # type: ignore[attr-defined,arg-type]
+
+    return Bad(f"RecordEvidence {name}", call, field)
+
+
+def _entry(key: str = "k", value: str = "v") -> worker_pb2.EvidenceEntry:
+    return worker_pb2.EvidenceEntry(key=key, value=value)
+
+
+RECORD_EVIDENCE = [
+    *(record_case(f"job_no={n!r}", "job_no", job_no=n) for n in BAD_JOB_NOS),
+    record_case("token of 81 chars", "worker_token", worker_token=LONG_TOKEN),
+    record_case("no entries", "entries", entries=[]),
+    record_case("51 entries", "entries", entries=[_entry()] * 51),
+    record_case("an empty key", "entries[0].key", entries=[_entry(key="")]),
+    record_case("a key with a space", "entries[1].key", entries=[_entry(), _entry(key="bad key")]),
+    record_case("a value of 1001 chars", "entries[0].value", entries=[_entry(value="v" * 1001)]),
+    record_case("a value with a control character", "entries[0].value", entries=[_entry(value="a\x1bb")]),
+]
+
+
 def requeue(name: str, field: str, **fields: object) -> Bad:
     async def call(c: Ctx) -> object:
         values: dict[str, object] = {"job_no": c.job_no, **fields}
@@ -1071,6 +1104,7 @@ MATRIX: dict[str, list[Bad]] = {
     "WorkerService.Release": RELEASE,
     "WorkerService.AwaitReview": AWAIT_REVIEW,
     "WorkerService.UploadResult": UPLOAD_RESULT,
+    "WorkerService.RecordEvidence": RECORD_EVIDENCE,
     "ScheduleService.CreateSchedule": CREATE_SCHEDULE,
     "ScheduleService.GetSchedule": _schedule_ref_cases("GetSchedule"),
     "ScheduleService.ListSchedules": LIST_SCHEDULES,
@@ -1079,6 +1113,7 @@ MATRIX: dict[str, list[Bad]] = {
     "ScheduleService.DeleteSchedule": _schedule_ref_cases("DeleteSchedule"),
     "AdminService.Inspect": INSPECT,
     "AdminService.ListEvents": LIST_EVENTS,
+    "AdminService.GetCheckpoint": _job_no_cases("GetCheckpoint", get_checkpoint),
     "AdminService.Requeue": REQUEUE,
     "AdminService.ListWorkers": LIST_WORKERS,
     "AdminService.SetQueueLimits": SET_QUEUE_LIMITS,

@@ -36,6 +36,10 @@ from jobwire.worker.sdk import Handlers, JobContext, Result, Worker, WorkerConfi
 
 pytestmark = pytest.mark.timeout(90)
 AGE = {"max_connection_age_seconds": 0.5, "max_connection_age_grace_seconds": 0.3}
+# For a worker's calls: the same ages, and a grace in which a call in flight surely ends, as
+# a 30 s long poll does in the 600 s of the defaults. With 0.3 s, a 0.2 s Claim on a loaded
+# machine can outlast the grace and be cut with UNAVAILABLE, which the defaults never do.
+AGE_WITH_GRACE = {"max_connection_age_seconds": 0.5, "max_connection_age_grace_seconds": 3.0}
 REPORTS = 12
 WATCH_JOBS = "jobwire.v1.JobService/WatchJobs"
 
@@ -109,7 +113,7 @@ def _watches_ended(s: Served) -> float:
 async def test_an_sdk_worker_carries_on_across_connection_ages(
     serve: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    s: Served = await serve(**AGE)
+    s: Served = await serve(**AGE_WITH_GRACE)
     config = WorkerConfig(
         target=s.target, worker_id="w-aged", concurrency=2, claim_wait=0.2, grace_period=2, tmp_root=tmp_path / "tmp"
     )

@@ -4,7 +4,7 @@ Job numbers are per tenant, and a shared fleet's worker (auth file `tenant = "*"
 every tenant, so it may hold acme's and globex's PT-...-001 at once. Its calls name only
 job_no and worker_token: the token tells which job (each job signs its own). Two servers on
 one database: the one that granted the leases finds a job by its token among the rows it
-keeps (jobwire.db.cache), the other reads every job of the number and lets the token pick
+keeps (jobwire.process_state.row_cache), the other reads every job of the number and lets the token pick
 (jobwire.db.changes). A token that no job of the number issued is WORKER_LEASE_LOST and
 writes nothing; an old lease of one of them is refused and kept as that job's evidence.
 """
@@ -21,7 +21,7 @@ from served import Served, start_server
 from service_support import FORGED_TOKEN, LEASE_LOST, db_rows, rpc_error
 from wall_clock import numbering_clock
 
-from jobwire.domain.results import RESULT_CHUNK_BYTES
+from jobwire.domain.kept_results import RESULT_CHUNK_BYTES
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
 pytestmark = pytest.mark.timeout(120)

@@ -88,18 +88,19 @@ async def test_the_first_pages_stream_brings_only_new_jobs_its_filters_let_throu
         assert "<td>wanted</td>" in listed["rows"][0]["html"]
 
 
-async def test_the_columns_say_queue_type_created_started_and_duration(served: Served, gateway: str) -> None:
-    await submit(served, queue="exports")
+async def test_the_columns_say_title_queue_type_created_started_and_duration(served: Served, gateway: str) -> None:
+    await submit(served, queue="exports", title="Export March invoices")
     (lease,) = await claim(served, queue="exports")
     await complete(served, lease, b"{}", "application/json")
     async with signed_in(gateway, CLIENT) as client:
         page = (await client.get("/jobs")).text
         row = page.split(f'<tr data-job="{lease.job_no}"', 1)[1].split("</tr>", 1)[0]
         cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
-        assert cells[2:4] == ["exports", "frames"]
-        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", cells[8]) and re.fullmatch(r"\d{4}-.*Z", cells[9])
-        assert re.fullmatch(r"\d+:\d\d", cells[10])
-        for heading in ("Queue", "Type", "Created", "Started", "Duration"):
+        assert cells[1] == "Export March invoices"  # the title first, after the tick box
+        assert cells[3:5] == ["exports", "frames"]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", cells[9]) and re.fullmatch(r"\d{4}-.*Z", cells[10])
+        assert re.fullmatch(r"\d+:\d\d", cells[11])
+        for heading in ("Title", "Queue", "Type", "Created", "Started", "Duration"):
             assert f"<th>{heading}</th>" in page
 
 

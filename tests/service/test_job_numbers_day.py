@@ -1,6 +1,6 @@
 """Job numbers across a day change, with the clock the numbering reads under the test's control.
 
-A number is PREFIX-YYYYMMDD-NNN (DESIGN.md §4): the UTC day, then a sequence per tenant and
+A number is PREFIX-YYYYMMDD-NNN: the UTC day, then a sequence per tenant and
 day kept in `job_day_counter`. So at midnight (UTC) the day part turns over and the sequence
 starts again at 001; a day's sequence never repeats a number, even when a process whose clock
 lags numbers under the day before again. The clock replaced is the one numbering reads

@@ -1,6 +1,6 @@
 """JOBWIRE_JOB_PREFIX (Settings.job_prefix) applied by a running server: every job number begins with it.
 
-Numbers read PREFIX-YYYYMMDD-NNN (DESIGN.md §4, "PT-20261008-001"), the day in UTC. A number
+Numbers read PREFIX-YYYYMMDD-NNN ("PT-20261008-001"), the day in UTC. A number
 with the longest prefix allowed still goes back in through every call that names a job.
 """
 

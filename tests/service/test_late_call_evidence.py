@@ -13,7 +13,7 @@ import asyncio
 import grpc
 from service_support import FORGED_TOKEN, claim, complete_request, db_rows, rpc_error, running
 
-from jobwire.db.evidence_limit import PER_WINDOW, EvidenceLimit
+from jobwire.process_state.evidence_limit import PER_WINDOW, EvidenceLimit
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
 LOST = (grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST")

@@ -1,4 +1,4 @@
-"""Without an auth file a server listens on loopback only (DESIGN.md §7), enforced by the server itself.
+"""Without an auth file a server listens on loopback only (docs/security.md), enforced by the server itself.
 
 The rule lives in `jobwire.rpc.server.ServerHost`: every server (the all-in-one, jobapi, the
 worker service, each child of a family) is built on it. Checked here at that door and through

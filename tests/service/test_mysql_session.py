@@ -1,4 +1,4 @@
-"""MySQL session settings on the connections a running server really uses (DESIGN.md §5).
+"""MySQL session settings on the connections a running server really uses.
 
 READ COMMITTED (gap locks under REPEATABLE READ deadlock inserts against claim scans) and a
 strict sql_mode, on both of the server's doors to MySQL: the SQLAlchemy engine (reads, the

@@ -1,4 +1,4 @@
-"""Progress is a fact (DESIGN.md §3): it never goes back, shows a percent only with a known
+"""Progress is a fact: it never goes back, shows a percent only with a known
 total, refuses impossible numbers and unknown stages, and follows a handler's own stage plan."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from service_support import claim, rpc_error, rpc_failure, running, submit
 
 from jobwire.client.channel import FIXED_WINDOW_OPTIONS
 from jobwire.client.status import error_reason
-from jobwire.domain.results import DOWNLOAD_CHUNK_BYTES, RESULT_CHUNK_BYTES
+from jobwire.domain.kept_results import DOWNLOAD_CHUNK_BYTES, RESULT_CHUNK_BYTES
 from jobwire.v1 import admin_pb2, job_pb2, job_pb2_grpc, worker_pb2
 
 pytestmark = pytest.mark.timeout(120)

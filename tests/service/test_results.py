@@ -22,7 +22,7 @@ from service_support import artifact, rpc_failure, running
 
 from jobwire.client.status import error_info
 from jobwire.db.retention import keep_files
-from jobwire.domain.results import RESULT_CHUNK_BYTES
+from jobwire.domain.kept_results import RESULT_CHUNK_BYTES
 from jobwire.runtime.housekeeping import Housekeeping
 from jobwire.v1 import job_pb2, worker_pb2
 

@@ -91,7 +91,7 @@ async def test_await_review_waits_with_no_lease_and_approve_runs_it_again_unchar
     still = await get(s, job.job_no)
     assert (still.status, still.version, still.stalled) == (WAITING, job.version, False)
     changes = [e.kind for e in await events(s, job.job_no) if e.kind != "LATE_CALL_REJECTED"]
-    assert changes == ["SUBMITTED", "CLAIMED", "AWAITING_REVIEW"]
+    assert changes == ["SUBMITTED", "CLAIMED", "AWAITING_REVIEW", "CHECKPOINT_SAVED"]  # the checkpoint it handed over
 
     approved = await resolve(s, job.job_no, APPROVE, "Checked with finance")
     assert (approved.status, approved.max_attempts) == (job_pb2.Job.QUEUED, 2)  # the attempt was given back

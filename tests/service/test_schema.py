@@ -72,7 +72,7 @@ def test_there_is_one_head(database_url: str) -> None:
 
 
 def test_the_claim_index_sorts_like_the_claim(database_url: str) -> None:
-    """DESIGN.md §5: (tenant, queue, status, waiting_on, priority DESC, id) so ORDER BY priority
+    """The claim index is (tenant, queue, status, waiting_on, priority DESC, id) so ORDER BY priority
     DESC, id needs no filesort (waiting_on = 0 is an equality before it). Checked on the migrated
     database itself, not on tables.py."""
     db = Database(database_url)

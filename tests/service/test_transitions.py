@@ -1,4 +1,4 @@
-"""The transition table of DESIGN.md §2, cell by cell, through the real RPCs.
+"""The transition table (jobwire.domain.states), cell by cell, through the real RPCs.
 
 Every status is reached by real calls (no SQL), then every operation is tried on a fresh job
 in that status. An allowed cell must land in the expected status; a refused one must answer

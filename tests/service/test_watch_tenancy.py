@@ -2,8 +2,8 @@
 
 Two tenants, acme and globex, with the same owner name and the same job types. A globex
 stream for owner "alice" sees only globex's alice; a globex stream that names acme's job
-numbers is NOT_FOUND exactly as for numbers that do not exist (DESIGN.md §4: "another
-tenant's" job answers as one that does not exist), before sending anything. Numbers are per
+numbers is NOT_FOUND exactly as for numbers that do not exist (another tenant's
+job answers as one that does not exist: its existence is not disclosed), before sending anything. Numbers are per
 tenant, so a number both have names, in each tenant's stream, that tenant's own job. Acme's own
 stream is the control: it shows that acme's changes did reach the change feed. A stream
 has no "nothing more" message, so each check ends on a change of globex's own, made after

@@ -1,6 +1,6 @@
 """The wall clock job numbering reads, under a test's control.
 
-`jobwire.db.job_numbers` takes the day of a number from the process's own UTC wall clock
+`jobwire.process_state.job_numbers` takes the day of a number from the process's own UTC wall clock
 (`datetime.now(UTC)`), not the database clock, so that is the clock replaced here: a test
 that counts numbers then never sees the day turn under it, and one about midnight sets it.
 """
@@ -11,7 +11,7 @@ from datetime import UTC, datetime, tzinfo
 
 import pytest
 
-from jobwire.db import job_numbers
+from jobwire.process_state import job_numbers
 
 # One tenth of a second before midnight UTC at the end of a year: the day, the month and the year turn.
 EVE = datetime(2031, 12, 31, 23, 59, 59, 900_000, tzinfo=UTC)

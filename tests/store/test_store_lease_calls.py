@@ -30,7 +30,6 @@ from store_support import (
 )
 
 from jobwire.db import leases
-from jobwire.db.evidence_limit import PER_WINDOW
 from jobwire.db.store import JobStore
 from jobwire.domain.errors import (
     CancelNotRequested,
@@ -45,6 +44,7 @@ from jobwire.domain.lease import LeaseState
 from jobwire.domain.retry import RetryPolicy
 from jobwire.domain.review import ReviewRequest
 from jobwire.domain.states import Status
+from jobwire.process_state.evidence_limit import PER_WINDOW
 
 Rows = Callable[[str], list[dict[str, Any]]]
 

@@ -1,4 +1,4 @@
-"""The abandoned-upload sweep's view of a result store (jobwire.runtime.results.stale_keys)."""
+"""The abandoned-upload sweep's view of a result store (jobwire.runtime.result_store.stale_keys)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jobwire.runtime.blocking import Blocking
-from jobwire.runtime.results import ResultStore
+from jobwire.runtime.result_store import ResultStore
 
 
 def store_with(tmp_path: Path, files: dict[str, float]) -> ResultStore:
@@ -40,6 +40,6 @@ def test_a_store_that_keeps_no_times_removes_nothing_and_says_so(
         raise NotImplementedError
 
     monkeypatch.setattr(store.fs, "modified", no_times)
-    with caplog.at_level(logging.WARNING, logger="jobwire.runtime.results"):
+    with caplog.at_level(logging.WARNING, logger="jobwire.runtime.result_store"):
         assert store.stale_keys(3600) == []
     assert "keeps no modification times" in caplog.text

@@ -26,6 +26,8 @@ def test_defaults_and_environment() -> None:
     assert Settings.from_env({"JOBWIRE_MAX_RESULT_BYTES": "1000"}).max_result_bytes == 1000
     assert Settings.from_env({}).max_schedules_per_tenant == 1000
     assert Settings.from_env({"JOBWIRE_MAX_SCHEDULES_PER_TENANT": "50"}).max_schedules_per_tenant == 50
+    assert Settings.from_env({}).chore_lease_seconds == 15.0
+    assert Settings.from_env({"JOBWIRE_CHORE_LEASE_SECONDS": "2.5"}).chore_lease_seconds == 2.5
 
 
 @pytest.mark.parametrize(
@@ -44,6 +46,8 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_STREAM_IDLE_SECONDS": "nan"}, "JOBWIRE_STREAM_IDLE_SECONDS"),
         ({"JOBWIRE_MAX_RESULT_BYTES": "0"}, "JOBWIRE_MAX_RESULT_BYTES"),
         ({"JOBWIRE_REAPER_INTERVAL_SECONDS": "-1"}, "JOBWIRE_REAPER_INTERVAL_SECONDS"),
+        ({"JOBWIRE_CHORE_LEASE_SECONDS": "0"}, "JOBWIRE_CHORE_LEASE_SECONDS"),
+        ({"JOBWIRE_CHORE_LEASE_SECONDS": "nan"}, "JOBWIRE_CHORE_LEASE_SECONDS"),
         ({"JOBWIRE_RESULT_SCHEMES": "HTTPS"}, "JOBWIRE_RESULT_SCHEMES"),
         ({"JOBWIRE_RETENTION_WORKER_DAYS": "0"}, "JOBWIRE_RETENTION_WORKER_DAYS"),
         ({"JOBWIRE_RESULT_SCHEMES": "https:"}, "JOBWIRE_RESULT_SCHEMES"),

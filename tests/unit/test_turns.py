@@ -1,8 +1,8 @@
-"""Whose turn it is (jobwire.db.turns): the tenants a shared fleet's claims take turns between."""
+"""Whose turn it is (jobwire.process_state.turns): the tenants a shared fleet's claims take turns between."""
 
 from __future__ import annotations
 
-from jobwire.db.turns import Turns
+from jobwire.process_state.turns import Turns
 
 TYPES = ("frames",)
 

@@ -28,6 +28,10 @@ def _requeue(job_no: str, reason: str, locale: str) -> Call[views.Job]:
     return Call("Requeue", request, False, views.Job)
 
 
+def _checkpoint(job_no: str) -> Call[views.Checkpoint]:
+    return Call("GetCheckpoint", admin_pb2.GetCheckpointRequest(job_no=job_no), True, views.Checkpoint)
+
+
 def _events_request(job_no: str, page_size: int) -> admin_pb2.ListEventsRequest:
     return convert.message(admin_pb2.ListEventsRequest, job_no=job_no, page_size=page_size)
 
@@ -69,6 +73,10 @@ class AdminClient(BaseClient):
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
         pages = self._pages(self._stub.ListEvents, _events_request(job_no, page_size))
         return convert.at_most(map(views.JobEvent, chain.from_iterable(page.events for page in pages)), limit)
+
+    def checkpoint(self, job_no: str) -> views.Checkpoint:
+        """The latest checkpoint the job's worker saved (at most 64 KiB): its bytes, size and sha256."""
+        return self._call(_checkpoint(job_no))
 
     def requeue(self, job_no: str, *, reason: str) -> views.Job:
         """An operator's decision for a stalled job: revoke its lease and queue it again.
@@ -136,6 +144,10 @@ class AsyncAdminClient(AsyncBaseClient):
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
         pages = self._pages(self._stub.ListEvents, _events_request(job_no, page_size))
         return convert.async_at_most(self._each(pages, lambda page: map(views.JobEvent, page.events)), limit)
+
+    async def checkpoint(self, job_no: str) -> views.Checkpoint:
+        """The latest checkpoint the job's worker saved (at most 64 KiB): its bytes, size and sha256."""
+        return await self._call(_checkpoint(job_no))
 
     async def requeue(self, job_no: str, *, reason: str) -> views.Job:
         """Revoke a stalled job's lease and queue it again; never retried by the client."""

@@ -14,7 +14,7 @@ from jobwire.client.jobs import JobClient
 # What a line of a batch file may say: `submit`'s arguments that a file can hold.
 LINE_KEYS = frozenset({
     "job_type", "payload", "queue", "priority", "owner", "labels", "locale", "max_attempts", "on_lease_lost",
-    "depends_on",
+    "depends_on", "title",
 })  # fmt: skip
 
 

@@ -29,6 +29,7 @@ import argcomplete
 import grpc
 from rich.console import Console
 
+from jobwire.client import admin_commands as a
 from jobwire.client import batch_commands as b
 from jobwire.client import commands as c
 from jobwire.client import queue_commands as q
@@ -94,6 +95,7 @@ def job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue", default="", help="queue (default: default)")
     p.add_argument("--priority", type=int, default=0, help="higher runs first")
     p.add_argument("--owner", default="")
+    p.add_argument("--title", default="", help="what a person reads as the job's name (at most 200 characters)")
     p.add_argument("--label", type=c.label_arg, action="append", default=[], metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--max-attempts", type=int, default=0, help="0: the server's default")
     p.add_argument("--on-lease-lost", type=str.upper, choices=["INSPECT", "RETRY"])
@@ -237,18 +239,22 @@ def _admin_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
         help="repeatable: STALLED, NO_PROGRESS, RUNNING_WITHOUT_LEASE, TERMINAL_WITH_TOKEN",
     )
     p.add_argument("--stalled-after", type=float, metavar="SECONDS", help="only leases expired at least this long ago")
-    p.set_defaults(handler=c.cmd_inspect)
+    p.set_defaults(handler=a.cmd_inspect)
     p = sub.add_parser("events", parents=[common], help="a job's evidence trail")
     p.add_argument("job_no")
     p.add_argument("--limit", type=c.count_arg, default=None, help="at most this many")
-    p.set_defaults(handler=c.cmd_events)
+    p.set_defaults(handler=a.cmd_events)
+    p = sub.add_parser("checkpoint", parents=[common], help="a job's latest checkpoint (admin)")
+    p.add_argument("job_no")
+    p.add_argument("-o", "--output", type=Path, help="write its bytes to this file")
+    p.set_defaults(handler=a.cmd_checkpoint)
     p = sub.add_parser("requeue", parents=[common], help="requeue a stalled job")
     p.add_argument("job_no")
     p.add_argument("--reason", required=True, help="why, for the evidence trail")
-    p.set_defaults(handler=c.cmd_requeue)
+    p.set_defaults(handler=a.cmd_requeue)
     p = sub.add_parser("workers", parents=[common], help="known workers")
     p.add_argument("--queue", default="")
-    p.set_defaults(handler=c.cmd_workers)
+    p.set_defaults(handler=a.cmd_workers)
 
 
 def _queue_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:

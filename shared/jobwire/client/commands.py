@@ -193,7 +193,7 @@ def job_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "queue": args.queue, "priority": args.priority, "max_attempts": args.max_attempts,
         "on_lease_lost": args.on_lease_lost, "timeouts": _timeouts(args), "owner": args.owner,
-        "labels": dict(args.label),
+        "labels": dict(args.label), "title": args.title,
     }  # fmt: skip
 
 
@@ -209,7 +209,7 @@ def _timeouts(args: argparse.Namespace) -> Timeouts | None:
 
 def cmd_get(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.jobs() as client:
-        _show_job(ctx, client.get(args.job_no))
+        show_job(ctx, client.get(args.job_no))
     return EXIT_OK
 
 
@@ -232,7 +232,7 @@ def cmd_result(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_cancel(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.jobs() as client:
-        _show_job(ctx, client.cancel(args.job_no))
+        show_job(ctx, client.cancel(args.job_no))
     return EXIT_OK
 
 
@@ -246,7 +246,7 @@ def cmd_retry(ctx: Context, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     with ctx.jobs() as client:
         if args.job_no is not None:
-            _show_job(ctx, client.retry(args.job_no, force=args.force))
+            show_job(ctx, client.retry(args.job_no, force=args.force))
             return EXIT_OK
         return _retry_failed(ctx, client, args)
 
@@ -288,7 +288,7 @@ def _retry_failed(ctx: Context, client: JobClient, args: argparse.Namespace) -> 
 
 def cmd_resolve(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.jobs() as client:
-        _show_job(ctx, client.resolve(args.job_no, args.decision, note=args.note))
+        show_job(ctx, client.resolve(args.job_no, args.decision, note=args.note))
     return EXIT_OK
 
 
@@ -361,50 +361,8 @@ def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _show_job(ctx: Context, job: views.Job) -> None:
+def show_job(ctx: Context, job: views.Job) -> None:
     if ctx.as_json:
         ctx.emit(render.to_json(job.raw))
     else:
         ctx.out.print(render.job_details(job.raw, ctx.locale))
-
-
-# ---- operator commands ----------------------------------------------------------------
-
-
-def cmd_inspect(ctx: Context, args: argparse.Namespace) -> int:
-    with ctx.admin() as admin:
-        findings = admin.inspect(stalled_after=args.stalled_after, queue=args.queue, kinds=args.kind)
-    if ctx.as_json:
-        ctx.emit([render.to_json(f.raw) for f in findings])
-    elif not findings:
-        ctx.out.print("no findings: no stalled leases, no jobs without progress, no broken invariants")
-    else:
-        ctx.out.print(render.findings_table(f.raw for f in findings))
-    return EXIT_OK
-
-
-def cmd_events(ctx: Context, args: argparse.Namespace) -> int:
-    with ctx.admin() as admin:
-        events = list(admin.list_events(args.job_no, limit=args.limit))
-    if ctx.as_json:
-        ctx.emit([render.to_json(e.raw) for e in events])
-    else:
-        ctx.out.print(render.events_table(e.raw for e in events))
-    return EXIT_OK
-
-
-def cmd_requeue(ctx: Context, args: argparse.Namespace) -> int:
-    with ctx.admin() as admin:
-        _show_job(ctx, admin.requeue(args.job_no, reason=args.reason))
-    return EXIT_OK
-
-
-def cmd_workers(ctx: Context, args: argparse.Namespace) -> int:
-    with ctx.admin() as admin:
-        workers = list(admin.list_workers(queue=args.queue))
-    if ctx.as_json:
-        # proto3 JSON leaves a false bool out; a script reading it should not have to know that
-        ctx.emit([{**render.to_json(w.raw), "live": w.live, "shared_fleet": w.shared_fleet} for w in workers])
-    else:
-        ctx.out.print(render.workers_table(w.raw for w in workers))
-    return EXIT_OK

@@ -62,6 +62,8 @@ class SubmitOptions(TypedDict, total=False):
         on_lease_lost: `INSPECT` (default: wait for an operator) or `RETRY`.
         timeouts: time limits of one attempt, the whole job, and running without progress.
         owner, labels: free-form, for listing and display.
+        title: what a person reads as the job's name (plain text, at most 200 characters),
+            shown first wherever the job is shown; empty: none.
         locale: labels in the returned job; defaults to the client's.
         depends_on: job numbers that must end READY before this job runs (at most 100);
             one ending FAILED or CANCELLED cancels it.
@@ -81,6 +83,7 @@ class SubmitOptions(TypedDict, total=False):
     labels: Mapping[str, str] | None
     locale: str | None
     depends_on: Sequence[str]
+    title: str
 
 
 class ListFilters(TypedDict, total=False):
@@ -148,6 +151,7 @@ def submit_request(
         labels=dict(options.get("labels") or {}),
         locale=locale_or(options.get("locale"), default_locale),
         depends_on=list(options.get("depends_on", ())),
+        title=options.get("title", ""),
     )
     run_after = options.get("run_after")
     if run_after is not None:

@@ -1,7 +1,7 @@
 """`jobctl watch`'s display: a live progress line on a terminal, plain lines elsewhere.
 
 The bar is determinate only when the stage's total is known; otherwise it pulses and no
-percent is shown, because a guessed percent is a lie (DESIGN.md §3).
+percent is shown, because a guessed percent is a lie.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class _Ticking:
 
 def live_line(job: job_pb2.Job, locale: str, now: datetime | None = None) -> RenderableType:
     """One job's status line for the live display, with the time since its submit."""
-    head = Text.assemble((job.job_no, "bold"), " ", render.status_text(job))
+    head = Text.assemble(*titled(job), (job.job_no, "bold"), " ", render.status_text(job))
     span = render.elapsed(job, now)
     if span is not None:
         head.append(f"  {render.fmt_elapsed(span)}", style="dim")
@@ -78,7 +78,13 @@ def plain_line(job: job_pb2.Job, locale: str) -> str:
     """One job's status as a log line, for pipes and CI logs."""
     label = job.display.status_label or status_name(job.status)
     summary = render.progress_summary(job, locale)
-    return f"{job.job_no} {label}" + (f" · {summary}" if summary else "")
+    title = f"{job.title}  " if job.title else ""
+    return f"{title}{job.job_no} {label}" + (f" · {summary}" if summary else "")
+
+
+def titled(job: job_pb2.Job) -> tuple[tuple[str, str], ...]:
+    """The job's title, first on its line, when it has one."""
+    return ((job.title, "bold"), ("  ", "")) if job.title else ()
 
 
 class WatchView:
@@ -129,7 +135,7 @@ class WatchView:
         if self.as_json:
             return
         if not self._shown_end:  # the live line vanished on stop, or nothing was new
-            self.console.print(Text.assemble((job.job_no, "bold"), " ", render.status_text(job)))
+            self.console.print(Text.assemble(*titled(job), (job.job_no, "bold"), " ", render.status_text(job)))
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold")
         grid.add_column(overflow="fold")  # a long uri wraps; it is never cut

@@ -1,7 +1,7 @@
 """How jobctl shows jobs, findings, events and workers: text pieces, tables, JSON.
 
 Pure functions from protobuf messages to rich renderables, so they are tested without a
-terminal. The rule from DESIGN.md §3 holds here too: a percent only with a known total.
+terminal. The progress rule (jobwire.domain.progress) holds here too: a percent only with a known total.
 """
 
 from __future__ import annotations
@@ -167,13 +167,16 @@ def job_details(job: job_pb2.Job, locale: str) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    rows: list[tuple[str, str | Text]] = [
+    # The title first, as a person names the job; a job without one shows no title row.
+    rows: list[tuple[str, str | Text]] = [("title", job.title)] if job.title else []
+    rows += [
         ("job", job.job_no),
         ("type", job.job_type),
         ("queue", job.queue),
         ("status", status_text(job)),
         ("progress", progress_summary(job, locale) or DASH),
         ("attempt", f"{job.attempt}/{job.max_attempts}" if job.max_attempts else DASH),
+        ("input", input_text(job.input) if job.HasField("input") else DASH),
         ("owner", job.owner or DASH),
         (
             "labels",
@@ -188,6 +191,11 @@ def job_details(job: job_pb2.Job, locale: str) -> Table:
     for key, value in outcome_rows(job):
         grid.add_row(key, value)
     return grid
+
+
+def input_text(given: job_pb2.JobInput) -> str:
+    """What a job was given: its payload's size and sha256."""
+    return f"{fmt_size(given.size_bytes)} · sha256 {given.sha256}"
 
 
 def outcome_rows(job: job_pb2.Job) -> list[tuple[str, str]]:
@@ -217,9 +225,10 @@ def outcome_rows(job: job_pb2.Job) -> list[tuple[str, str]]:
 
 
 def jobs_table(jobs: Iterable[job_pb2.Job], locale: str) -> Table:
-    table = _table("JOB", "TYPE", "QUEUE", "STATUS", "PROGRESS", "ATTEMPT", "UPDATED")
+    table = _table("TITLE", "JOB", "TYPE", "QUEUE", "STATUS", "PROGRESS", "ATTEMPT", "UPDATED")
     for job in jobs:
         table.add_row(
+            job.title or DASH,  # the table's mark for nothing, as for every empty cell
             job.job_no,
             job.job_type,
             job.queue,
@@ -276,9 +285,27 @@ def events_table(events: Iterable[admin_pb2.JobEvent]) -> Table:
             units or (str(e.processed_units) if e.processed_units else DASH),
             e.worker_id or DASH,
             str(e.attempt),
-            e.detail or DASH,
+            event_detail(e) or DASH,
         )
     return table
+
+
+def event_detail(event: admin_pb2.JobEvent) -> str:
+    """What an event says beyond its columns: a handler's entry as key = value, a checkpoint's size and digest."""
+    if event.kind == "HANDLER_EVIDENCE":
+        return f"{event.key} = {event.detail}"
+    if event.kind == "CHECKPOINT_SAVED":
+        return f"{fmt_size(event.size_bytes)} · sha256 {event.sha256}"
+    return event.detail
+
+
+def checkpoint_lines(saved: admin_pb2.Checkpoint) -> list[str]:
+    """`jobctl checkpoint`: its size and digest, then its text when it is UTF-8."""
+    head = f"{saved.job_no}: {fmt_size(saved.size_bytes)} · sha256 {saved.sha256}"
+    try:
+        return [head, saved.data.decode("utf-8")]
+    except UnicodeDecodeError:
+        return [head, "(not text: write it to a file with -o)"]
 
 
 def _transition(before: int, after: int) -> str:

@@ -1,7 +1,7 @@
 """Client-side retries: bounded for unary calls, patient for watches, always with jitter.
 
 Only UNAVAILABLE is retried by default: it means "not reached" or "database down, retry
-later" (DESIGN.md §4). Every other code is an answer, and asking again would get the same one.
+later". Every other code is an answer, and asking again would get the same one.
 """
 
 from __future__ import annotations

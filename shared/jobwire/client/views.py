@@ -149,6 +149,7 @@ class Display(View[job_pb2.Display]):
     detail = plain(str)
     actions = each_enum(DisplayAction)
     locale = plain(str)
+    title = plain(str)
 
 
 class Job(View[job_pb2.Job]):
@@ -161,6 +162,8 @@ class Job(View[job_pb2.Job]):
     job_type = plain(str)
     queue = plain(str)
     owner = plain(str)
+    title = plain(str)  # as submitted; empty when none was given
+    input = plain(job_pb2.JobInput)  # the payload's size_bytes and sha256, computed by the server
     labels: Field[Mapping[str, str]] = Field(getattr)
     status = enum(JobStatus)
     stage = plain(str)
@@ -264,8 +267,23 @@ class JobEvent(View[admin_pb2.JobEvent]):
     total_units = number_or_none()
     worker_id = plain(str)
     attempt = plain(int)
-    detail = plain(str)
+    detail = plain(str)  # HANDLER_EVIDENCE: the entry's value
     created_at = moment()
+    key = plain(str)  # HANDLER_EVIDENCE: the entry's key
+    size_bytes = plain(int)  # CHECKPOINT_SAVED: the checkpoint's size and sha256
+    sha256 = plain(str)
+
+
+class Checkpoint(View[admin_pb2.Checkpoint]):
+    """A job's latest checkpoint, as an admin reads it."""
+
+    __slots__ = ()
+    wire_type = admin_pb2.Checkpoint
+    shown = ("job_no", "size_bytes", "sha256")
+    job_no = plain(str)
+    data = plain(bytes)
+    size_bytes = plain(int)
+    sha256 = plain(str)
 
 
 class Finding(View[admin_pb2.Finding]):

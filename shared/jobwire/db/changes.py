@@ -1,4 +1,4 @@
-"""The one shape every state change takes: decide on the row, guarded UPDATE, event.
+"""The one shape every state change takes: decide on the row, guarded UPDATE, event (one algorithm, kept whole).
 
 An operation (`JobOp`: a report, a Complete, a user's Cancel, a reaper's mark) looks at
 the job's row and decides a `Change`, or refuses. `apply_ops` runs any number of them in
@@ -36,19 +36,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from jobwire.db.cache import RowCache
-from jobwire.db.evidence_limit import EvidenceLimit
-from jobwire.db.rows import ARTIFACT_COLUMNS, snapshot
-from jobwire.db.sql import Lock, Name, name_params
+from jobwire.db.event_rows import artifact_values, event_values
+from jobwire.db.sql import Lock, name_params
 from jobwire.db.wire import Many, Statement, Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import EVERY_TENANT, may_act_for
 from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLost
 from jobwire.domain.evidence import EventKind
-from jobwire.domain.job import Artifact
-from jobwire.domain.results import KeptResult
+from jobwire.domain.handler_evidence import Entry
+from jobwire.domain.job import Artifact, Digest, Name
+from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.states import LEASED, Action, Status, allowed
 from jobwire.domain.transitions import Move, Transition, move_of
+from jobwire.process_state.evidence_limit import EvidenceLimit
+from jobwire.process_state.row_cache import RowCache
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -68,6 +69,7 @@ class Change:
         artifact: The result row a Complete adds.
         kept: The bytes (or their place in the result store) kept with that row.
         guards: Extra conditions `(sql, params)` on columns that change without a version.
+        entries: Evidence the lease's holder recorded: one HANDLER_EVIDENCE event each.
     """
 
     action: Action
@@ -80,6 +82,7 @@ class Change:
     artifact: Artifact | None = None
     kept: KeptResult | None = None
     guards: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    entries: tuple[Entry, ...] = ()
 
 
 class LateCall(WorkerLeaseLost):
@@ -381,6 +384,20 @@ def _records(wire: Wire, jobs: Iterable[_Job], now: datetime, evidence: Evidence
                     step.before, EventKind.LATE_CALL_REJECTED, now, step.before["status"], visible=False,
                     detail=step.error.detail, worker_id="",
                 ))  # fmt: skip
+            if change is not None and change.values.get("checkpoint") is not None:
+                assert step.after is not None
+                saved = Digest.of(change.values["checkpoint"])  # size and sha256: never the bytes
+                events.append(event_values(
+                    step.after, EventKind.CHECKPOINT_SAVED, step.after["updated_at"], step.after["status"],
+                    visible=False, size_bytes=saved.size_bytes, sha256=saved.sha256,
+                ))  # fmt: skip
+            if change is not None and change.entries:
+                assert step.after is not None
+                events += [
+                    event_values(step.after, EventKind.HANDLER_EVIDENCE, now, step.after["status"], visible=False,
+                                 detail=entry.value, entry_key=entry.key)
+                    for entry in change.entries
+                ]  # fmt: skip
     out: list[Statement] = []
     if events:
         out.append(Many(wire.sql.insert_event, events))
@@ -434,38 +451,3 @@ def _outcomes(ops: Sequence[JobOp[Any]], jobs: Iterable[_Job]) -> list[Outcome]:
             op = ops[step.op]
             out[step.op] = step.error if step.error is not None else op.outcome(step.after, step.change)
     return out
-
-
-def artifact_values(result: Artifact) -> dict[str, Any]:
-    return {name: getattr(result, name) for name in ARTIFACT_COLUMNS}
-
-
-def event_values(
-    row: Mapping[str, Any],
-    kind: EventKind,
-    at: datetime,
-    from_status: str | None,
-    *,
-    visible: bool = True,
-    detail: str | None = None,
-    worker_id: str | None = None,
-) -> dict[str, Any]:
-    """The job_event row recording `row` as it is after a change (its version and snapshot)."""
-    return {
-        "job_id": row["id"],
-        "tenant": row["tenant"],
-        "job_no": row["job_no"],
-        "version": row["version"],
-        "kind": kind.value,
-        "visible": visible,
-        "from_status": from_status,
-        "to_status": row["status"],
-        "stage": row["stage"],
-        "processed_units": row["processed_units"],
-        "total_units": row["total_units"],
-        "worker_id": row.get("worker_id") if worker_id is None else worker_id,
-        "attempt": row["attempt"],
-        "detail": detail,
-        "snapshot": snapshot(row) if visible else None,
-        "created_at": at,
-    }

@@ -41,15 +41,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from jobwire.db.changes import Change, JobOp, Row
-from jobwire.db.sql import Lock, Name, name_params
+from jobwire.db.sql import Lock, name_params
 from jobwire.db.tables import job, job_dependency
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.commands import NewJob
-from jobwire.domain.errors import DependencyEnded, InvalidArgument, JobwireError
-from jobwire.domain.evidence import EventKind
+from jobwire.domain.dependencies import ENDED, on_dependency_ended, waiting_on
+from jobwire.domain.errors import JobwireError
+from jobwire.domain.job import Name
 from jobwire.domain.states import Action, Status
-
-ENDED = frozenset({Status.FAILED.value, Status.CANCELLED.value})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,15 +70,14 @@ async def resolve(wire: Wire, news: Sequence[NewJob]) -> list[Waits | JobwireErr
 
 
 def _waits(new: NewJob, found: dict[Name, Row]) -> Waits | JobwireError:
-    rows = []
-    for job_no in new.depends_on:
-        row = found.get((new.tenant, job_no))
-        if row is None:  # another tenant's job of that number is not this one's to name
-            return InvalidArgument("depends_on", f"{job_no} is not a job of yours")
-        if row["status"] in ENDED:
-            return DependencyEnded(job_no, row["status"])
-        rows.append(row)
-    return Waits(ids=tuple(r["id"] for r in rows), waiting_on=sum(r["status"] != Status.READY.value for r in rows))
+    rows = [found.get((new.tenant, job_no)) for job_no in new.depends_on]
+    statuses = [None if r is None else Status(r["status"]) for r in rows]
+    named = list(zip(new.depends_on, statuses, strict=True))
+    try:
+        count = waiting_on(named)
+    except JobwireError as refused:
+        return refused
+    return Waits(ids=tuple(r["id"] for r in rows if r is not None), waiting_on=count)
 
 
 def row_values(new: NewJob, waits: Waits | None) -> dict[str, Any]:
@@ -156,17 +154,18 @@ class FollowUps:
         return await _settle_locked(wire, list(dict.fromkeys((r["tenant"], r["job_no"]) for r in found)))
 
 
-def _ended_by(count: Row) -> tuple[str, str] | None:
+def _ended_by(count: Row) -> tuple[str, Status] | None:
     if count["failed_by"]:
-        return count["failed_by"], Status.FAILED.value
+        return count["failed_by"], Status.FAILED
     if count["cancelled_by"]:
-        return count["cancelled_by"], Status.CANCELLED.value
+        return count["cancelled_by"], Status.CANCELLED
     return None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Settle(JobOp[str | None]):
-    """A waiting job after a dependency ended: one fewer to wait for, or CANCELLED with it.
+    """A waiting job after a dependency ended: one fewer to wait for, or CANCELLED with it
+    (jobwire.domain.dependencies.on_dependency_ended).
 
     `unfinished` and `ended_by` were counted after the job's row was locked, so they are
     no older than the row it is decided on.
@@ -175,24 +174,22 @@ class Settle(JobOp[str | None]):
     tenant: str
     job_no: str
     unfinished: int
-    ended_by: tuple[str, str] | None  # (job number, FAILED or CANCELLED)
+    ended_by: tuple[str, Status] | None  # (job number, FAILED or CANCELLED)
     fresh = True
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if row is None or row["status"] != Status.QUEUED.value or not row["waiting_on"]:
+        if row is None:
             return None
-        if self.ended_by is not None:
-            job_no, status = self.ended_by
-            why = f"dependency {job_no} ended {status}; cancelled with it"
-            values = {"status": Status.CANCELLED.value, "finished_at": now, "waiting_on": 0}
-            return Change(action=Action.DEPENDENCY_FAILED, kind=EventKind.DEPENDENCY_FAILED, values=values, detail=why)
-        if self.unfinished >= row["waiting_on"]:
+        settled = on_dependency_ended(Status(row["status"]), row["waiting_on"], self.unfinished, self.ended_by)
+        if settled is None:
             return None
-        why = f"{row['waiting_on'] - self.unfinished} more READY; waiting for {self.unfinished}"
-        return Change(
-            action=Action.DEPENDENCY_READY, kind=EventKind.DEPENDENCY_READY, values={"waiting_on": self.unfinished},
-            detail=why if self.unfinished else "every dependency is READY; runnable",
-        )  # fmt: skip
+        values: dict[str, object] = {"waiting_on": settled.waiting_on}
+        if settled.status is Status.CANCELLED:
+            values.update(status=settled.status.value, finished_at=now)
+            action = Action.DEPENDENCY_FAILED
+        else:
+            action = Action.DEPENDENCY_READY
+        return Change(action=action, kind=settled.kind, values=values, detail=settled.detail)
 
     def outcome(self, row: Row | None, change: Change | None) -> str | None:
         return change.kind if change is not None else None
@@ -207,7 +204,7 @@ def due(conn: Connection, limit: int, quiet_since: datetime) -> list[Pending]:
     """
     dependency = job.alias("dependency")
     unfinished = sa.func.sum(sa.case((dependency.c.status != Status.READY.value, 1), else_=0))
-    ended = sa.func.sum(sa.case((dependency.c.status.in_(sorted(ENDED)), 1), else_=0))
+    ended = sa.func.sum(sa.case((dependency.c.status.in_(sorted(s.value for s in ENDED)), 1), else_=0))
     edges = job_dependency.join(dependency, dependency.c.id == job_dependency.c.depends_on_id)
     stale = (
         sa.select(job.c.id)
@@ -224,7 +221,7 @@ def due(conn: Connection, limit: int, quiet_since: datetime) -> list[Pending]:
     sources = (
         sa.select(job_dependency.c.depends_on_id)
         .select_from(edges.join(stale, stale.c.id == job_dependency.c.job_id))
-        .where(dependency.c.status.in_(sorted(ENDED | {Status.READY.value})))
+        .where(dependency.c.status.in_(sorted(s.value for s in ENDED | {Status.READY})))
         .distinct()
     )
     ids = set(conn.execute(sources).scalars())

@@ -9,7 +9,8 @@ number of them can lease past the limit.
 A queue without limits has no row, and its claims must not pay for the feature: no statement
 of their own. The claim SELECT says, per candidate, whether its queue has a limits row (a
 primary-key probe inside that statement); a process locks first the queues it has seen
-limited (`LimitedQueues`), and any other that turns out limited after its scan.
+limited (jobwire.process_state.limited_queues), and any other that turns out limited after
+its scan.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import may_act_for
 from jobwire.domain.flow import Bucket, Held, QueueLimits, next_token_s
 from jobwire.domain.states import LEASED
+from jobwire.process_state.limited_queues import LimitedQueues
 
 _LEASED = ", ".join(f"'{s.value}'" for s in sorted(LEASED, key=lambda s: s.value))
 _LIMIT_COLUMNS = ("max_running", "rate_per_second", "burst", "paused", "tokens", "refilled_at")
@@ -62,31 +64,6 @@ class Budget:
         if self.limits.paused or not self.limits.rate_per_second or tokens >= 1:
             return None
         return next_token_s(tokens, self.limits)
-
-
-class LimitedQueues:
-    """The queues this process has seen with limits: its claims lock their limits before they scan.
-
-    Learned from the claims themselves: each candidate row says whether its queue has
-    limits (the claim SELECT's `limited`), so knowing costs no statement. A queue that
-    turns out limited is locked after its scan and its candidates trimmed, so nothing
-    leases past a limit this process did not know of yet.
-    """
-
-    def __init__(self) -> None:
-        self._known: set[tuple[str, str]] = set()
-
-    def of(self, tenant: str, queues: Iterable[str]) -> list[str]:
-        return sorted(q for q in set(queues) if (tenant, q) in self._known)
-
-    def known(self, tenant: str, queue: str) -> bool:
-        return (tenant, queue) in self._known
-
-    def learn(self, tenant: str, queue: str, limited: bool) -> None:
-        if limited:
-            self._known.add((tenant, queue))
-        else:
-            self._known.discard((tenant, queue))
 
 
 class Budgets:

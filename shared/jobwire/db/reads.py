@@ -1,4 +1,6 @@
-"""Reads: one job, pages of jobs, a job's events, workers (where a QUEUED job stands: jobwire.db.standing).
+"""Reads: one job, pages of jobs, a job's events, kept results, the census.
+
+Workers are jobwire.db.workers; where a QUEUED job stands, jobwire.db.standing.
 
 Queries built per call (filters, pages) go through SQLAlchemy; state changes do not come
 here (jobwire.db.changes).
@@ -26,7 +28,7 @@ from jobwire.db.tables import worker as worker_table
 from jobwire.domain.census import Census, JobCount
 from jobwire.domain.commands import EVERY_TENANT, JobFilter, Scope
 from jobwire.domain.errors import InvalidArgument
-from jobwire.domain.evidence import JobEvent, WorkerInfo
+from jobwire.domain.evidence import JobEvent
 from jobwire.domain.states import LEASED, Status
 
 Row = dict[str, Any]
@@ -105,7 +107,7 @@ def row_bytes(row: Row) -> int:
     return size
 
 
-def fit_page(rows: Sequence[Row], budget: int = PAGE_BYTES) -> list[Row]:
+def fitpage_of(rows: Sequence[Row], budget: int = PAGE_BYTES) -> list[Row]:
     """The first of `rows` that fit `budget` together; always the first one."""
     out: list[Row] = []
     used = 0
@@ -117,9 +119,9 @@ def fit_page(rows: Sequence[Row], budget: int = PAGE_BYTES) -> list[Row]:
     return out
 
 
-def _page(rows: list[Row], page_size: int, key: str = "id") -> tuple[list[Row], Any]:
+def page_of(rows: list[Row], page_size: int, key: str = "id") -> tuple[list[Row], Any]:
     """(the rows of this page, the key to continue after or None when this is the last page)."""
-    page = fit_page(rows[:page_size])
+    page = fitpage_of(rows[:page_size])
     more = len(rows) > len(page)
     return page, (page[-1][key] if more and page else None)
 
@@ -220,14 +222,24 @@ def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: st
     before = decode_page_token(page_token)
     ranges = [job_rows(conn, q) for q in list_queries(where, before, page_size + 1)]
     merged = list(heapq.merge(*ranges, key=lambda r: -r["id"]))[: page_size + 1]
-    rows, last = _page(merged, page_size)
+    rows, last = page_of(merged, page_size)
     return rows, "" if last is None else encode_page_token(last)
+
+
+def checkpoint(conn: Connection, scope: Scope, job_no: str) -> Row | None:
+    """A job's latest checkpoint (`checkpoint`: its bytes, or None when none was saved); None
+    for a job `scope` does not see."""
+    query = sa.select(job.c.tenant, job.c.queue, job.c.checkpoint).where(
+        job.c.tenant == scope.tenant, job.c.job_no == job_no
+    )
+    found = conn.execute(query).mappings().first()
+    return dict(found) if found is not None and scope.sees(found["tenant"], found["queue"]) else None
 
 
 def list_events(
     conn: Connection, scope: Scope, job_no: str, page_size: int, page_token: str
-) -> tuple[list[JobEvent], str] | None:
-    """A job's evidence trail in order; None for an unknown job."""
+) -> tuple[list[JobEvent], str, str] | None:
+    """A job's evidence trail in order, the next page's token and the job's title; None for an unknown job."""
     row = load_job(conn, scope, job_no)
     if row is None:
         return None
@@ -238,8 +250,8 @@ def list_events(
         .order_by(job_event.c.id)
         .limit(page_size + 1)
     )
-    events, last = _page([dict(r) for r in conn.execute(query).mappings()], page_size)
-    return [_event(e) for e in events], "" if last is None else encode_page_token(last)
+    events, last = page_of([dict(r) for r in conn.execute(query).mappings()], page_size)
+    return [_event(e) for e in events], "" if last is None else encode_page_token(last), row["title"]
 
 
 def _event(row: Row) -> JobEvent:
@@ -250,80 +262,8 @@ def _event(row: Row) -> JobEvent:
         version=row["version"], kind=row["kind"], from_status=status(row["from_status"]),
         to_status=status(row["to_status"]), stage=row["stage"], processed_units=row["processed_units"],
         total_units=row["total_units"], worker_id=row["worker_id"], attempt=row["attempt"], detail=row["detail"],
-        created_at=row["created_at"],
+        created_at=row["created_at"], key=row["entry_key"], size_bytes=row["size_bytes"], sha256=row["sha256"],
     )  # fmt: skip
-
-
-def list_workers(
-    conn: Connection, scope: Scope, queue: str, page_size: int, page_token: str, gone_after: timedelta
-) -> tuple[list[WorkerInfo], str]:
-    """A page of the workers that serve the tenant, its own and shared fleets' (of those serving
-    `queue`, if given), by id, with the leases each holds of its jobs; live: seen within
-    `gone_after` by the database clock. A token of some queues sees the workers serving any of
-    them, their queues and leases of those only."""
-    after = decode_worker_token(page_token)
-    clauses = [worker_table.c.tenant.in_([scope.tenant, EVERY_TENANT]), worker_table.c.worker_id > after]
-    if queue:
-        clauses.append(_serves(queue))
-    if scope.queues is not None:
-        clauses.append(sa.or_(*(_serves(q) for q in sorted(scope.queues))))
-    query = sa.select(worker_table).where(*clauses).order_by(worker_table.c.worker_id).limit(page_size + 1)
-    rows, last = _page([dict(r) for r in conn.execute(query).mappings()], page_size, key="worker_id")
-    if not rows:
-        return [], ""
-    held = (
-        sa.select(job.c.worker_id, sa.func.count().label("n"))
-        .where(
-            *scoped(scope),
-            job.c.worker_id.in_([r["worker_id"] for r in rows]),
-            job.c.status.in_([s.value for s in LEASED]),
-            job.c.worker_token.is_not(None),
-        )
-        .group_by(job.c.worker_id)
-    )
-    counts = {r.worker_id: r.n for r in conn.execute(held)}
-    now = clock(conn)
-    workers = [
-        WorkerInfo(
-            worker_id=r["worker_id"],
-            queues=[q for q in json.loads(r["queues"]) if scope.queues is None or q in scope.queues],
-            job_types=json.loads(r["job_types"]),
-            last_seen_at=r["last_seen_at"],
-            leases_held=counts.get(r["worker_id"], 0),
-            live=now - r["last_seen_at"] <= gone_after,
-            shared_fleet=r["tenant"] == EVERY_TENANT,
-        )
-        for r in rows
-    ]
-    return workers, "" if last is None else encode_worker_token(last)
-
-
-def _serves(queue: str) -> sa.ColumnElement[bool]:
-    # queues is a JSON list of names; names hold no quote, so '"name"' matches one whole entry
-    return worker_table.c.queues.contains(f'"{queue}"', autoescape=True)
-
-
-def encode_worker_token(last_worker_id: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"after_worker": last_worker_id}).encode()).decode().rstrip("=")
-
-
-def decode_worker_token(token: str) -> str:
-    """The worker id a ListWorkers page token continues after ("" for the first page)."""
-    if not token:
-        return ""
-    if len(token) > _MAX_WORKER_TOKEN:
-        raise InvalidArgument("page_token", "is not a token this server issued")
-    try:
-        after = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))["after_worker"]
-    except (binascii.Error, ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError):
-        raise InvalidArgument("page_token", "is not a token this server issued") from None
-    if not isinstance(after, str) or not 0 < len(after) <= 128:
-        raise InvalidArgument("page_token", "is not a token this server issued")
-    return after
-
-
-# worker ids are at most 128 characters, 4 bytes each, JSON-escaped at worst 6 per character
-_MAX_WORKER_TOKEN = 1100
 
 
 def census(conn: Connection, now: datetime, live_after: timedelta) -> Census:
@@ -373,18 +313,6 @@ def _job_count(r: Any, now: datetime) -> JobCount:
         oldest_runnable_s=oldest,
         job_type=r.kind,
     )
-
-
-def purge_workers(conn: Connection, older_than: timedelta) -> int:
-    """Forget workers not seen for `older_than` (ListWorkers would list every restart forever),
-    and the queues and job types nobody claimed for as long (ix_worker_claim_at): a kind of job
-    once served and never again must not stay a row forever. How many rows went."""
-    cutoff = clock(conn) - older_than
-    seen = sa.literal(cutoff, type_=worker_table.c.last_seen_at.type)
-    claimed = sa.literal(cutoff, type_=worker_claim.c.claimed_at.type)
-    workers = conn.execute(sa.delete(worker_table).where(worker_table.c.last_seen_at < seen)).rowcount
-    kinds = conn.execute(sa.delete(worker_claim).where(worker_claim.c.claimed_at < claimed)).rowcount
-    return int(workers) + int(kinds)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -62,7 +62,7 @@ class ExpiredArtifact:
     size_bytes: int
     sha256: str
     content_type: str
-    stored_key: str | None = None  # a result the server keeps in its result store (jobwire.runtime.results)
+    stored_key: str | None = None  # a result the server keeps in its result store (jobwire.runtime.result_store)
 
 
 ArtifactDeleter = Callable[[ExpiredArtifact], None]

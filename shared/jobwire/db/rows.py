@@ -15,16 +15,18 @@ from typing import Any
 
 from jobwire.domain import stages as stage_plans
 from jobwire.domain.endings import Attempts, Ending
-from jobwire.domain.job import Artifact, ErrorCategory, JobFailure, JobRecord
+from jobwire.domain.job import Artifact, Digest, ErrorCategory, JobFailure, JobRecord
 from jobwire.domain.lease import Holding
 from jobwire.domain.progress import Progress
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
 from jobwire.domain.review import Decision, Review, ReviewRequest
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
+from jobwire.domain.timeouts import deadline
 
 VISIBLE_COLUMNS = (
-    "job_no", "tenant", "job_type", "queue", "owner", "labels", "locale", "status", "priority",
+    "job_no", "tenant", "job_type", "queue", "owner", "title", "input_size", "input_sha256", "labels", "locale",
+    "status", "priority",
     "stage", "stage_index", "stage_count", "stages", "processed_units", "total_units",
     "stalled", "no_progress", "progress_at", "attempt", "attempt_base", "max_attempts", "created_at",
     "updated_at", "started_at", "finished_at", "run_after", "error_category", "error_stage",
@@ -55,6 +57,8 @@ def record_from_row(row: Mapping[str, Any]) -> JobRecord:
         job_type=row["job_type"],
         queue=row["queue"],
         owner=row["owner"],
+        title=row.get("title") or "",  # snapshots written before titles have none
+        input=_input(row),
         labels=json.loads(row["labels"]),
         locale=row["locale"],
         status=status,
@@ -87,6 +91,12 @@ def record_from_row(row: Mapping[str, Any]) -> JobRecord:
         waiting_for=_waiting_for(row, status, depends_on),
         **_review_fields(row, status),
     )
+
+
+def _input(row: Mapping[str, Any]) -> Digest | None:
+    """The payload's digest; a snapshot written before digests were kept has none."""
+    sha256 = row.get("input_sha256")
+    return Digest(size_bytes=row["input_size"], sha256=sha256) if sha256 else None
 
 
 def _review_fields(row: Mapping[str, Any], status: Status) -> dict[str, Any]:
@@ -175,12 +185,15 @@ def holding_values(holding: Holding) -> dict[str, Any]:
 
 
 def ending_values(ending: Ending, now: datetime) -> dict[str, Any]:
-    """The columns an Ending sets: its status, when it finished or may run again, and the error it tells."""
+    """The columns an Ending sets: its status, when it finished or may run again, the attempts
+    that no longer count, and the error it tells."""
     values: dict[str, Any] = {"status": ending.status.value}
     if ending.status.terminal:
         values["finished_at"] = now
     if ending.status is Status.QUEUED:
         values.update(UNSTAGED, run_after=ending.run_after)
+    if ending.attempt_base is not None:
+        values["attempt_base"] = ending.attempt_base
     if ending.error is not None:
         values.update(
             error_category=ending.error.category.value,
@@ -225,3 +238,8 @@ def row_from_snapshot(text: str) -> dict[str, Any]:
         if row.get(name):
             row[name] = datetime.fromisoformat(row[name])
     return row
+
+
+def progress_moved(row: Mapping[str, Any], now: datetime) -> dict[str, object]:
+    """Progress moved now (a claim, a report with new units or a new stage): the stage_timeout starts again."""
+    return {"progress_at": now, "progress_deadline": deadline(now, row["stage_timeout_s"]), "no_progress": False}

@@ -14,7 +14,7 @@ import json
 
 from sqlalchemy.engine import Connection
 
-from jobwire.db.reads import Row, _page, job_rows, scoped, select_jobs
+from jobwire.db.reads import Row, job_rows, page_of, scoped, select_jobs
 from jobwire.db.tables import job
 from jobwire.domain.commands import Scope
 from jobwire.domain.errors import InvalidArgument
@@ -29,7 +29,7 @@ def page(conn: Connection, scope: Scope, schedule_id: str, page_size: int, page_
     if before:
         where.append(key < before)
     query = select_jobs(*where).order_by(key.desc()).limit(page_size + 1)
-    rows, last = _page(job_rows(conn, query), page_size, key="idempotency_key")
+    rows, last = page_of(job_rows(conn, query), page_size, key="idempotency_key")
     return rows, "" if last is None else _encode(last)
 
 

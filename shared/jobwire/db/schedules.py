@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from jobwire.db.reads import _page, decode_page_token, encode_page_token, scoped
+from jobwire.db.reads import decode_page_token, encode_page_token, page_of, scoped
 from jobwire.db.tables import job, schedule, schedule_run, schedule_tenant
 from jobwire.db.wire import Wire
 from jobwire.db.writer import RetryTransaction
@@ -81,7 +81,7 @@ def list_page(conn: Connection, scope: Scope, page_size: int, page_token: str) -
         .order_by(schedule.c.id)
         .limit(page_size + 1)
     )
-    rows, last = _page([dict(r) for r in conn.execute(query).mappings()], page_size)
+    rows, last = page_of([dict(r) for r in conn.execute(query).mappings()], page_size)
     return [from_row(r) for r in rows], "" if last is None else encode_page_token(last)
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import DateTime
 
 from jobwire.db.rows import ARTIFACT_COLUMNS
 from jobwire.db.tables import artifact, job, job_event
+from jobwire.domain.job import Name
 
 # Row reads leave out the blobs (a payload of up to 1 MiB, the checkpoint, internal detail):
 # no decision after Submit needs them. Claim reads payload and checkpoint; evidence needs
@@ -315,9 +316,6 @@ class Statements:
         sets = [f"{c} = :v_{c}" for c in columns]
         where = [g if " " in g else f"{g} = :g_{g}" for g in guards]
         return self.dialect.text(f"UPDATE job SET {', '.join(sets)} WHERE {' AND '.join(where)}")
-
-
-Name = tuple[str, str]  # (tenant, job_no): what names a job, its number being its tenant's
 
 
 def named(count: int, table: str = "job") -> str:

@@ -1,10 +1,14 @@
-"""JobStore: every read and conditional write of jobwire, each in one short transaction.
+"""JobStore, the one door to SQL: long only because it lists every call, each a few lines handing it on.
 
-Use cases call these methods; nothing else touches SQL. Methods are synchronous (the
-servers run them on threads). Every write is a call (`Submit`, `Claim`, or `Call`: state
-changes as `JobOp`s, see jobwire.db.changes); `apply` runs any number of calls from any
-number of callers in one transaction, which is how the servers commit concurrent calls
-together. The other methods are one call each, or reads.
+Every read and conditional write of jobwire, each in one short transaction.
+
+Use cases call these methods; nothing else touches SQL. `apply` and the other `async`
+methods (state changes, schedules' moves, housekeeping's) run on the event loop (asyncmy,
+jobwire.db.wire); every other method is synchronous, a read or a small write that the
+servers run on the database thread pool (jobwire.runtime.blocking). Every write is a call
+(`Submit`, `Claim`, or `Call`: state changes as `JobOp`s, see jobwire.db.changes); `apply`
+runs any number of calls from any number of callers in one transaction, which is how the
+servers commit concurrent calls together. The other methods are one call each, or reads.
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ from sqlalchemy.engine import Connection
 
 from jobwire.db import (
     batches,
+    chore_leases,
+    claims,
     commit_markers,
     dependencies,
     feed,
+    inspection,
     leases,
+    number_counters,
     queue_limits,
     queue_reads,
     reads,
@@ -34,24 +42,22 @@ from jobwire.db import (
     standing,
     submit,
     timeouts,
+    workers,
 )
-from jobwire.db import inspect as inspect_queries
-from jobwire.db.cache import RowCache
 from jobwire.db.changes import JobOp, Outcome, apply_ops
 from jobwire.db.engine import Database
-from jobwire.db.evidence_limit import EvidenceLimit
-from jobwire.db.job_numbers import JobNumbers
 from jobwire.db.migrate import check_current, upgrade
 from jobwire.db.reads import Row
 from jobwire.db.rows import record_from_row
-from jobwire.db.sql import Name
-from jobwire.db.turns import Turns, runnable_tenants
+from jobwire.db.runnable_tenants import runnable_tenants
+from jobwire.db.sql import BLOBS
 from jobwire.db.wire import Statement, Wire
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.census import Census
 from jobwire.domain.commands import Claimant, JobFilter, NewJob, Scope
 from jobwire.domain.errors import (
     BatchNotFound,
+    CheckpointNotFound,
     JobNotFound,
     JobwireError,
     ResultNotAvailable,
@@ -60,13 +66,18 @@ from jobwire.domain.errors import (
 )
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.flow import QueueLimits
-from jobwire.domain.job import JobRecord
+from jobwire.domain.job import JobRecord, Name
+from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.queues import QueueOverview
-from jobwire.domain.results import KeptResult
 from jobwire.domain.schedules import Advance, Backlog, Run, ScheduleRecord
 from jobwire.domain.states import Status
 from jobwire.domain.transitions import Move, Transition
+from jobwire.process_state.evidence_limit import EvidenceLimit
+from jobwire.process_state.job_numbers import JobNumbers
+from jobwire.process_state.limited_queues import LimitedQueues
+from jobwire.process_state.row_cache import RowCache
+from jobwire.process_state.turns import Turns
 
 T = TypeVar("T")
 Extra = Callable[[Wire, datetime], Statement]  # a statement that rides with the COMMIT
@@ -125,8 +136,8 @@ def _left_to_sweep(left: Sequence[dependencies.Pending]) -> None:
 class JobStore:
     def __init__(self, db: Database, *, job_prefix: str = "PT") -> None:
         self.db = db
-        self.job_numbers = JobNumbers(db, job_prefix)
-        self.cache = RowCache()
+        self.job_numbers = JobNumbers(partial(number_counters.reserve, db), job_prefix)
+        self.cache = RowCache(blobs=BLOBS)
         self.evidence = EvidenceLimit()
         # Told the counted moves of every transaction that committed (the server's metrics).
         # Here and not in a servicer or the change feed: only the store knows which run of a
@@ -141,7 +152,7 @@ class JobStore:
         # left of them (the runtime's settler: jobwire.runtime.settling).
         self.chunk = dependencies.CHUNK
         self.unsettled: Unsettled = _left_to_sweep
-        self.limited = queue_limits.LimitedQueues()
+        self.limited = LimitedQueues()
         self.turns = Turns()  # a shared fleet's claims take turns between tenants
         self.recent_queues = standing.RecentQueues()  # queue facts for stream messages (restand)
 
@@ -180,14 +191,14 @@ class JobStore:
         now = wire.now
         results: list[Any] = [None] * len(work)
         submits = [(i, jobs) for i, jobs in numbered.items() if isinstance(work[i], Submit)]
-        claims = [(i, w) for i, w in enumerate(work) if isinstance(w, Claim)]
+        asked = [(i, w) for i, w in enumerate(work) if isinstance(w, Claim)]
         calls = [(i, w) for i, w in enumerate(work) if isinstance(w, Call)]
         made = [(i, w) for i, w in enumerate(work) if isinstance(w, SubmitBatch)]
         if submits:
             # First: a taken idempotency key restarts the transaction, which nothing before may have written.
             answers = await submit.submit(
                 wire, [job for _, jobs in submits for job in jobs], now=now,
-                duplicate=self.db.integrity_error, commit=not (made or claims or calls),
+                duplicate=self.db.integrity_error, commit=not (made or asked or calls),
             )  # fmt: skip
             sizes = [len(jobs) for _, jobs in submits]
             for (i, _), part in zip(submits, _split(answers, sizes), strict=True):
@@ -197,7 +208,7 @@ class JobStore:
                 for a in answers
                 if not isinstance(a, JobwireError) and a[1]
             )  # a replayed key made nothing
-            if not (made or claims or calls):
+            if not (made or asked or calls):
                 return results
         for i, w in made:
             results[i] = answer = await batches.submit_batch(
@@ -205,26 +216,26 @@ class JobStore:
             )
             if not isinstance(answer, JobwireError) and answer[2]:
                 moved.extend(Transition(Move.SUBMITTED, job.queue, job.job_type) for job in answer[1])
-        if not (claims or calls):
+        if not (asked or calls):
             await wire.commit()
             return results
         rows: dict[Name, Row] = {}
         parts: list[tuple[int, Sequence[JobOp[Any]]]] = []  # each call's ops, in order
         extra: list[Statement] = []
         budgets = queue_limits.Budgets(self.limited, now)
-        for i, claim in claims:
-            found = leases.fitting_reply(
-                await leases.candidates(wire, claim.who, claim.max_jobs, rows, budgets, self.turns)
+        for i, claim in asked:
+            found = claims.fitting_reply(
+                await claims.candidates(wire, claim.who, claim.max_jobs, rows, budgets, self.turns)
             )
             budgets.take(found)
             claim.held.clear()  # a transaction run again decides again
             claim.held.update(budgets.held(claim.who.tenant, claim.who.queues))
             rows.update(((r["tenant"], r["job_no"]), r) for r in found)
-            parts.append((i, leases.claim_ops(claim.who, found)))
+            parts.append((i, claims.claim_ops(claim.who, found)))
             if claim.seen:
-                extra.append(leases.seen(wire, claim.who, now))
+                extra.append(claims.seen(wire, claim.who, now))
             if claim.kinds:
-                extra.append(leases.claimed_kinds(wire, claim.who.tenant, claim.kinds, now))
+                extra.append(claims.claimed_kinds(wire, claim.who.tenant, claim.kinds, now))
         parts += [(i, call.ops) for i, call in calls]
         extra += budgets.spent(wire)
         extra += [make(wire, now) for _, call in calls for make in call.extra]
@@ -287,11 +298,22 @@ class JobStore:
         """Those of `job_nos` that `scope` sees."""
         return self.db.read(lambda c: reads.visible_jobs(c, scope, job_nos))
 
-    def list_events(self, scope: Scope, job_no: str, page_size: int, page_token: str) -> tuple[list[JobEvent], str]:
+    def list_events(
+        self, scope: Scope, job_no: str, page_size: int, page_token: str
+    ) -> tuple[list[JobEvent], str, str]:
         found = self.db.read(lambda c: reads.list_events(c, scope, job_no, page_size, page_token))
         if found is None:
             raise JobNotFound()
         return found
+
+    def checkpoint(self, scope: Scope, job_no: str) -> bytes:
+        """The latest checkpoint of a job `scope` sees (AdminService.GetCheckpoint)."""
+        found = self.db.read(lambda c: reads.checkpoint(c, scope, job_no))
+        if found is None:
+            raise JobNotFound()
+        if found["checkpoint"] is None:
+            raise CheckpointNotFound()
+        return bytes(found["checkpoint"])
 
     def inspect(
         self,
@@ -303,7 +325,7 @@ class JobStore:
         no_worker_after: timedelta,
     ) -> list[Finding]:
         return self.db.read(
-            lambda c: inspect_queries.findings(
+            lambda c: inspection.findings(
                 c, scope, stalled_after=stalled_after, queue=queue, kinds=kinds, no_worker_after=no_worker_after
             )
         )
@@ -311,7 +333,7 @@ class JobStore:
     def list_workers(
         self, scope: Scope, queue: str, page_size: int, page_token: str, gone_after: timedelta
     ) -> tuple[list[WorkerInfo], str]:
-        return self.db.read(lambda c: reads.list_workers(c, scope, queue, page_size, page_token, gone_after))
+        return self.db.read(lambda c: workers.list_workers(c, scope, queue, page_size, page_token, gone_after))
 
     def turns_due(self, queues: Sequence[str]) -> bool:
         """Whether a shared fleet's claim of `queues` must first list whose turn it is (`list_turns`)."""
@@ -319,7 +341,7 @@ class JobStore:
 
     def list_turns(self, queues: Sequence[str], job_types: Sequence[str]) -> None:
         """List again which tenants have runnable jobs in those of `queues` due for it (a shared
-        fleet's turns, jobwire.db.turns): a read of its own, before the claim."""
+        fleet's turns, jobwire.process_state.turns): a read of its own, before the claim."""
         for queue in queues:
             if self.turns.due(queue):
                 found = self.db.read(partial(runnable_tenants, queue=queue, job_types=job_types))
@@ -384,7 +406,7 @@ class JobStore:
 
     def purge_workers(self, older_than: timedelta) -> int:
         """Forget workers not seen, and queues and job types not claimed for, for `older_than`."""
-        return self.db.write(lambda c: reads.purge_workers(c, older_than))
+        return self.db.write(lambda c: workers.purge_workers(c, older_than))
 
     # -- schedules (jobwire.db.schedules; their firings submit through apply) --------------------
     def create_schedule(self, new: ScheduleRecord, limit: int) -> ScheduleRecord:
@@ -440,7 +462,16 @@ class JobStore:
     def schedule_runs(self, since: datetime) -> list[Run]:
         return self.db.read(lambda c: schedules.runs(c, since))
 
-    # -- housekeeping (every server process runs it; see jobwire.runtime.housekeeping) -------------------
+    # -- chore leader (jobwire.db.chore_leases; the loop: jobwire.runtime.leadership) ----------------------
+    def elect_chore_leader(self, name: str, candidate: str, lease: timedelta, *, holding: bool) -> chore_leases.Term:
+        """Renew or take the lease of the chores `name` for `candidate`, or learn who holds it."""
+        return self.db.write(lambda c: chore_leases.elect(c, name, candidate, lease, holding=holding))
+
+    def resign_chore_leader(self, name: str, holder: str) -> bool:
+        """Give up the lease of the chores `name` if `holder` has it: whether it had."""
+        return self.db.write(lambda c: chore_leases.resign(c, name, holder))
+
+    # -- housekeeping (the chore leader runs it; see jobwire.runtime.housekeeping) -------------------------
     async def reap_leases(self, grace: timedelta, *, by: str, read: reaper.Read) -> reaper.Reaped:
         """Mark expired leases stalled; past `grace`, apply each job's lease-lost policy.
 
@@ -505,7 +536,7 @@ class JobStore:
 def heartbeat_call(tenant: str, worker_id: str, held: Sequence[tuple[str, str]], *, touch: bool) -> Call:
     """A worker's heartbeat as one call: a renewal per lease, and its last-seen time."""
     ops = [leases.Renew(tenant=tenant, job_no=job_no, token=token) for job_no, token in held]
-    extra: list[Extra] = [lambda wire, now: leases.touch_worker(wire, tenant, worker_id, now)] if touch else []
+    extra: list[Extra] = [lambda wire, now: claims.touch_worker(wire, tenant, worker_id, now)] if touch else []
     return Call(ops, extra)
 
 

@@ -14,13 +14,15 @@ from datetime import datetime
 from typing import Any
 
 from jobwire.db import dependencies
-from jobwire.db.changes import Row, event_values
-from jobwire.db.leases import new_lease_key
+from jobwire.db.changes import Row
+from jobwire.db.event_rows import event_values
+from jobwire.db.lease_tokens import new_lease_key
 from jobwire.db.wire import Statement, Wire
 from jobwire.db.writer import RetryTransaction
 from jobwire.domain.commands import NewJob
 from jobwire.domain.errors import IdempotencyKeyReused, JobwireError
 from jobwire.domain.evidence import EventKind
+from jobwire.domain.job import Digest
 from jobwire.domain.states import Status
 from jobwire.domain.timeouts import deadline
 
@@ -146,7 +148,7 @@ NEW_ROW_DEFAULTS: dict[str, object] = {
     "error_category": None, "error_stage": None, "error_message": None, "error_retryable": None,
     "error_detail": None, "started_at": None, "finished_at": None, "review_assignee": None,
     "review_items": None, "review_decision": None, "review_note": None, "review_by": None,
-    "has_dependents": False,
+    "has_dependents": False, "recorded_attempt": 0, "recorded_entries": 0,
 }  # fmt: skip
 _NOT_INSERTED = frozenset({"id", "uri", "size_bytes", "sha256", "content_type", "summary"})
 
@@ -154,6 +156,7 @@ _NOT_INSERTED = frozenset({"id", "uri", "size_bytes", "sha256", "content_type", 
 def _new_row(new: NewJob, job_no: str, now: datetime, waits: dependencies.Waits | None) -> Row:
     """The row a submit inserts, complete: the reply and the event need no read back."""
     policy, limits = new.retry, new.timeouts
+    digest = Digest.of(new.payload)
     return {
         **NEW_ROW_DEFAULTS,
         "id": None,  # the database's; the event takes it from LAST_INSERT_ID()
@@ -162,9 +165,12 @@ def _new_row(new: NewJob, job_no: str, now: datetime, waits: dependencies.Waits 
         "job_type": new.job_type,
         "queue": new.queue,
         "owner": new.owner,
+        "title": new.title,
         "labels": json.dumps(new.labels, ensure_ascii=False, sort_keys=True),
         "locale": new.locale,
         "payload": new.payload,
+        "input_size": digest.size_bytes,
+        "input_sha256": digest.sha256,
         "fingerprint": new.fingerprint(),
         "lease_key": new_lease_key(),
         "idempotency_key": new.idempotency_key or None,

@@ -37,9 +37,13 @@ job = Table(
     Column("job_type", String(64), nullable=False),
     Column("queue", String(64), nullable=False),
     Column("owner", String(128), nullable=False, server_default=""),
+    Column("title", String(200), nullable=False, server_default=""),  # plain text, as submitted
     Column("labels", Text, nullable=False),  # JSON object
     Column("locale", String(35), nullable=False, server_default="en"),
     Column("payload", Blob, nullable=False),
+    # the payload's size and sha256, computed at submit, so a read shows them without the payload
+    Column("input_size", BigInteger, nullable=False, server_default="0"),
+    Column("input_sha256", String(64), nullable=False, server_default=""),
     Column("fingerprint", String(64), nullable=False),  # sha256 of the submitted request
     Column("idempotency_key", String(128), nullable=True),
     Column("priority", Integer, nullable=False, server_default="0"),
@@ -116,6 +120,10 @@ job = Table(
     Column("finished_at", Timestamp, nullable=True),
     Column("run_after", Timestamp, nullable=False),
     Column("version", BigInteger, nullable=False, server_default="1"),
+    # Evidence entries the handler recorded (jobwire.domain.handler_evidence) in attempt
+    # `recorded_attempt`, counted against the per-attempt bound; another attempt starts at 0.
+    Column("recorded_attempt", Integer, nullable=False, server_default="0"),
+    Column("recorded_entries", Integer, nullable=False, server_default="0"),
     # Job numbers are per tenant: a job is named by (tenant, job_no). job_no leads, so a shared
     # fleet's call, which names only the number (its token tells the tenant), finds its
     # candidates on this index too (jobwire.db.changes).
@@ -207,6 +215,10 @@ job_event = Table(
     Column("attempt", Integer, nullable=True),
     Column("detail", LongText, nullable=True),
     Column("snapshot", LongText, nullable=True),  # the user-visible job after this event
+    Column("entry_key", String(64), nullable=True),  # HANDLER_EVIDENCE: the entry's key; its value is the detail
+    # CHECKPOINT_SAVED: the checkpoint's size and sha256 (its bytes stay on the job row only)
+    Column("size_bytes", BigInteger, nullable=True),
+    Column("sha256", String(64), nullable=True),
     Column("created_at", Timestamp, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
@@ -236,7 +248,7 @@ artifact = Table(
 
 Index("ix_artifact_stored_key", artifact.c.stored_key)  # housekeeping: is an upload named by any result?
 
-# The last job number reserved per tenant and UTC day (jobwire.db.job_numbers).
+# The last job number reserved per tenant and UTC day (jobwire.db.number_counters).
 job_day_counter = Table(
     "job_day_counter",
     metadata,
@@ -364,6 +376,21 @@ schedule_run = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("started_at", Timestamp, nullable=False),
     Column("last_at", Timestamp, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+
+# Which one serving process of all replicas runs a set of chores (housekeeping, schedules):
+# the holder of the row's lease until expires_at, by the database clock; renewed by its
+# holder, taken over once expired, released on a clean stop (jobwire.db.chore_leases).
+chore_leader = Table(
+    "chore_leader",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("holder", String(128), nullable=False),
+    Column("elected_at", Timestamp, nullable=False),
+    Column("expires_at", Timestamp, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",

@@ -36,6 +36,7 @@ class NewJob:
     depends_on: tuple[str, ...] = ()  # job numbers of the same tenant, each once, in the order given
     batch_id: str | None = None  # set by SubmitBatch for each of its jobs
     trace_context: str | None = None  # the W3C traceparent of the submitting call, when tracing
+    title: str = ""  # what a person reads as its name; empty: none given (no title is invented)
 
     def fingerprint(self) -> str:
         """What makes two submits with one idempotency key "the same request"."""
@@ -47,6 +48,8 @@ class NewJob:
         h.update(self.payload)
         if self.depends_on:  # only then: keys stored before dependencies existed still replay
             h.update(b"\0" + ",".join(self.depends_on).encode())
+        if self.title:  # likewise: keys stored before titles existed still replay
+            h.update(b"\0title\0" + self.title.encode())
         return h.hexdigest()
 
 

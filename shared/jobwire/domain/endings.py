@@ -1,9 +1,9 @@
-"""How a job ends when it does not complete: decided here, on values; the store writes it.
+"""How a leased job ends when it does not complete: decided here, on values; the store writes it.
 
 A worker's Fail, the reaper's lost lease and an attempt past its time limit all ask "do
-attempts remain?", and a pending cancel turns each into CANCELLED. The answers live here
-once, free of SQL: the store reads the row, asks these functions, and writes what they
-decide through the transition table.
+attempts remain?", and a pending cancel turns each into CANCELLED, a worker's Release and
+AwaitReview too. The answers live here once, free of SQL: the store reads the row, asks
+these functions, and writes what they decide through the transition table.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from jobwire.domain.errors import CancelNotRequested
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import ErrorCategory, JobFailure
 from jobwire.domain.retry import OnLeaseLost, RetryPolicy
-from jobwire.domain.review import Decision, Review, rejection
 from jobwire.domain.states import Status
 from jobwire.domain.timeouts import OnNoProgress
 
@@ -47,12 +47,15 @@ class Attempts:
 
 @dataclass(frozen=True, kw_only=True)
 class Ending:
-    """Where a leased job goes, the event that says so, and what the user is told."""
+    """Where a job goes, the event that says so, and what the user is told."""
 
     status: Status
     kind: EventKind
     run_after: datetime | None = None  # back in the queue: not claimed before this
     error: JobFailure | None = None
+    # The attempts that no longer count (Attempts.base), when the decision changes them: an
+    # attempt given back (Release, Requeue, an approved review) or a fresh budget (Retry).
+    attempt_base: int | None = None
 
 
 def on_fail(current: Status, failure: JobFailure, attempts: Attempts, policy: RetryPolicy, now: datetime) -> Ending:
@@ -64,6 +67,31 @@ def on_fail(current: Status, failure: JobFailure, attempts: Attempts, policy: Re
         delay = timedelta(seconds=policy.backoff_after(attempts.charged))
         return Ending(status=Status.QUEUED, kind=EventKind.RETRY_SCHEDULED, run_after=now + delay, error=failure)
     return Ending(status=Status.FAILED, kind=EventKind.FAILED, error=failure)
+
+
+def on_release(current: Status, attempts: Attempts, now: datetime) -> Ending:
+    """A worker stopped gracefully: back to QUEUED at once, the attempt given back; CANCELLED if asked to stop."""
+    if current is Status.CANCEL_REQUESTED:
+        return Ending(status=Status.CANCELLED, kind=EventKind.CANCELLED)  # a pending cancel wins
+    return Ending(status=Status.QUEUED, kind=EventKind.RELEASED, run_after=now, attempt_base=attempts.base + 1)
+
+
+def on_await_review(current: Status) -> Ending:
+    """A worker asked a person to decide: WAITING; CANCELLED if asked to stop (nobody reviews a job that is ending)."""
+    if current is Status.CANCEL_REQUESTED:
+        return Ending(status=Status.CANCELLED, kind=EventKind.CANCELLED)  # a pending cancel wins
+    return Ending(status=Status.WAITING, kind=EventKind.AWAITING_REVIEW)
+
+
+def on_confirm_cancel(current: Status) -> Ending:
+    """A worker confirms it stopped as asked: CANCELLED, only when a cancel was requested.
+
+    Raises:
+        CancelNotRequested: Nobody asked the job to stop.
+    """
+    if current is not Status.CANCEL_REQUESTED:
+        raise CancelNotRequested()
+    return Ending(status=Status.CANCELLED, kind=EventKind.CANCELLED)
 
 
 def on_lease_lost(current: Status, policy: OnLeaseLost, attempts: Attempts, stage: str, now: datetime) -> Ending | None:
@@ -97,13 +125,6 @@ def on_job_timeout(stage: str) -> Ending:
     """Past the job's own time limit: FAILED whatever its status; a retry would only time out again."""
     failure = JobFailure(category=ErrorCategory.TIMEOUT, stage=stage, message=JOB_TIMEOUT_MESSAGE, retryable=False)
     return Ending(status=Status.FAILED, kind=EventKind.JOB_TIMED_OUT, error=failure)
-
-
-def on_resolve(review: Review, stage: str, now: datetime) -> Ending:
-    """A reviewer decided: APPROVE runs it again at once, REJECT ends it FAILED with their note."""
-    if review.decision is Decision.APPROVE:
-        return Ending(status=Status.QUEUED, kind=EventKind.REVIEW_APPROVED, run_after=now)
-    return Ending(status=Status.FAILED, kind=EventKind.REVIEW_REJECTED, error=rejection(review.note, stage))
 
 
 def _timed_out(

@@ -166,6 +166,23 @@ class TooManySchedules(ResourceExhausted):
         return {"limit": str(self.limit)}
 
 
+class EvidenceLimitReached(ResourceExhausted):
+    """This attempt has recorded as many evidence entries as it may."""
+
+    reason = "EVIDENCE_LIMIT"
+
+    def __init__(self, limit: int, recorded: int) -> None:
+        super().__init__(
+            f"at most {limit} evidence entries per attempt; this attempt has recorded {recorded}: "
+            "none of this call's entries was kept"
+        )
+        self.limit = limit
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {"limit": str(self.limit)}
+
+
 class StoreUnavailable(JobwireError):
     """The database is unavailable; retry later."""
 
@@ -200,6 +217,13 @@ class ResultNotAvailable(JobwireError):
     """The job has no result the server keeps."""
 
     reason = "RESULT_NOT_AVAILABLE"
+
+
+class CheckpointNotFound(JobwireError):
+    """This job has no checkpoint: its worker never saved one."""
+
+    code = "NOT_FOUND"
+    reason = "CHECKPOINT_NOT_FOUND"
 
 
 class ScheduleNotFound(JobwireError):

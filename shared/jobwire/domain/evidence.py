@@ -36,6 +36,8 @@ class EventKind(StrEnum):
     LEASE_REVOKED_FAILED = "LEASE_REVOKED_FAILED"  # RETRY with no attempts left: FAILED WORKER_LOST
     LEASE_REVOKED_CANCELLED = "LEASE_REVOKED_CANCELLED"  # a cancel was pending: CANCELLED
     LATE_CALL_REJECTED = "LATE_CALL_REJECTED"  # a once-real lease called after losing it (evidence only)
+    HANDLER_EVIDENCE = "HANDLER_EVIDENCE"  # an entry the lease's holder recorded (evidence only)
+    CHECKPOINT_SAVED = "CHECKPOINT_SAVED"  # a checkpoint kept with the job: its size and sha256 (evidence only)
     # One kind per time limit; the event's to_status says where the job went.
     ATTEMPT_TIMED_OUT = "ATTEMPT_TIMED_OUT"  # lease revoked; QUEUED after a backoff, FAILED TIMEOUT, or CANCELLED
     JOB_TIMED_OUT = "JOB_TIMED_OUT"  # FAILED TIMEOUT, not retryable; a lease held is revoked
@@ -134,6 +136,9 @@ class JobEvent:
     attempt: int | None
     detail: str | None
     created_at: datetime
+    key: str | None = None  # HANDLER_EVIDENCE: the entry's key (its value is the detail)
+    size_bytes: int | None = None  # CHECKPOINT_SAVED: the checkpoint's size and sha256
+    sha256: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from jobwire.domain.limits import CONTROL
 from jobwire.domain.progress import Progress
 from jobwire.domain.stages import DEFAULT_PLAN, StageDef
 from jobwire.domain.states import Status
+
+Name = tuple[str, str]  # (tenant, job_no): what names a job, its number being its tenant's
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -84,6 +87,18 @@ class Artifact:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Digest:
+    """Bytes told apart without them: their size and sha256 (a job's payload, a checkpoint)."""
+
+    size_bytes: int
+    sha256: str
+
+    @classmethod
+    def of(cls, payload: bytes) -> Digest:
+        return cls(size_bytes=len(payload), sha256=hashlib.sha256(payload).hexdigest())
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobRecord:
     """One job's current truth, as stored."""
 
@@ -125,6 +140,8 @@ class JobRecord:
     no_worker: bool = False
     # QUEUED only, as of a Get or a ListJobs: its queue is paused or at a limit (jobwire.domain.flow)
     held: Held | None = None
+    title: str = ""  # as submitted; empty when none was given
+    input: Digest | None = None  # computed at submit (None only in a watch snapshot older than it)
 
     @property
     def stage_def(self) -> StageDef | None:

@@ -55,6 +55,11 @@ class Holding:
     stalled: bool
 
 
+def alive(holding: Holding, now: datetime) -> bool:
+    """Whether a worker may still be running the job: its lease is neither stalled nor expired at `now`."""
+    return not holding.stalled and holding.expires_at is not None and holding.expires_at > now
+
+
 def end(holding: Holding) -> Holding:
     """The holder ended its own lease: nobody holds it; the epoch stays, so a replay of that ending is known."""
     return Holding(epoch=holding.epoch, token=None, expires_at=None, stalled=False)

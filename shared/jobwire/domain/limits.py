@@ -1,4 +1,4 @@
-"""Input limits and name rules shared by every entry point (DESIGN.md §4)."""
+"""Input limits and name rules shared by every entry point."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ MAX_PAYLOAD_BYTES = 1 << 20
 MAX_CHECKPOINT_BYTES = 64 << 10
 MAX_MESSAGE_CHARS = 1000
 MAX_DETAIL_CHARS = 16_000
+MAX_TITLE_CHARS = 200  # SubmitRequest.title: what a person reads as the job's name
 MIN_LEASE_S = 1.0
 MAX_LEASE_S = 3600.0
 MAX_TIMEOUT_S = 30 * 86_400.0  # an attempt, a job, or a stage without progress (jobwire.domain.timeouts)

@@ -80,10 +80,10 @@ def current() -> Principal:
 
 
 def load_tokens(path: Path) -> dict[str, Principal]:
-    """sha256 hex -> principal, from the TOML auth file (DESIGN.md §7).
+    """sha256 hex -> principal, from the TOML auth file (docs/security.md).
 
     A worker token with `tenant = "*"` belongs to a shared fleet: its workers serve their
-    queues for every tenant, in turns (jobwire.db.turns).
+    queues for every tenant, in turns (jobwire.process_state.turns).
 
     Every entry names its queues: a forgotten `queues` line must not grant every queue, so
     all of them takes `queues = ["*"]`, written on purpose. An entry has `role = "admin"`

@@ -75,7 +75,9 @@ def reply_bytes(new: NewJob) -> int:
     """At most what `new`, once made, weighs in a reply that lists it (a SubmitBatchResponse)."""
     given = job_pb2.Job(
         job_type=new.job_type, queue=new.queue, owner=new.owner, labels=new.labels,
-        depends_on=new.depends_on, batch_id=new.batch_id or "",
+        depends_on=new.depends_on, batch_id=new.batch_id or "", title=new.title,
+        display=job_pb2.Display(title=new.title),  # the title again, for a person
+        input=job_pb2.JobInput(size_bytes=len(new.payload), sha256="0" * 64),
     )  # fmt: skip
     waiting_for = sum(len(no) + 2 for no in new.depends_on)  # the detail names the unfinished ones
     return given.ByteSize() + waiting_for + SERVER_FIELDS_BYTES
@@ -89,6 +91,7 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
         job_type=job.job_type,
         queue=job.queue,
         owner=job.owner,
+        title=job.title,
         labels=dict(job.labels),
         status=job_pb2.Job.Status.Value(job.status.value),
         stage=job.stage or "" if job.status in (Status.RUNNING, Status.CANCEL_REQUESTED) else "",
@@ -119,6 +122,7 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
             detail=view.detail,
             actions=[job_pb2.Display.Action.Value(a.value) for a in view.actions],
             locale=view.locale,
+            title=job.title,
         ),
         version=job.version,
         priority=job.priority,
@@ -133,6 +137,8 @@ def job_to_proto(job: JobRecord, locale: str = "") -> job_pb2.Job:
             category=job_pb2.JobError.Category.Value(job.error.category.value),
             stage=job.error.stage, message=job.error.message, retryable=job.error.retryable,
         ))  # fmt: skip
+    if job.input is not None:
+        out.input.CopyFrom(job_pb2.JobInput(size_bytes=job.input.size_bytes, sha256=job.input.sha256))
     if job.result is not None:
         r = job.result
         out.result.CopyFrom(job_pb2.Artifact(
@@ -228,7 +234,7 @@ def artifact(result: job_pb2.Artifact, schemes: Collection[str]) -> Artifact:
 
 
 def claimed_artifact(result: job_pb2.Artifact) -> Artifact:
-    """What a worker says of bytes the server keeps; the server checks it (jobwire.domain.results)."""
+    """What a worker says of bytes the server keeps; the server checks it (jobwire.domain.kept_results)."""
     return Artifact(
         uri=result.uri, size_bytes=result.size_bytes, sha256=result.sha256, content_type=result.content_type,
         summary=result.summary,

@@ -4,11 +4,11 @@ Counters and histograms count what this process committed (the store tells it,
 jobwire.db.store `observe`): in a family each child counts its own and prometheus-client's
 multiprocess mode sums them, so every move is counted once.
 
-The gauges show the latest `Census` housekeeping read (one process of a family keeps house,
-jobwire.runtime.family). They are `livemostrecent`: the value of the latest reading, never
-a sum over processes (which would double a count of rows), and a reader that dies takes its
-values with it. A series whose rows are gone is set to 0, not removed: multiprocess files
-cannot forget a series.
+The gauges show the latest `Census` housekeeping read (one process of all replicas keeps
+house, jobwire.runtime.leadership; it shows 0 once it hands over). They are
+`livemostrecent`: the value of the latest reading, never a sum over processes (which would
+double a count of rows), and a reader that dies takes its values with it. A series whose
+rows are gone is set to 0, not removed: multiprocess files cannot forget a series.
 
 Queues and job types are names callers choose, so each metric shows at most `MAX_SERIES`
 of them (in this process); the ones beyond are counted under the label value `other`

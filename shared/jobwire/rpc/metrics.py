@@ -84,6 +84,11 @@ class Metrics:
             "How late the oldest due schedule was when this process's schedule loop last read them (0: none due).",
             multiprocess_mode="livemax", registry=self.registry,
         )  # fmt: skip
+        self._chore_leader = Gauge(
+            "jobwire_chore_leader",
+            "1 while this process runs the chores named for all replicas (housekeeping, schedules), else 0.",
+            ["chores"], multiprocess_mode="livesum", registry=self.registry,
+        )  # fmt: skip
         # .labels() takes a lock and builds a key on every call: keep the children.
         self._by_call: dict[tuple[str, str], Any] = {}
         self._by_method: dict[str, tuple[Any, Any]] = {}
@@ -130,6 +135,13 @@ class Metrics:
 
     def schedule_fired(self, outcome: str) -> None:
         self._firings.labels(outcome).inc()
+
+    def chore_leader(self, chores: str, *, leading: bool) -> None:
+        self._chore_leader.labels(chores).set(int(leading))
+
+    def is_chore_leader(self, chores: str) -> bool:
+        """Whether this process runs `chores` now (as the gauge shows it)."""
+        return bool(self.registry.get_sample_value("jobwire_chore_leader", {"chores": chores}))
 
     def schedule_lag(self, seconds: float) -> None:
         self._schedule_lag.set(seconds)

@@ -334,12 +334,13 @@ class SiblingRelay:
         self._socket.close()
 
 
-def keeps_house() -> bool:
-    """Whether this process runs housekeeping (lease reaper, retention): a lone server or a family's first child.
+def stands_for_chores() -> bool:
+    """Whether this process stands to run the chores of all replicas (housekeeping, schedules:
+    jobwire.runtime.leadership): a lone server or a family's first child.
 
-    One per family is enough: the children share the database, and every sweep is safe
-    beside another replica's. Each more cost an idle server a few statements a second.
-    A restarted first child takes it up again.
+    One candidate per family is enough: the database chooses among the replicas' candidates,
+    and each more costs the database a statement per third of a lease. A restarted first
+    child stands again.
     """
     return os.environ.get(INDEX_ENV, "0") == "0"
 

@@ -16,9 +16,9 @@ from jobwire.db.feed import FeedReader
 from jobwire.db.store import JobStore, Work, open_store
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.server import Endpoint, ServerHost, check_exposure
-from jobwire.runtime import family, housekeeping, settling
+from jobwire.runtime import family, housekeeping, leadership, settling
 from jobwire.runtime.blocking import Blocking
-from jobwire.runtime.results import FILE_THREADS, ResultStore
+from jobwire.runtime.result_store import FILE_THREADS, ResultStore
 from jobwire.runtime.settings import Settings
 from jobwire.runtime.tail import EventTail
 from jobwire.runtime.transfers import Transfers
@@ -41,6 +41,15 @@ class Runtime:
     wakeup: Wakeup
     tail: EventTail  # the one reader of job_event, for watch streams and waiting claims
     host: ServerHost
+
+    def lead(self, chores: str, duty: leadership.Duty) -> None:
+        """Run `duty` in the one process of all replicas that holds the lease `chores`
+        (jobwire.runtime.leadership); stopped, and the lease given up, with the host."""
+        if family.stands_for_chores():
+            self.host.add_task(leadership.lead(
+                chores, duty, store=self.store, blocking=self.blocking, metrics=self.host.metrics,
+                lease_s=self.settings.chore_lease_seconds,
+            ))  # fmt: skip
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.host.stop(grace)
@@ -76,10 +85,9 @@ def open_runtime(settings: Settings) -> Runtime:
     if relay is not None:
         rt.wakeup.relay = relay
         rt.host.add_stop_hook(relay.close)
-    if family.keeps_house():  # the lease reaper and retention, stopped with the host
-        keeper = housekeeping.start(store, rt.blocking, settings, rt.host.metrics.jobs, rt.results)
-        if keeper is not None:
-            rt.host.add_task(keeper)
+    keeper = housekeeping.keeper(store, rt.blocking, settings, rt.host.metrics.jobs, rt.results)
+    if keeper is not None:
+        rt.lead("housekeeping", keeper.run)
     return rt
 
 

@@ -1,4 +1,4 @@
-"""Server configuration from JOBWIRE_* environment variables (DESIGN.md §7)."""
+"""Server configuration from JOBWIRE_* environment variables, each in docs/deployment.md's settings table."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobwire.domain.job import DEFAULT_RESULT_SCHEMES
+from jobwire.domain.kept_results import DEFAULT_MAX_INLINE_RESULT, DEFAULT_MAX_RESULT_BYTES
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES, MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
-from jobwire.domain.results import DEFAULT_MAX_INLINE_RESULT, DEFAULT_MAX_RESULT_BYTES
 from jobwire.observe.logs import FORMATS, LEVELS
 from jobwire.runtime.cpus import usable_cpus
 
@@ -35,9 +35,13 @@ class Settings:
     job_prefix: str = "PT"
     lease_seconds: float = 30.0
     reaper_interval_seconds: float = 5.0
-    # schedules: how often each job-service process looks for due ones (0: never), and how
-    # long after a fire time some server's loop must have run for it not to be missed (a
-    # missed one is the schedule's catch_up's; one found late while loops ran fires)
+    # the lease of the one process of all replicas that runs housekeeping (and of the one that
+    # runs the schedule loop): renewed every third of it, taken over within it of a death
+    # (jobwire.runtime.leadership)
+    chore_lease_seconds: float = 15.0
+    # schedules: how often the job-service process that runs the loop looks for due ones (0:
+    # never), and how long after a fire time some server's loop must have run for it not to
+    # be missed (a missed one is the schedule's catch_up's; one found late while loops ran fires)
     schedule_interval_seconds: float = 1.0
     schedule_misfire_grace_seconds: float = 60.0
     # schedules one tenant may keep: a round's work grows with them (CreateSchedule past it: RESOURCE_EXHAUSTED)
@@ -103,6 +107,8 @@ class Settings:
             problems.append("JOBWIRE_TLS_CLIENT_CA needs JOBWIRE_TLS_CERT and JOBWIRE_TLS_KEY")
         if self.reaper_interval_seconds < 0 or (self.stall_grace_seconds or 0) < 0:
             problems.append("JOBWIRE_REAPER_INTERVAL_SECONDS and JOBWIRE_STALL_GRACE_SECONDS must not be negative")
+        if not 0 < self.chore_lease_seconds <= MAX_LEASE_S:
+            problems.append("JOBWIRE_CHORE_LEASE_SECONDS must be more than 0 and at most 3600")
         if self.schedule_interval_seconds < 0 or self.schedule_misfire_grace_seconds < 0:
             problems.append(
                 "JOBWIRE_SCHEDULE_INTERVAL_SECONDS and JOBWIRE_SCHEDULE_MISFIRE_GRACE_SECONDS must not be negative"
@@ -201,6 +207,7 @@ class Settings:
             job_prefix=env.get("JOBWIRE_JOB_PREFIX", "PT"),
             lease_seconds=number("JOBWIRE_LEASE_SECONDS", 30.0),
             reaper_interval_seconds=number("JOBWIRE_REAPER_INTERVAL_SECONDS", 5.0),
+            chore_lease_seconds=number("JOBWIRE_CHORE_LEASE_SECONDS", 15.0),
             schedule_interval_seconds=number("JOBWIRE_SCHEDULE_INTERVAL_SECONDS", 1.0),
             schedule_misfire_grace_seconds=number("JOBWIRE_SCHEDULE_MISFIRE_GRACE_SECONDS", 60.0),
             max_schedules_per_tenant=int(env.get("JOBWIRE_MAX_SCHEDULES_PER_TENANT", 1000)),

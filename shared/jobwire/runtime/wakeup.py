@@ -22,7 +22,7 @@ other replicas learn of it from the change feed (worker.server's runnable-work w
 A shared fleet's claim (tenant EVERY_TENANT) waits on its queues for every tenant: news
 wakes a claim of the job's own tenant first, else a shared one; room in a tenant's limited
 queue wakes that tenant's held claims and the shared ones. Every piece of news is also
-`heard` by the store's turns (jobwire.db.turns), so shared claims know which tenants
+`heard` by the store's turns (jobwire.process_state.turns), so shared claims know which tenants
 have work without asking the database.
 """
 

@@ -1,4 +1,4 @@
-"""The decisions a failed attempt and a lost lease lead to, walked on values (no store)."""
+"""The decisions a failed attempt, a lost lease and a worker's other endings lead to, walked on values (no store)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobwire.domain.endings import Attempts, on_fail, on_lease_lost
+from jobwire.domain.endings import Attempts, on_await_review, on_confirm_cancel, on_fail, on_lease_lost, on_release
+from jobwire.domain.errors import CancelNotRequested
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.job import ErrorCategory, JobFailure
 from jobwire.domain.lease import Holding, end, revoke
@@ -102,3 +103,44 @@ def test_revoking_a_lease_bumps_its_epoch_and_ending_it_keeps_the_epoch() -> Non
     held = Holding(epoch=4, token="4.abc", expires_at=NOW, stalled=True)
     assert revoke(held) == Holding(epoch=5, token=None, expires_at=None, stalled=False)
     assert end(held) == Holding(epoch=4, token=None, expires_at=None, stalled=False)
+
+
+def test_a_release_queues_the_job_at_once_and_gives_the_attempt_back() -> None:
+    ending = on_release(Status.RUNNING, attempts(2, base=1), NOW)
+    assert (ending.status, ending.kind, ending.run_after, ending.attempt_base) == (
+        Status.QUEUED,
+        EventKind.RELEASED,
+        NOW,
+        2,
+    )
+    assert ending.error is None
+
+
+def test_a_review_request_waits_for_a_person_and_charges_nothing_back() -> None:
+    ending = on_await_review(Status.RUNNING)
+    assert (ending.status, ending.kind, ending.attempt_base) == (Status.WAITING, EventKind.AWAITING_REVIEW, None)
+
+
+def test_a_pending_cancel_wins_over_a_release_and_a_review_request() -> None:
+    for ending in (on_release(Status.CANCEL_REQUESTED, attempts(1), NOW), on_await_review(Status.CANCEL_REQUESTED)):
+        assert (ending.status, ending.kind, ending.run_after, ending.attempt_base) == (
+            Status.CANCELLED,
+            EventKind.CANCELLED,
+            None,
+            None,
+        )
+
+
+def test_a_worker_confirms_only_a_cancel_that_was_asked_for() -> None:
+    ending = on_confirm_cancel(Status.CANCEL_REQUESTED)
+    assert (ending.status, ending.kind) == (Status.CANCELLED, EventKind.CANCELLED)
+    with pytest.raises(CancelNotRequested):
+        on_confirm_cancel(Status.RUNNING)
+
+
+@pytest.mark.parametrize("current", [Status.RUNNING, Status.CANCEL_REQUESTED])
+def test_every_worker_ending_decided_is_one_the_transition_table_allows(current: Status) -> None:
+    assert allowed(Action.RELEASE, current, on_release(current, attempts(1), NOW).status)
+    assert allowed(Action.AWAIT_REVIEW, current, on_await_review(current).status)
+    if current is Status.CANCEL_REQUESTED:
+        assert allowed(Action.CONFIRM_CANCEL, current, on_confirm_cancel(current).status)

@@ -1,4 +1,4 @@
-"""The error hierarchy: canonical codes and ErrorInfo reasons as DESIGN.md §2/§3/§4 name them."""
+"""The error hierarchy: canonical codes and ErrorInfo reasons as the API documents them."""
 
 from __future__ import annotations
 
@@ -31,8 +31,13 @@ CASES = [
     (e.ScheduleNotFound, "NOT_FOUND", "SCHEDULE_NOT_FOUND"),
     (e.ScheduleExists, "ALREADY_EXISTS", "SCHEDULE_EXISTS"),
     (e.TooManySchedules, "RESOURCE_EXHAUSTED", "TOO_MANY_SCHEDULES"),
+    (e.EvidenceLimitReached, "RESOURCE_EXHAUSTED", "EVIDENCE_LIMIT"),
+    (e.CheckpointNotFound, "NOT_FOUND", "CHECKPOINT_NOT_FOUND"),
 ]
-ARGS: dict[type[e.JobwireError], tuple[object, ...]] = {e.TooManySchedules: (1000,)}  # those with arguments
+ARGS: dict[type[e.JobwireError], tuple[object, ...]] = {  # those with arguments
+    e.TooManySchedules: (1000,),
+    e.EvidenceLimitReached: (200, 200),
+}
 
 
 @pytest.mark.parametrize(("cls", "code", "reason"), CASES, ids=[c[0].__name__ for c in CASES])

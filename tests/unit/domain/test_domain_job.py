@@ -156,7 +156,7 @@ def test_record_defaults() -> None:
     assert r.queue_position is None
 
 
-# ---------------------------------------------------------------- plain_message (DESIGN.md §3)
+# ---------------------------------------------------------------- plain_message
 # "A user never sees a host name, a command line, a path on a worker or a stack trace".
 
 GENERIC = "The job could not be completed."

@@ -1,4 +1,4 @@
-"""Input limits and name rules (DESIGN.md §4)."""
+"""Input limits and name rules."""
 
 from __future__ import annotations
 

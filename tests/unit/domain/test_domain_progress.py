@@ -1,4 +1,4 @@
-"""Progress rules (DESIGN.md §3): a fact, never backwards, percent only with a known total."""
+"""Progress rules: a fact, never backwards, percent only with a known total."""
 
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ def test_total_from_known_to_zero_refused() -> None:
 
 
 def _violations(current: Progress, stage: str, processed: int, total: int | None) -> set[type]:
-    """An independent model of DESIGN.md §3: the set of error types this report deserves."""
+    """An independent model of the progress rules: the set of error types this report deserves."""
     found: set[type] = set()
     if processed < 0 or (total is not None and total < 0):
         found.add(InvalidArgument)

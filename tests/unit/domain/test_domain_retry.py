@@ -76,7 +76,7 @@ def test_backoff_non_decreasing_and_capped(multiplier: float) -> None:
 
 @pytest.mark.parametrize(("multiplier", "attempt"), [(10.0, 400), (2.0, 1100), (10.0, 10_000)])
 def test_huge_attempt_numbers_stay_capped(multiplier: float, attempt: int) -> None:
-    """Attempt numbers keep counting across Retry (DESIGN.md §2 fine print), so they can pass
+    """Attempt numbers keep counting across Retry, so they can pass
     MAX_ATTEMPTS_LIMIT; the delay must stay at the cap, not raise OverflowError."""
     p = RetryPolicy(initial_backoff_s=1.0, max_backoff_s=300.0, backoff_multiplier=multiplier).validated()
     assert p.backoff_after(attempt) == 300.0

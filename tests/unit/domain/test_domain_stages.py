@@ -1,4 +1,4 @@
-"""Stage plans (DESIGN.md §3): the default plan, labels, and validation of declared plans."""
+"""Stage plans: the default plan, labels, and validation of declared plans."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The transition table, cell by cell, against an expected table written from DESIGN.md §2.
+"""The transition table, cell by cell, against an expected table written independently of it.
 
 EXPECTED below is written independently from the design text, not copied from states.py:
 
@@ -103,7 +103,7 @@ def test_expected_table_covers_every_action() -> None:
 
 @pytest.mark.parametrize(("action", "current"), CELLS, ids=CELL_IDS)
 def test_cell_targets(action: Action, current: Status) -> None:
-    """Each (action, from) cell ends in exactly the statuses DESIGN.md allows (empty = refused)."""
+    """Each (action, from) cell ends in exactly the statuses the product allows (empty = refused)."""
     assert _actual(action, current) == _expected(action, current)
 
 
@@ -124,7 +124,7 @@ def test_allowed_matches_expected(action: Action, current: Status, target: Statu
     assert allowed(action, current, target) is (target in _expected(action, current))
 
 
-# The refusals the brief and DESIGN.md call out by name, so a regression reads plainly.
+# The refusals the product promises by name, so a regression reads plainly.
 @pytest.mark.parametrize(
     ("action", "current"),
     [

@@ -1,4 +1,4 @@
-"""The user view (DESIGN.md §3): labels per status, actions, detail line, locales."""
+"""The user view: labels per status, actions, detail line, locales."""
 
 from __future__ import annotations
 
@@ -224,8 +224,8 @@ def test_queued_detail_zh() -> None:
 
 
 def test_requeued_job_with_kept_stage_still_reads_queued() -> None:
-    """A job requeued after a retryable failure or a Release keeps its checkpoint; DESIGN.md §4
-    says `stage` is empty while QUEUED and §3 shows QUEUED as "Queued (+ queue position)".
+    """A job requeued after a retryable failure or a Release keeps its checkpoint; a QUEUED
+    job has no stage and reads "Queued (+ queue position)".
     Whatever stage the record still carries, a QUEUED job must not read as a running stage."""
     job = make_job(Status.QUEUED, stage="PROCESSING", processed=40, total=100, queue_position=2)
     view = render(job, "en")

@@ -169,6 +169,12 @@ class FakeWorkerService:
             results.append(worker_pb2.ReportStageResult(response=response))
         return worker_pb2.BatchReportStageResponse(results=results)
 
+    async def RecordEvidence(
+        self, request: worker_pb2.RecordEvidenceRequest, *, timeout: float | None = None
+    ) -> worker_pb2.RecordEvidenceResponse:
+        self._record("RecordEvidence", request)
+        return worker_pb2.RecordEvidenceResponse(attempt_entries=len(request.entries))
+
     async def _end(self, method: str, request: Any) -> job_pb2.Job:
         if self.on_end is not None:
             self.on_end(method, request)

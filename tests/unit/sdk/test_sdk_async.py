@@ -9,15 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from jobwire.domain.handler_evidence import Entry
 from jobwire.domain.stages import DEFAULT_PLAN
 from jobwire.worker.sdk import JobCancelled, JobContext, Result
-from jobwire.worker.sdk._context import AttemptState, JobInfo, Snapshot, StopReason
+from jobwire.worker.sdk._attempt import AttemptState, JobInfo, Snapshot, StopReason
 from jobwire.worker.sdk._endings import EndKind, decide
 from jobwire.worker.sdk.testing import JobEnvironment
 
 
 class _Sink:
     def publish(self, snapshot: Snapshot) -> None:
+        pass
+
+    def record(self, entry: Entry) -> None:
         pass
 
 

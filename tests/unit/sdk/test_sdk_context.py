@@ -10,7 +10,7 @@ import pytest
 from jobwire.domain.errors import InvalidArgument, ProgressRegression, TotalChanged
 from jobwire.domain.stages import DEFAULT_PLAN
 from jobwire.worker.sdk import InputInvalid, JobCancelled, JobContext, LeaseLost, ShuttingDown, UndeclaredStage
-from jobwire.worker.sdk._context import AttemptState, JobInfo, Snapshot, StopReason
+from jobwire.worker.sdk._attempt import AttemptState, JobInfo, Snapshot, StopReason
 
 
 class Recorder:

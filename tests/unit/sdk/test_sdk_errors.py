@@ -1,4 +1,4 @@
-"""Failure categories and what a user may read (DESIGN.md §3).
+"""Failure categories and what a user may read.
 
 Only the SDK's own error classes carry text a user sees; anything else a handler raises
 reads as a fixed sentence for its category, and its text and trace go to `detail` only.

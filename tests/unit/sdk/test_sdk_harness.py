@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from jobwire.domain.errors import EvidenceLimitReached, InvalidArgument
+from jobwire.domain.handler_evidence import MAX_ENTRIES_PER_ATTEMPT
 from jobwire.domain.job import ErrorCategory
 from jobwire.domain.review import Decision, Review, ReviewRequest
 from jobwire.worker.sdk import JobCancelled, JobContext, Result, TimedOut
@@ -284,3 +286,30 @@ def test_a_handler_reads_the_approval_it_resumes_after() -> None:
     approved = Review(decision=Decision.APPROVE, note="ok", resolved_by="acme")
     outcome = JobEnvironment(review=approved).run(lambda ctx: Result.from_json({"note": ctx.review.note}))
     assert outcome.kind is EndKind.COMPLETE and json.loads(outcome.read_result()) == {"note": "ok"}
+
+
+def test_the_harness_captures_the_evidence_a_handler_records_and_refuses_what_the_server_would() -> None:
+    def charging(ctx: JobContext) -> Result:
+        ctx.stage("PROCESSING")
+        ctx.record("payment_request_id", "pi_3NxQ2f")
+        ctx.record("receipt", "r-17")
+        with pytest.raises(InvalidArgument, match=r"entries\[0\]\.value: must not contain control characters"):
+            ctx.record("note", "two\nlines")
+        return Result.from_bytes(b"ok")
+
+    env = JobEnvironment()
+    assert env.run(charging).kind is EndKind.COMPLETE
+    assert env.evidence == [("payment_request_id", "pi_3NxQ2f"), ("receipt", "r-17")]
+
+
+def test_an_attempt_records_at_most_200_entries() -> None:
+    def chatty(ctx: JobContext) -> Result:
+        for i in range(MAX_ENTRIES_PER_ATTEMPT):
+            ctx.record("call", str(i))
+        with pytest.raises(EvidenceLimitReached, match="at most 200 evidence entries per attempt"):
+            ctx.record("call", "one more")
+        return Result.from_bytes(b"ok")
+
+    env = JobEnvironment()
+    assert env.run(chatty).kind is EndKind.COMPLETE
+    assert len(env.evidence) == MAX_ENTRIES_PER_ATTEMPT

@@ -8,7 +8,7 @@ import contextlib
 from sdk_support import FakeWorkerService, unavailable
 
 from jobwire.v1 import worker_pb2
-from jobwire.worker.sdk._context import StopReason
+from jobwire.worker.sdk._attempt import StopReason
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
 
 

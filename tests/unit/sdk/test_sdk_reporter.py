@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from sdk_support import Call, FakeWorkerService, lease_lost, unavailable
 
-from jobwire.worker.sdk._context import Snapshot, StopReason
+from jobwire.domain.handler_evidence import MAX_ENTRIES_PER_CALL, Entry
+from jobwire.worker.sdk._attempt import Snapshot, StopReason
 from jobwire.worker.sdk._reporter import JobReporter, ReportSender
 
 INTERVAL = 0.25
@@ -246,4 +247,34 @@ async def test_a_refused_report_is_dropped_not_retried(fake: FakeWorkerService, 
     assert await r.flush(1.0)
     await another_jobs_flush(sender, fake)
     assert len(fake.of("ReportStage", "PT-1")) == 1
+    await r.close()
+
+
+async def test_evidence_rides_the_reports_cadence_and_a_flush_waits_for_it(
+    fake: FakeWorkerService, sender: ReportSender
+) -> None:
+    r = reporter(sender, [])
+    r.update(snap(1))
+    r.record(Entry("payment_request_id", "pi_1"))
+    r.record(Entry("ocr.request", "req-2"))
+    assert await r.flush(2.0)
+    (call,) = fake.of("RecordEvidence")
+    assert (call.job_no, call.worker_token) == ("PT-1", "tok")
+    assert [(e.key, e.value) for e in call.entries] == [("payment_request_id", "pi_1"), ("ocr.request", "req-2")]
+    assert [q.processed_units for q in fake.of("ReportStage")] == [1]  # in the same interval's send
+    await r.close()
+
+
+async def test_evidence_failing_in_transit_is_sent_again_and_never_more_than_a_call_allows(
+    fake: FakeWorkerService, sender: ReportSender
+) -> None:
+    r = reporter(sender, [])
+    fake.fail_next("RecordEvidence", unavailable())
+    for i in range(MAX_ENTRIES_PER_CALL + 3):
+        r.record(Entry("k", str(i)))
+    assert await r.flush(5.0)
+    calls = fake.of("RecordEvidence")
+    assert [len(c.entries) for c in calls] == [MAX_ENTRIES_PER_CALL, MAX_ENTRIES_PER_CALL, 3]  # the first failed
+    kept = [e.value for c in calls[1:] for e in c.entries]
+    assert kept == [str(i) for i in range(MAX_ENTRIES_PER_CALL + 3)]  # in order, none lost
     await r.close()

@@ -19,7 +19,7 @@ from sdk_support import FakeWorkerService, make_lease, rpc_error, unavailable
 from served import eventually
 
 from jobwire.v1 import job_pb2, worker_pb2
-from jobwire.worker.sdk import DependencyFailed, Handlers, JobContext, Result, Worker, WorkerConfig, _runner
+from jobwire.worker.sdk import DependencyFailed, Handlers, JobContext, Result, Worker, WorkerConfig, _finisher
 from jobwire.worker.sdk._reporter import REPORT_INTERVAL_S
 from jobwire.worker.sdk._result import ResultStore
 
@@ -118,7 +118,7 @@ async def test_a_returned_result_is_delivered_then_completed(
     config: WorkerConfig, fake: FakeWorkerService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # However slow this machine's fsync, the delivery ends within the (long) interval here.
-    monkeypatch.setattr(_runner, "REPORT_INTERVAL_S", 60.0)
+    monkeypatch.setattr(_finisher, "REPORT_INTERVAL_S", 60.0)
     fake.pending.append(make_lease("PT-1", "write", b'{"n": 3}', stages=["PROCESSING", "DELIVERING"]))
     async with running(config, fake) as (worker, task):
         (complete,) = await fake.wait_for("Complete")
@@ -367,7 +367,7 @@ async def test_a_fleet_worker_runs_two_tenants_jobs_of_one_number_side_by_side(
 async def test_two_tenants_results_of_one_number_are_delivered_apart(
     config: WorkerConfig, fake: FakeWorkerService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_runner, "REPORT_INTERVAL_S", 60.0)
+    monkeypatch.setattr(_finisher, "REPORT_INTERVAL_S", 60.0)
     stages = ["PROCESSING", "DELIVERING"]
     fake.pending += [
         make_lease("PT-1", "write", f'{{"n": {n}}}'.encode(), stages=stages, tenant=t)
@@ -438,7 +438,7 @@ async def test_temp_output_is_gone_before_the_ending_is_sent(
 async def test_handlers_keep_running_while_the_server_is_unreachable(
     config: WorkerConfig, fake: FakeWorkerService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_runner, "REPORT_INTERVAL_S", 60.0)  # the last report is the handler's, not DELIVERING
+    monkeypatch.setattr(_finisher, "REPORT_INTERVAL_S", 60.0)  # the last report is the handler's, not DELIVERING
     fake.fail_next("ReportStage", *[unavailable()] * 4)
     fake.fail_next("Heartbeat", *[unavailable()] * 4)
     fake.pending.append(make_lease("PT-1", "write", b'{"n": 60, "sleep": 0.01}', heartbeat_s=0.05))

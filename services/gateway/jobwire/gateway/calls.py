@@ -18,7 +18,7 @@ import grpc.aio
 
 from jobwire.client import ChannelConfig, aio_channel
 from jobwire.client.channel import FIXED_WINDOW_OPTIONS
-from jobwire.client.errors import from_rpc_error
+from jobwire.client.errors import NotFoundError, PermissionDeniedError, from_rpc_error
 from jobwire.gateway.search import JobQuery
 from jobwire.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc, schedule_pb2, schedule_pb2_grpc
 
@@ -121,6 +121,25 @@ class Calls:
         request = schedule_pb2.ScheduleRef(schedule_id=schedule_id)
         await self._unary(self._schedules.DeleteSchedule(request, timeout=CALL_TIMEOUT_S))
 
+    async def admin_trail(self, job_no: str) -> list[admin_pb2.JobEvent] | None:
+        """The job's trail when this token has the admin role (who has it only the server
+        knows, so it is asked); None when it has not."""
+        try:
+            _, events = await self.events(job_no)
+        except PermissionDeniedError:
+            return None
+        return events
+
+    async def checkpoint(self, job_no: str) -> admin_pb2.Checkpoint | None:
+        """The job's latest checkpoint; None when its worker never saved one."""
+        request = admin_pb2.GetCheckpointRequest(job_no=job_no)
+        try:
+            return await self._unary(self._admin.GetCheckpoint(request, timeout=CALL_TIMEOUT_S))
+        except NotFoundError as missing:
+            if missing.reason == "CHECKPOINT_NOT_FOUND":
+                return None
+            raise
+
     async def requeue(self, job_no: str, reason: str) -> job_pb2.Job:
         request = admin_pb2.RequeueRequest(job_no=job_no, reason=reason, locale=self.locale)
         return await self._unary(self._admin.Requeue(request, timeout=CALL_TIMEOUT_S))
@@ -129,15 +148,15 @@ class Calls:
         reply = await self._unary(self._admin.Inspect(admin_pb2.InspectRequest(), timeout=CALL_TIMEOUT_S))
         return list(reply.findings)
 
-    async def events(self, job_no: str) -> list[admin_pb2.JobEvent]:
-        """The job's evidence trail, oldest first: its first MAX_EVENTS (a page is read whole)."""
+    async def events(self, job_no: str) -> tuple[str, list[admin_pb2.JobEvent]]:
+        """The job's title and its evidence trail, oldest first: its first MAX_EVENTS (a page is read whole)."""
         request = admin_pb2.ListEventsRequest(job_no=job_no, page_size=PAGE_SIZE)
         events: list[admin_pb2.JobEvent] = []
         while True:
             page = await self._unary(self._admin.ListEvents(request, timeout=CALL_TIMEOUT_S))
             events.extend(page.events)
             if not page.next_page_token or len(events) >= MAX_EVENTS:
-                return events
+                return page.title, events
             request.page_token = page.next_page_token
 
     async def workers(self, page_token: str = "") -> admin_pb2.ListWorkersResponse:

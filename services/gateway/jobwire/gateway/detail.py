@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from jobwire.client.render import fmt_size, fmt_time, status_label
+from jobwire.client.render import event_detail, fmt_size, fmt_time, status_label
 from jobwire.gateway.i18n import t
 from jobwire.v1 import admin_pb2
 
@@ -125,7 +125,7 @@ def timeline(events: list[admin_pb2.JobEvent], locale: str) -> list[dict[str, ob
             "worker": e.worker_id,
             "by": by_whom(e, locale),
             "attempt": e.attempt,
-            "detail": Fold.of(e.detail),
+            "detail": Fold.of(event_detail(e)),  # a handler's key = value, a checkpoint's size and digest
         }
         for e in events
     ]

@@ -14,6 +14,7 @@ from jobwire.gateway.detail import timeline
 from jobwire.gateway.errors import csrf_refused
 from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.routes import calls_for
+from jobwire.gateway.views import HANDLER_EVIDENCE, checkpoint_view
 from jobwire.v1 import admin_pb2
 
 
@@ -23,11 +24,13 @@ async def evidence_page(request: Request) -> Response:
     async with calls_for(request) as calls:
         findings = await calls.inspect()  # first: a client token stops here, with the reason
         workers = (await calls.workers()).workers
-        events = await calls.events(job_no) if job_no else []
+        title, events = await calls.events(job_no) if job_no else ("", [])
+        saved = await calls.checkpoint(job_no) if job_no else None
     return page(
         request,
         "evidence.html",
         job_no=job_no,
+        job_title=title,
         findings=[
             {
                 "kind": admin_pb2.Finding.Kind.Name(f.kind),
@@ -51,6 +54,18 @@ async def evidence_page(request: Request) -> Response:
             for w in workers
         ],
         events=timeline(events, locale),
+        checkpoint=checkpoint_view(saved),
+        entries=[
+            {
+                "time": fmt_time(e.created_at, short=True),
+                "attempt": e.attempt,
+                "stage": e.stage,
+                "key": e.key,
+                "value": e.detail,
+            }
+            for e in events
+            if e.kind == HANDLER_EVIDENCE
+        ],
     )
 
 

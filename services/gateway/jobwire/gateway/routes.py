@@ -28,7 +28,7 @@ from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.search import PAGE_SIZE, JobQuery, Paging
 from jobwire.gateway.settings import GatewaySettings
 from jobwire.gateway.views import download_headers, job_view
-from jobwire.v1 import admin_pb2, job_pb2
+from jobwire.v1 import job_pb2
 
 _STATUS_NAMES = [name for name in job_pb2.Job.Status.keys() if name != "STATUS_UNSPECIFIED"]  # noqa: SIM118
 
@@ -130,7 +130,7 @@ async def job_page(request: Request) -> Response:
         job = await calls.get(request.path_params["job_no"])
         data, size = await calls.payload(job.job_no, PREVIEW_BYTES)
         result = await _result_preview(calls, job)
-        events = await _timeline(calls, job.job_no)
+        events = await calls.admin_trail(job.job_no)  # an admin's page shows the timeline too
     # A FAILED job whose error is not retryable offers an admin a forced retry: its Display
     # offers RETRY only when the error is retryable; the forced Retry is checked again when it comes.
     force_retry = (
@@ -162,14 +162,6 @@ async def _result_preview(calls: Calls, job: job_pb2.Job) -> Preview | None:
     finally:
         await chunks.aclose()
     return preview(data, job.result.size_bytes or len(data), content_type)
-
-
-async def _timeline(calls: Calls, job_no: str) -> list[admin_pb2.JobEvent] | None:
-    """The job's events for a token with the admin role (evidence is an operator's); None for any other."""
-    try:
-        return await calls.events(job_no)
-    except PermissionDeniedError:
-        return None
 
 
 def _hold(request: Request, watched: int) -> sse.Hold:

@@ -38,6 +38,7 @@ def schedule_view(s: schedule_pb2.Schedule, locale: str) -> dict[str, Any]:
         "last_job_no": s.last_job_no,
         "skipped": s.skipped_firings,
         "paused": s.paused,
+        "title": s.template.title,  # the title each firing's job is given
         "job_type": s.template.job_type,
         "queue": s.template.queue or "default",
         "created": fmt_time(s.created_at),

@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobwire.client.convert import is_terminal, status_name
-from jobwire.client.render import fmt_elapsed, fmt_time, percent
+from jobwire.client.render import fmt_elapsed, fmt_size, fmt_time, percent
 from jobwire.gateway.i18n import t
-from jobwire.v1 import job_pb2
+from jobwire.v1 import admin_pb2, job_pb2
 
 # What the gateway offers for each Display action; VIEW is the page itself.
 ACTIONS = {
@@ -29,6 +29,7 @@ OCTET_STREAM = "application/octet-stream"
 
 @dataclass(frozen=True, kw_only=True)
 class JobView:
+    title: str  # as submitted: shown first; empty when none was given
     job_no: str
     job_type: str
     status: str  # the code, for styles and tests
@@ -52,6 +53,8 @@ class JobView:
     updated: str
     result_summary: str
     error_message: str
+    input_size: str  # what the job was given: its payload's size and sha256
+    input_sha256: str
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,6 +63,7 @@ class JobView:
 def job_view(job: job_pb2.Job, locale: str) -> JobView:
     p = job.progress
     return JobView(
+        title=job.title,
         job_no=job.job_no,
         job_type=job.job_type,
         status=status_name(job.status),
@@ -83,6 +87,8 @@ def job_view(job: job_pb2.Job, locale: str) -> JobView:
         updated=fmt_time(job.updated_at, short=True),
         result_summary=job.result.summary if job.HasField("result") else "",
         error_message=job.error.message if job.HasField("error") else "",
+        input_size=fmt_size(job.input.size_bytes) if job.HasField("input") else "",
+        input_sha256=job.input.sha256,
     )
 
 
@@ -92,6 +98,20 @@ def _duration(job: job_pb2.Job) -> str:
         return ""
     end = job.finished_at.ToDatetime(UTC) if job.HasField("finished_at") else datetime.now(UTC)
     return fmt_elapsed(max(timedelta(0), end - job.started_at.ToDatetime(UTC)))
+
+
+HANDLER_EVIDENCE = "HANDLER_EVIDENCE"  # an entry a handler recorded: key = value
+
+
+def checkpoint_view(saved: admin_pb2.Checkpoint | None) -> dict[str, str | None] | None:
+    """The latest checkpoint as the evidence page shows it: its text when it is UTF-8, always its size and digest."""
+    if saved is None:
+        return None
+    try:
+        text: str | None = saved.data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None  # bytes a person cannot read: the size and digest say what they were
+    return {"size": fmt_size(saved.size_bytes), "sha256": saved.sha256, "text": text}
 
 
 def _units(p: job_pb2.Progress, locale: str) -> str:

@@ -10,6 +10,7 @@ import grpc
 from jobwire.domain import flow, limits
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
+from jobwire.domain.job import Digest
 from jobwire.domain.queues import QueueSummary, window
 from jobwire.domain.states import Status
 from jobwire.jobapi.jobs import Jobs
@@ -58,6 +59,9 @@ def event(found: JobEvent) -> admin_pb2.JobEvent:
         attempt=found.attempt or 0,
         detail=found.detail or "",
         created_at=convert.timestamp(found.created_at),
+        key=found.key or "",
+        size_bytes=found.size_bytes or 0,
+        sha256=found.sha256 or "",
     )
 
 
@@ -137,10 +141,21 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ListEvents(
         self, request: admin_pb2.ListEventsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListEventsResponse:
-        events, token = await self.jobs.list_events(
-            auth.current(), limits.job_no(request.job_no), limits.page_size(request.page_size, 100), request.page_token
+        scope = auth.current().scope
+        job_no, size = limits.job_no(request.job_no), limits.page_size(request.page_size, 100)
+        events, token, title = await self.jobs.with_store(
+            lambda store: store.list_events(scope, job_no, size, request.page_token)
         )
-        return admin_pb2.ListEventsResponse(events=[event(e) for e in events], next_page_token=token)
+        return admin_pb2.ListEventsResponse(events=[event(e) for e in events], next_page_token=token, title=title)
+
+    async def GetCheckpoint(
+        self, request: admin_pb2.GetCheckpointRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.Checkpoint:
+        job_no = limits.job_no(request.job_no)
+        scope = auth.current().scope
+        data = await self.jobs.with_store(lambda store: store.checkpoint(scope, job_no))
+        saved = Digest.of(data)
+        return admin_pb2.Checkpoint(job_no=job_no, data=data, size_bytes=saved.size_bytes, sha256=saved.sha256)
 
     async def Requeue(self, request: admin_pb2.RequeueRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         reason = limits.short_text("reason", request.reason, limits.MAX_MESSAGE_CHARS)
@@ -184,8 +199,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ListQueues(
         self, request: admin_pb2.ListQueuesRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListQueuesResponse:
+        who = auth.current()
         queue = limits.name("queue", request.queue) if request.queue else ""
-        found = await self.jobs.queue_overview(auth.current(), queue, window(request.minutes))
+        if queue:
+            who.check_queue(queue)
+        scope, minutes = who.scope, window(request.minutes)
+        found = await self.jobs.with_store(lambda store: store.queue_overview(scope, queue, minutes))
         return admin_pb2.ListQueuesResponse(
             queues=[queue_summary(q) for q in found.queues],
             read_at=convert.timestamp(found.read_at),

@@ -10,7 +10,7 @@ from jobwire.jobapi.feed import ChangeFeed
 from jobwire.jobapi.job_servicer import JobServicer
 from jobwire.jobapi.jobs import Jobs
 from jobwire.jobapi.operations_servicer import OperationsServicer
-from jobwire.jobapi.results import ResultReader
+from jobwire.jobapi.result_downloads import ResultReader
 from jobwire.jobapi.schedule_servicer import ScheduleServicer
 from jobwire.jobapi.schedules import Schedules
 from jobwire.jobapi.watch import StreamRegistry, Watches
@@ -31,25 +31,19 @@ def add_jobapi(rt: Runtime) -> None:
     watches = add_watching(rt, no_worker_after)
     rt.host.add_servicer(
         job_pb2_grpc.add_JobServiceServicer_to_server,
-        JobServicer(jobs, watches, rt.settings, ResultReader(rt.store, rt.blocking, rt.results), rt.transfers),
+        JobServicer(jobs, watches, rt.settings, ResultReader(rt.results), rt.transfers),
         job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     )
     rt.host.add_servicer(
         schedule_pb2_grpc.add_ScheduleServiceServicer_to_server,
         ScheduleServicer(
-            Schedules(
-                rt.store,
-                rt.blocking,
-                max_per_tenant=rt.settings.max_schedules_per_tenant,
-                no_worker_after=no_worker_after,
-            ),
-            rt.settings,
+            Schedules(rt.store, rt.blocking, max_per_tenant=rt.settings.max_schedules_per_tenant), rt.settings
         ),
         schedule_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
     )
-    schedules = firing.start(jobs, rt.settings, rt.host.metrics)  # stopped with the host
+    schedules = firing.schedule_loop(jobs, rt.settings, rt.host.metrics)
     if schedules is not None:
-        rt.host.add_task(schedules)
+        rt.lead("schedules", schedules.run)
     rt.host.add_servicer(
         operations.add_OperationsServicer_to_server,
         OperationsServicer(jobs, watches),

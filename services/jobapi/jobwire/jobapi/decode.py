@@ -34,6 +34,7 @@ def decode_submit(request: job_pb2.SubmitRequest, tenant: str, default_attempt_s
         labels=limits.labels(request.labels),
         locale=limits.locale(request.locale) or "en",
         depends_on=limits.depends_on(request.depends_on),
+        title=limits.short_text("title", request.title, limits.MAX_TITLE_CHARS),
         trace_context=tracing.traceparent(),  # the Submit call's span, for the worker's (None: tracing off)
     )
 

@@ -1,30 +1,30 @@
 """The schedule loop of a job-service process: find due schedules, submit their jobs, move them on.
 
-Every `JOBWIRE_SCHEDULE_INTERVAL_SECONDS` (jittered, so replicas do not tick in step) a
-round reads the schedules whose next fire time has come, by the database clock, in
-batches that take every tenant's oldest before anyone's second (jobwire.db.schedules.due),
-so one tenant's thousands hold another's one back by a batch at most; a round goes on
-while batches come back full. Each schedule is asked of jobwire.domain.schedules.decide.
-A batch's firings are submitted together through the normal submit (group commit: a few
-transactions for the batch, not one each), each with the idempotency key
-`<schedule_id>@<fire time>`, so however many replicas find it due, one job is made per
-fire time; then one transaction advances the batch's next_fire_at, each UPDATE guarded by
-the fire time it read, so one replica advances each. A crash between the two submits the
-same keys again on the next round, which answers with the jobs already made. A database
-outage is logged and waited out: the loop never dies of an error.
+One serving process of all replicas runs the loop: the chore leader of `schedules`
+(jobwire.runtime.leadership). Every `JOBWIRE_SCHEDULE_INTERVAL_SECONDS` a round reads
+the schedules whose next fire time has come, by the database clock, in batches that take
+every tenant's oldest before anyone's second (jobwire.db.schedules.due), so one tenant's
+thousands hold another's one back by a batch at most; a round goes on while batches come
+back full. Each schedule is asked of jobwire.domain.schedules.decide. A batch's firings
+are submitted together through the normal submit (group commit: a few transactions for
+the batch, not one each), each with the idempotency key `<schedule_id>@<fire time>`, so
+however many processes find it due (two may, at a handover of the lease), one job is made
+per fire time; then one transaction advances the batch's next_fire_at, each UPDATE guarded
+by the fire time it read, so one process advances each. A crash between the two submits
+the same keys again on the next round, which answers with the jobs already made. A
+database outage is logged and waited out: the loop never dies of an error.
 
 A fire time found late is missed only if no loop ran at its time: each round tells the
 store that a loop ran (`mark`, at most every third of the run gap), and a late one is
 judged by those runs and by this loop's own (jobwire.domain.schedules.Run).
 
-`tick` is one round; whoever runs the loop (today every job-service process) calls it.
+`tick` is one round; `run` calls it until the process stops leading.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -72,9 +72,13 @@ class ScheduleLoop:
         self.marked_at: datetime | None = None
 
     async def run(self) -> None:
-        while True:
-            await self.tick()
-            await asyncio.sleep(self.interval * random.uniform(0.8, 1.2))
+        """Round after round until cancelled (this process no longer runs the loop)."""
+        try:
+            while True:
+                await self.tick()
+                await asyncio.sleep(self.interval)
+        finally:
+            self.metrics.schedule_lag(0.0)  # the lag is the next leader's to show
 
     async def tick(self) -> None:
         """One round: batch after batch of due schedules until one comes back short; the lag
@@ -168,9 +172,8 @@ def move(one: ScheduleRecord, firing: Firing, job_no: str | None) -> tuple[Advan
     return advance, Outcome.MISSED if refused else firing.outcome
 
 
-def start(jobs: Jobs, settings: Settings, metrics: Metrics) -> asyncio.Task[None] | None:
-    """The schedule loop as a background task for its host to stop; None when the interval is 0."""
+def schedule_loop(jobs: Jobs, settings: Settings, metrics: Metrics) -> ScheduleLoop | None:
+    """The schedule loop for the chore leader to run; None when the interval is 0."""
     if settings.schedule_interval_seconds <= 0:
         return None
-    loop = ScheduleLoop(jobs, settings, metrics)
-    return asyncio.get_running_loop().create_task(loop.run(), name="jobwire-schedules")
+    return ScheduleLoop(jobs, settings, metrics)

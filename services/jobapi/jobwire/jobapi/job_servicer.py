@@ -15,7 +15,7 @@ from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.job import JobRecord
 from jobwire.jobapi.decode import decode_submit, within
 from jobwire.jobapi.jobs import Jobs
-from jobwire.jobapi.results import ResultReader
+from jobwire.jobapi.result_downloads import ResultReader
 from jobwire.jobapi.watch import Watches
 from jobwire.observe import logs
 from jobwire.rpc import auth, convert
@@ -73,7 +73,10 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         # Held until gRPC has ended the call, a cut one included (jobwire.runtime.transfers).
         give_back = self.transfers.take(who.tenant)
         context.add_done_callback(lambda _: give_back())
-        content_type, chunks = await self.results.open(who, job_no)
+        # NOT_FOUND for a job the caller does not see (another tenant's, a queue its token may
+        # not use), FAILED_PRECONDITION without a kept result.
+        content_type, kept = await self.jobs.with_store(lambda store: store.kept_result(who.scope, job_no))
+        chunks = self.results.chunks(kept)
         async with aclosing(chunks):  # the file closes now, cut or not, never when collected
             async for data in chunks:
                 await self.transfers.sent(written(context, job_pb2.ResultChunk(data=data, content_type=content_type)))
@@ -95,7 +98,8 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         return batch_reply(batch_id, jobs)
 
     async def GetBatch(self, request: job_pb2.GetBatchRequest, context: grpc.aio.ServicerContext) -> job_pb2.Batch:
-        batch = await self.jobs.get_batch(auth.current(), limits.batch_id(request.batch_id))
+        scope, batch_id = auth.current().scope, limits.batch_id(request.batch_id)
+        batch = await self.jobs.with_store(lambda store: store.get_batch(scope, batch_id))
         return convert.batch_to_proto(batch)
 
     async def CancelBatch(
@@ -114,7 +118,8 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         if request.max_bytes < 0:
             raise InvalidArgument("max_bytes", "must not be negative (0: the whole payload)")
         wanted = min(request.max_bytes or limits.MAX_PAYLOAD_BYTES, limits.MAX_PAYLOAD_BYTES)
-        data, size = await self.jobs.payload(auth.current(), limits.job_no(request.job_no), wanted)
+        scope, job_no = auth.current().scope, limits.job_no(request.job_no)
+        data, size = await self.jobs.with_store(lambda store: store.payload(scope, job_no, wanted))
         return job_pb2.GetPayloadResponse(data=data, size_bytes=size)
 
     async def Cancel(self, request: job_pb2.CancelRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
@@ -178,7 +183,8 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             if owner or job_nos:
                 raise InvalidArgument("batch_id", "give an owner, job numbers or a batch: one of them")
             # A batch's jobs are fixed when it is made: its stream watches them by number.
-            job_nos = await self.jobs.batch_job_nos(who, limits.batch_id(request.batch_id))
+            batch_id = limits.batch_id(request.batch_id)
+            job_nos = await self.jobs.with_store(lambda store: store.batch_job_nos(who.scope, batch_id))
         await self.jobs.check_visible(who, job_nos)
         async for update in self.watches.jobs(who.tenant, owner, job_nos, locale):
             if who.may_use(update.job.queue):  # an owner's jobs in queues the token may not use stay unseen

@@ -19,10 +19,9 @@ from jobwire.db.user_actions import Cancel, Requeue, Resolve, Retry
 from jobwire.domain.batches import BatchRecord, NewBatch
 from jobwire.domain.commands import JobFilter, NewJob
 from jobwire.domain.errors import JobNotFound, JobwireError
-from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
+from jobwire.domain.evidence import Finding, FindingKind, WorkerInfo
 from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
-from jobwire.domain.queues import QueueOverview
 from jobwire.domain.review import Decision, Review
 from jobwire.domain.states import Status
 from jobwire.rpc.auth import Principal
@@ -76,11 +75,10 @@ class Jobs:
                 self.wakeup.notify(batch.tenant, queue, job_type)
         return batch_id, jobs
 
-    async def get_batch(self, who: Principal, batch_id: str) -> BatchRecord:
-        return await self.blocking(self.store.get_batch, who.scope, batch_id)
-
-    async def batch_job_nos(self, who: Principal, batch_id: str) -> list[str]:
-        return await self.blocking(self.store.batch_job_nos, who.scope, batch_id)
+    async def with_store(self, call: Callable[[JobStore], T]) -> T:
+        """`call` with the store, on the blocking pool: a read that needs nothing but the store
+        (its answer is domain values), made by a servicer, which imports no database code."""
+        return await self.blocking(call, self.store)
 
     async def cancel_batch(self, who: Principal, batch_id: str) -> BatchRecord:
         """Cancel each unfinished job as Cancel would; one that refuses (a stage that cannot be
@@ -89,13 +87,10 @@ class Jobs:
         job_nos = await self.blocking(partial(self.store.batch_job_nos, who.scope, batch_id, unfinished=True))
         if job_nos:
             await self.commits(Call([Cancel(scope=who.scope, job_no=job_no) for job_no in job_nos]))
-        return await self.get_batch(who, batch_id)
+        return await self.blocking(self.store.get_batch, who.scope, batch_id)
 
     async def get(self, who: Principal, job_no: str) -> JobRecord:
         return await self.blocking(lambda: self.store.get(who.scope, job_no, no_worker_after=self.no_worker_after))
-
-    async def payload(self, who: Principal, job_no: str, max_bytes: int) -> tuple[bytes, int]:
-        return await self.blocking(self.store.payload, who.scope, job_no, max_bytes)
 
     async def check_visible(self, who: Principal, job_nos: Sequence[str]) -> None:
         """NOT_FOUND unless the caller sees every one of `job_nos`, before a watch of them starts.
@@ -149,11 +144,6 @@ class Jobs:
         self.wakeup.notify(who.tenant, job.queue, job.job_type)
         return job
 
-    async def list_events(
-        self, who: Principal, job_no: str, page_size: int, page_token: str
-    ) -> tuple[list[JobEvent], str]:
-        return await self.blocking(self.store.list_events, who.scope, job_no, page_size, page_token)
-
     async def inspect(
         self, who: Principal, stalled_after: timedelta, queue: str, kinds: list[FindingKind]
     ) -> list[Finding]:
@@ -169,11 +159,6 @@ class Jobs:
         return await self.blocking(
             self.store.list_workers, who.scope, queue, page_size, page_token, self.worker_gone_after
         )
-
-    async def queue_overview(self, who: Principal, queue: str, minutes: int) -> QueueOverview:
-        if queue:
-            who.check_queue(queue)
-        return await self.blocking(self.store.queue_overview, who.scope, queue, minutes)
 
     async def queue_limits(self, who: Principal, queue: str) -> QueueLimits:
         who.check_queue(queue)

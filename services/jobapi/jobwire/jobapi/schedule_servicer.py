@@ -95,13 +95,15 @@ class ScheduleServicer(schedule_pb2_grpc.ScheduleServiceServicer):
     async def GetSchedule(
         self, request: schedule_pb2.ScheduleRef, context: grpc.aio.ServicerContext
     ) -> schedule_pb2.Schedule:
-        return schedule_to_proto(await self.schedules.get(auth.current(), _schedule_id(request)))
+        scope, schedule_id = auth.current().scope, _schedule_id(request)
+        return schedule_to_proto(await self.schedules.with_store(lambda store: store.get_schedule(scope, schedule_id)))
 
     async def ListSchedules(
         self, request: schedule_pb2.ListSchedulesRequest, context: grpc.aio.ServicerContext
     ) -> schedule_pb2.ListSchedulesResponse:
-        found, token = await self.schedules.list(
-            auth.current(), limits.page_size(request.page_size), request.page_token
+        scope, size = auth.current().scope, limits.page_size(request.page_size)
+        found, token = await self.schedules.with_store(
+            lambda store: store.list_schedules(scope, size, request.page_token)
         )
         return schedule_pb2.ListSchedulesResponse(
             schedules=[schedule_to_proto(one) for one in found], next_page_token=token
@@ -110,7 +112,9 @@ class ScheduleServicer(schedule_pb2_grpc.ScheduleServiceServicer):
     async def PauseSchedule(
         self, request: schedule_pb2.ScheduleRef, context: grpc.aio.ServicerContext
     ) -> schedule_pb2.Schedule:
-        return schedule_to_proto(await self.schedules.pause(auth.current(), _schedule_id(request)))
+        scope, schedule_id = auth.current().scope, _schedule_id(request)
+        paused = await self.schedules.with_store(lambda store: store.set_schedule_paused(scope, schedule_id, None))
+        return schedule_to_proto(paused)
 
     async def ResumeSchedule(
         self, request: schedule_pb2.ScheduleRef, context: grpc.aio.ServicerContext
@@ -120,16 +124,21 @@ class ScheduleServicer(schedule_pb2_grpc.ScheduleServiceServicer):
     async def DeleteSchedule(
         self, request: schedule_pb2.ScheduleRef, context: grpc.aio.ServicerContext
     ) -> empty_pb2.Empty:
-        await self.schedules.delete(auth.current(), _schedule_id(request))
+        scope, schedule_id = auth.current().scope, _schedule_id(request)
+        await self.schedules.with_store(lambda store: store.delete_schedule(scope, schedule_id))
         return empty_pb2.Empty()
 
     async def ListScheduleJobs(
         self, request: schedule_pb2.ListScheduleJobsRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.ListJobsResponse:
-        schedule_id = limits.name("schedule_id", request.schedule_id)
-        locale = limits.locale(request.locale)
-        found, token = await self.schedules.jobs(
-            auth.current(), schedule_id, limits.page_size(request.page_size), request.page_token
+        scope, schedule_id = auth.current().scope, limits.name("schedule_id", request.schedule_id)
+        locale, size = limits.locale(request.locale), limits.page_size(request.page_size)
+        # where a listed QUEUED job stands, as ListJobs says it (JOBWIRE_NO_WORKER_AFTER)
+        no_worker_after = timedelta(seconds=self.settings.no_worker_after_seconds)
+        found, token = await self.schedules.with_store(
+            lambda store: store.schedule_jobs(
+                scope, schedule_id, size, request.page_token, no_worker_after=no_worker_after
+            )
         )
         return job_pb2.ListJobsResponse(jobs=[convert.job_to_proto(j, locale) for j in found], next_page_token=token)
 

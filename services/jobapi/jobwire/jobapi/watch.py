@@ -3,7 +3,7 @@
 Shaped like grpc's health Watch: a stream registers an inbox with the change feed, the
 feed writes to it only when something changed, and the inbox is removed in `finally`.
 
-What a stream promises (DESIGN.md §6):
+What a stream promises:
 * versions of a job strictly increase on a stream and none repeats;
 * no status transition, stage change, attempt change or stall is ever dropped; progress
   within one of those phases may be coalesced to the newest for a reader that is behind;

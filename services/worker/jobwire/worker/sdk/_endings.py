@@ -11,7 +11,8 @@ import enum
 from dataclasses import dataclass
 
 from jobwire.domain.review import ReviewRequest
-from jobwire.worker.sdk._context import AttemptState, JobContext, StopReason
+from jobwire.worker.sdk._attempt import AttemptState, StopReason
+from jobwire.worker.sdk._context import JobContext
 from jobwire.worker.sdk._errors import AwaitingReview, Failure, JobInterrupted, failure_of
 from jobwire.worker.sdk._handlers import AsyncHandler
 

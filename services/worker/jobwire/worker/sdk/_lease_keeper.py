@@ -18,7 +18,7 @@ import grpc
 
 from jobwire.client import Backoff, Pauses
 from jobwire.v1 import worker_pb2
-from jobwire.worker.sdk._context import StopReason
+from jobwire.worker.sdk._attempt import StopReason
 from jobwire.worker.sdk._rpc import WorkerStub, describe
 
 log = logging.getLogger("jobwire.worker")

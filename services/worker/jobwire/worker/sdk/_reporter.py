@@ -9,7 +9,11 @@ Rules (DESIGN §8, issues 4 and 8):
 * a checkpoint rides on the next report and is never dropped, only superseded by a newer one;
 * a batch that fails in transit (UNAVAILABLE and friends) is sent again with backoff;
   WORKER_LEASE_LOST in a result stops that job (as timed out when it says so); another
-  refusal drops that report.
+  refusal drops that report;
+* evidence entries (`ctx.record`) ride on the same cadence: each job's pending entries in one
+  RecordEvidence call right after the interval's BatchReportStage (so the server files them
+  under the stage the handler was in), never dropped in transit, and sent before the attempt
+  ends (the endings flush first).
 
 `JobReporter` keeps one job's state; `ReportSender` (one per worker) collects what every
 reporter has due and sends it. Users see a change within one interval.
@@ -28,8 +32,9 @@ import grpc
 from google.rpc import code_pb2, status_pb2
 
 from jobwire.client import Backoff, Pauses, status_info
+from jobwire.domain.handler_evidence import MAX_ENTRIES_PER_CALL, Entry
 from jobwire.v1 import worker_pb2
-from jobwire.worker.sdk._context import Snapshot, StopReason
+from jobwire.worker.sdk._attempt import Snapshot, StopReason
 from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerStub, describe, is_transient
 
 log = logging.getLogger("jobwire.worker")
@@ -61,6 +66,8 @@ class JobReporter:
         self._latest: Snapshot | None = None
         self._dirty = False  # `_latest` has not been sent
         self._in_flight: list[tuple[Snapshot, int]] = []  # sent, not answered: (snapshot, checkpoint seq)
+        self._entries: deque[Entry] = deque()  # evidence recorded, not sent
+        self._entries_in_flight: list[Entry] = []
         self._closed = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -80,9 +87,47 @@ class JobReporter:
         self._idle.clear()
         self._sender.wake()
 
+    def record(self, entry: Entry) -> None:
+        """Take an evidence entry of the handler's; call on the loop (the sink hops threads for us)."""
+        if self._closed:
+            return
+        self._entries.append(entry)
+        self._idle.clear()
+        self._sender.wake()
+
     @property
     def pending(self) -> bool:
-        return not self._closed and not self._in_flight and bool(self._backlog or self._dirty)
+        if self._closed or self._in_flight or self._entries_in_flight:
+            return False
+        return bool(self._backlog or self._dirty or self._entries)
+
+    @property
+    def _quiet(self) -> bool:
+        """Nothing to send and nothing awaiting an answer: a flush may return."""
+        return self._closed or not (self.pending or self._in_flight or self._entries_in_flight)
+
+    def take_entries(self) -> worker_pb2.RecordEvidenceRequest | None:
+        """The evidence to send now (at most one call's worth), marked in flight; None: none."""
+        if self._closed or self._entries_in_flight or not self._entries:
+            return None
+        count = min(len(self._entries), MAX_ENTRIES_PER_CALL)
+        self._entries_in_flight = [self._entries.popleft() for _ in range(count)]
+        return worker_pb2.RecordEvidenceRequest(
+            job_no=self.job_no, worker_token=self._token,
+            entries=[worker_pb2.EvidenceEntry(key=e.key, value=e.value) for e in self._entries_in_flight],
+        )  # fmt: skip
+
+    def entries_settled(self, error: grpc.RpcError | None) -> None:
+        """The answer to `take_entries`: None kept them; a failure in transit puts them back."""
+        sent, self._entries_in_flight = self._entries_in_flight, []
+        if error is not None and not self._closed:
+            if is_transient(error):
+                self._entries.extendleft(reversed(sent))
+            else:
+                # A lost lease is the heartbeat's to act on; any other refusal would come again.
+                log.error("job %s: %d evidence entries refused (%s); dropped", self.job_no, len(sent), describe(error))
+        if self._quiet:
+            self._idle.set()
 
     def take(self) -> list[worker_pb2.ReportStageRequest]:
         """What to send now (stage entries first, then the latest), marked in flight."""
@@ -137,7 +182,7 @@ class JobReporter:
                 log.error("job %s: report refused (%s: %s); dropped", self.job_no,
                           code_pb2.Code.Name(result.error.code), result.error.message)  # fmt: skip
         self._keep(unsent)
-        if not self.pending:
+        if self._quiet:
             self._idle.set()
 
     def _keep(self, unsent: list[Snapshot]) -> None:
@@ -184,6 +229,7 @@ class ReportSender:
         self._backoff = Pauses(Backoff(initial=interval, maximum=5.0, jitter=0.5))
         self._last_sent_at = float("-inf")
         self.calls = 0  # BatchReportStage calls made, for tests and logs
+        self.evidence_calls = 0  # RecordEvidence calls made
 
     def add(self, reporter: JobReporter) -> None:
         self._reporters[reporter.ref] = reporter
@@ -212,9 +258,30 @@ class ReportSender:
             await self._send()
 
     async def _send(self) -> None:
-        taken = [(r, r.take()) for r in list(self._reporters.values()) if r.pending]
+        due = [r for r in list(self._reporters.values()) if r.pending]
+        taken = [(r, r.take()) for r in due]
         taken = [(r, requests) for r, requests in taken if requests]
         self._last_sent_at = self._clock()
+        # Reports first: an entry is filed under the stage the server holds when it arrives,
+        # so the stage the handler entered before recording must have been heard of first.
+        await self._send_reports(taken)
+        evidence = [(r, request) for r in due if (request := r.take_entries()) is not None]
+        await asyncio.gather(*(self._record(r, request) for r, request in evidence))
+
+    async def _record(self, reporter: JobReporter, request: worker_pb2.RecordEvidenceRequest) -> None:
+        self.evidence_calls += 1
+        try:
+            await self._stub.RecordEvidence(request, timeout=CALL_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            if is_transient(exc):
+                delay = self._backoff.next()
+                log.warning("evidence of job %s failed (%s); again in %.2fs", reporter.job_no, describe(exc), delay)
+                self._last_sent_at = self._clock() + delay - self._interval
+            reporter.entries_settled(exc)
+            return
+        reporter.entries_settled(None)
+
+    async def _send_reports(self, taken: list[tuple[JobReporter, list[worker_pb2.ReportStageRequest]]]) -> None:
         for chunk in _chunks(taken):
             results = await self._call([request for _, requests in chunk for request in requests])
             start = 0

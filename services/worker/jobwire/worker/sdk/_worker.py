@@ -27,14 +27,16 @@ from jobwire.client import Backoff, Pauses, aio_channel
 from jobwire.codec import stages_to_proto
 from jobwire.observe import logs
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
+from jobwire.worker.sdk._attempt import StopReason
 from jobwire.worker.sdk._config import WorkerConfig
-from jobwire.worker.sdk._context import JobContext, StopReason
+from jobwire.worker.sdk._context import JobContext
+from jobwire.worker.sdk._deps import RunnerDeps
 from jobwire.worker.sdk._handlers import Handlers, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
 from jobwire.worker.sdk._reporter import ReportSender
 from jobwire.worker.sdk._result import ResultStore
 from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerRefused, WorkerStub, call_retrying, describe, refusal
-from jobwire.worker.sdk._runner import JobRunner, RunnerDeps
+from jobwire.worker.sdk._runner import JobRunner
 from jobwire.worker.sdk._stage_check import check_stages
 
 log = logging.getLogger("jobwire.worker")

@@ -10,7 +10,8 @@ Example:
 The environment applies the same endings as the worker (the same `decide()`): a returned
 Result is delivered and hashed into `results_dir`, a cancel, a lost lease or a time out
 removes the temporary folder and delivers nothing, an exception is classified into a Failure.
-Reports are recorded as the handler made them, before any coalescing. A handler whose source
+Reports are recorded as the handler made them, before any coalescing, and so is the
+evidence it leaves (`ctx.record`: `env.evidence`, `(key, value)` in order). A handler whose source
 enters a stage its plan lacks is refused before it runs (`UndeclaredStage`), as the worker
 refuses to start; a stage named at run time is refused at the call, as in production.
 """
@@ -27,11 +28,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import cast
 
+from jobwire.domain.handler_evidence import Entry
 from jobwire.domain.job import Artifact
 from jobwire.domain.progress import Progress
 from jobwire.domain.review import Review, ReviewRequest
 from jobwire.domain.stages import StageDef
-from jobwire.worker.sdk._context import AttemptState, JobContext, JobInfo, Snapshot, StopReason
+from jobwire.worker.sdk._attempt import AttemptState, JobInfo, Snapshot, StopReason
+from jobwire.worker.sdk._context import JobContext
 from jobwire.worker.sdk._endings import (
     Ending,
     EndKind,
@@ -136,6 +139,7 @@ class JobEnvironment:
         self._tmp_root = tmp_root
         self.reports: list[Report] = []
         self.checkpoints: list[bytes] = []
+        self.evidence: list[tuple[str, str]] = []  # what the handler recorded (ctx.record), in order
         self.on_report: Callable[[Report], None] | None = None
         self.tmp_dir: Path | None = None
         self.outcome: Outcome | None = None
@@ -213,6 +217,10 @@ class JobEnvironment:
         if self.on_report is not None:
             self.on_report(report)
 
+    def _evidence(self, entry: Entry) -> None:
+        with self._lock:
+            self.evidence.append((entry.key, entry.value))
+
     def _stop(self, reason: StopReason) -> None:
         with self._lock:
             state = self._state
@@ -245,7 +253,7 @@ class JobEnvironment:
             deadline=self.deadline,
             review=self.review,
         )
-        state = AttemptState(info, _Sink(self._record))
+        state = AttemptState(info, _Sink(self._record, self._evidence))
         with self._lock:
             self._state = state
             if self._pending is not None:
@@ -286,8 +294,8 @@ class JobEnvironment:
 
 
 class _Sink:
-    def __init__(self, record: Callable[[Snapshot], None]) -> None:
-        self.publish = record
+    def __init__(self, publish: Callable[[Snapshot], None], record: Callable[[Entry], None]) -> None:
+        self.publish, self.record = publish, record
 
 
 def _call(fn: Callable[[], object]) -> tuple[object, BaseException | None]:

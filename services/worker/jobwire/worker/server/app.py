@@ -5,7 +5,7 @@ from __future__ import annotations
 from jobwire.runtime.parts import Runtime
 from jobwire.v1 import worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
-from jobwire.worker.server.results import Results
+from jobwire.worker.server.result_uploads import Results
 from jobwire.worker.server.runnable import RunnableWatcher
 from jobwire.worker.server.servicer import WorkerServicer
 

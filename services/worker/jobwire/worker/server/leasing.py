@@ -14,14 +14,16 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
+from jobwire.db.handler_evidence import Record
 from jobwire.db.leases import AwaitReview, Complete, ConfirmCancel, Fail, Release, Report
 from jobwire.db.queue_limits import Budget
 from jobwire.db.store import Call, Claim, JobStore, Work, heartbeat_call, lease_states
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import JobwireError, ResourceExhausted
+from jobwire.domain.handler_evidence import Entry
 from jobwire.domain.job import Artifact, JobRecord
+from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import Lease, LeaseStatus
-from jobwire.domain.results import KeptResult
 from jobwire.domain.review import ReviewRequest
 from jobwire.domain.states import Status
 from jobwire.rpc.batching import Batcher
@@ -85,7 +87,7 @@ class Leasing:
         while True:
             if who.shared and self.store.turns_due(who.queues):
                 # Whose turn it is needs to know who has work: listed by a read of its own,
-                # never inside the claim's transaction (jobwire.db.turns).
+                # never inside the claim's transaction (jobwire.process_state.turns).
                 await self.blocking(self.store.list_turns, who.queues, sorted(who.plans))
             work = Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id), kinds=self._kinds_due(who))
             try:
@@ -112,8 +114,8 @@ class Leasing:
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
-            # The caller left (deadline, disconnect, shutdown) while its claim runs on a
-            # database thread and may still commit: hand those leases back, or the jobs
+            # The caller left (deadline, disconnect, shutdown) while its claim's transaction
+            # runs on, shielded, and may still commit: hand those leases back, or the jobs
             # would wait, stalled, for a worker that never heard of them.
             attempt.add_done_callback(lambda done: self._hand_back_claimed(who.tenant, done))
             raise
@@ -173,6 +175,10 @@ class Leasing:
 
     async def report(self, report: ProgressReport) -> LeaseStatus:
         return await self._one(Report.of(report))
+
+    async def record(self, tenant: str, job_no: str, token: str, entries: tuple[Entry, ...]) -> int:
+        """The handler's evidence entries, kept with its attempt; the attempt's count after them."""
+        return await self._one(Record(tenant=tenant, job_no=job_no, token=token, entries=entries))
 
     async def complete(
         self, tenant: str, job_no: str, token: str, result: Artifact, kept: KeptResult | None = None

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from jobwire.codec import stages_from_proto, stages_to_proto
-from jobwire.domain import limits, results
+from jobwire.domain import handler_evidence, kept_results, limits
 from jobwire.domain.commands import Claimant, Failure, ProgressReport
 from jobwire.domain.errors import InvalidArgument, JobwireError
 from jobwire.domain.lease import Lease, LeaseState, LeaseStatus
@@ -21,7 +21,7 @@ from jobwire.runtime.settings import Settings
 from jobwire.runtime.transfers import Transfers
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
-from jobwire.worker.server.results import Results
+from jobwire.worker.server.result_uploads import Results
 
 MAX_JOBS_PER_CLAIM = 100
 MAX_WAIT_S = 60.0
@@ -40,8 +40,8 @@ async def _upload_data(first: job_pb2.ResultChunk, rest: AsyncIterator[job_pb2.R
     """Each chunk's bytes; only the first names the job (a later one naming any is refused)."""
     chunk = first
     while True:
-        if len(chunk.data) > results.RESULT_CHUNK_BYTES:
-            raise InvalidArgument("data", f"at most {results.RESULT_CHUNK_BYTES} bytes per chunk")
+        if len(chunk.data) > kept_results.RESULT_CHUNK_BYTES:
+            raise InvalidArgument("data", f"at most {kept_results.RESULT_CHUNK_BYTES} bytes per chunk")
         yield chunk.data
         following = await anext(rest, None)
         if following is None:
@@ -211,6 +211,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         results = [d if isinstance(d, JobwireError) else next(applied) for d in decoded]
         return worker_pb2.BatchReportStageResponse(results=[report_result(r) for r in results])
 
+    async def RecordEvidence(
+        self, request: worker_pb2.RecordEvidenceRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.RecordEvidenceResponse:
+        tenant, job_no, token = auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token)
+        entries = handler_evidence.entries((entry.key, entry.value) for entry in request.entries)
+        recorded = await self.leasing.record(tenant, job_no, token, entries)
+        return worker_pb2.RecordEvidenceResponse(attempt_entries=recorded)
+
     async def Complete(self, request: worker_pb2.CompleteRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         tenant, job_no, token = auth.current().tenant, limits.job_no(request.job_no), _token(request.worker_token)
         if request.upload_id or request.inline_result:
@@ -218,7 +226,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 raise InvalidArgument("upload_id", "give inline_result or upload_id, not both")
             claimed = convert.claimed_artifact(request.result) if request.HasField("result") else None
             if request.upload_id:
-                upload_id = results.upload_id(request.upload_id)
+                upload_id = kept_results.upload_id(request.upload_id)
                 job = await self.results.complete_upload(tenant, job_no, token, upload_id, claimed)
             else:
                 job = await self.results.complete_inline(tenant, job_no, token, request.inline_result, claimed)

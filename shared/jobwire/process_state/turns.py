@@ -19,25 +19,18 @@ Which tenants have runnable jobs costs a claim no statement of its own:
 The cursor is per queue and per process: the tenant served last; the next claim starts
 after it. Two processes keep their own cursors, so turns are fair within each.
 
-The claim SELECT itself is the one every claim runs (jobwire.db.sql.claim), once per
-tenant visited; a claim visits at most as many tenants with jobs as it wants jobs.
+The listing is jobwire.db.runnable_tenants. The claim SELECT itself is the one every claim
+runs (jobwire.db.sql.claim), once per tenant visited; a claim visits at most as many tenants with jobs as it wants jobs.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
-from jobwire.db.reads import now_value
-from jobwire.db.tables import job
-
 REFRESH_S = 30.0
-MAX_TENANTS = 10_000  # per queue: a skip scan stops there
 
 
 @dataclass
@@ -52,7 +45,7 @@ class Turns:
     """Per process: the tenants with runnable jobs per queue, and whose turn is next."""
 
     def __init__(self) -> None:
-        # Claims run on database threads, news arrives on the event loop.
+        # Listing (`listed`, a read) runs on database threads; news and claims run on the event loop.
         self._lock = threading.Lock()
         self._queues: dict[str, _Queue] = {}
 
@@ -110,31 +103,3 @@ class Turns:
             q = self._queues.get(queue)
             if q is not None:
                 q.last = tenant
-
-
-def runnable_tenants(conn: Connection, queue: str, job_types: Sequence[str]) -> list[str]:
-    """The tenants with runnable jobs of `job_types` in `queue`: a skip scan, one statement per
-    tenant in the job table (two index seeks each), never a scan of anyone's backlog.
-
-    Driven from here: MariaDB does no loose index scan for a DISTINCT tenant on the claim
-    index (every entry read), and in a recursive CTE the correlated seek became a full scan.
-    """
-    runnable = job.alias("runnable")
-    found, after, now = [], "", now_value(conn)
-    for _ in range(MAX_TENANTS):
-        following = sa.select(job.c.tenant).where(job.c.tenant > after).order_by(job.c.tenant).limit(1).subquery()
-        has_jobs = sa.exists().where(
-            runnable.c.tenant == following.c.tenant,
-            runnable.c.queue == queue,
-            runnable.c.status == "QUEUED",
-            runnable.c.waiting_on == 0,
-            runnable.c.run_after <= now,
-            runnable.c.job_type.in_(list(job_types)),
-        )
-        row = conn.execute(sa.select(following.c.tenant, has_jobs.label("runnable"))).first()
-        if row is None:
-            break
-        after = row.tenant
-        if row.runnable:
-            found.append(after)
-    return found

@@ -27,7 +27,7 @@ import fsspec
 
 from jobwire.db.retention import ArtifactDeleter, ExpiredArtifact
 from jobwire.domain.errors import InvalidArgument, ResourceExhausted, ResultNotAvailable
-from jobwire.domain.results import DOWNLOAD_CHUNK_BYTES
+from jobwire.domain.kept_results import DOWNLOAD_CHUNK_BYTES
 from jobwire.runtime.blocking import Blocking
 
 log = logging.getLogger(__name__)

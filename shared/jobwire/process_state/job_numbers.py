@@ -19,23 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from jobwire.db.engine import Database
-from jobwire.db.wire import Wire
-
 MAX_BLOCK = 64
 FAST_S = 1.0  # a block used up faster than this doubles the next one
-
-
-async def reserve(wire: Wire, tenant: str, day: str, count: int) -> int:
-    """Reserve `count` numbers of `tenant`'s `day`; the last one reserved."""
-    key = {"tenant": tenant, "day": day}
-    await wire.run([(wire.sql.reserve_numbers, {**key, "last_seq": count})])
-    (row,) = await wire.fetch(wire.sql.last_number, key, wire.sql.number_shape)
-    await wire.commit()
-    return int(row["last_seq"])
 
 
 @dataclass(slots=True)
@@ -49,9 +38,12 @@ class _Block:
     reserved_at: float = 0.0
 
 
+Reserve = Callable[[str, str, int], Awaitable[int]]  # (tenant, day, count) -> the last number reserved
+
+
 class JobNumbers:
-    def __init__(self, db: Database, prefix: str) -> None:
-        self._db = db
+    def __init__(self, reserve: Reserve, prefix: str) -> None:
+        self._reserve_block = reserve  # a transaction of its own (jobwire.db.number_counters)
         self._prefix = prefix
         self._blocks: dict[str, _Block] = {}  # by tenant: as many as the auth file names
         self._locks: dict[str, asyncio.Lock] = {}
@@ -75,5 +67,5 @@ class JobNumbers:
         fast = day == block.day and now - block.reserved_at < FAST_S
         block.size = min(block.size * 2, MAX_BLOCK) if fast else 1
         count = block.size
-        last = await self._db.transact(lambda wire: reserve(wire, tenant, day, count))
+        last = await self._reserve_block(tenant, day, count)
         block.day, block.next, block.last, block.reserved_at = day, last - count + 1, last, now

@@ -22,9 +22,9 @@ from collections.abc import AsyncIterable, Iterator
 from jobwire.db.store import JobStore
 from jobwire.domain.errors import InvalidArgument, JobwireError, WorkerLeaseLost
 from jobwire.domain.job import Artifact, JobRecord
-from jobwire.domain.results import KeptResult, kept_artifact
+from jobwire.domain.kept_results import KeptResult, kept_artifact
 from jobwire.runtime.blocking import Blocking
-from jobwire.runtime.results import ResultStore, lease_folder, new_upload_id
+from jobwire.runtime.result_store import ResultStore, lease_folder, new_upload_id
 from jobwire.worker.server.leasing import Leasing
 
 

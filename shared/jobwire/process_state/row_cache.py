@@ -20,20 +20,21 @@ from collections import OrderedDict
 from collections.abc import Collection
 from typing import Any
 
-from jobwire.db.sql import BLOBS, Name
+from jobwire.domain.job import Name
 from jobwire.domain.states import LEASED
 
 _LEASED = frozenset(s.value for s in LEASED)
-_BLOBS = BLOBS
 CAPACITY = 20_000
 
 
 class RowCache:
-    def __init__(self, capacity: int = CAPACITY) -> None:
+    def __init__(self, blobs: Collection[str], capacity: int = CAPACITY) -> None:
+        self._blobs = frozenset(blobs)  # columns never kept: a guess needs none of them
         self._rows: OrderedDict[Name, dict[str, Any]] = OrderedDict()
         self._holders: dict[str, Name] = {}  # each kept row's lease token: the job it leases
         self._capacity = capacity
-        self._lock = threading.Lock()  # the store's transactions run on several threads
+        # Transactions run on the event loop; the lock keeps the two maps in step for a caller off it.
+        self._lock = threading.Lock()
 
     def guess(self, name: Name, tokens: Collection[str | None]) -> dict[str, Any] | None:
         """The row last seen for the job `name`, if every caller in `tokens` holds its lease."""
@@ -53,8 +54,8 @@ class RowCache:
     def put(self, row: dict[str, Any]) -> None:
         """Keep `row` (a leased job's, without its blobs); any other row leaves the cache."""
         name = (row["tenant"], row["job_no"])
-        if not _BLOBS.isdisjoint(row):
-            row = {k: v for k, v in row.items() if k not in _BLOBS}
+        if not self._blobs.isdisjoint(row):
+            row = {k: v for k, v in row.items() if k not in self._blobs}
         with self._lock:
             self._pop(name)
             if row["status"] not in _LEASED or row["worker_token"] is None:

@@ -1,0 +1,61 @@
+"""jobctl's operator commands (the admin role): inspect, events, checkpoint, requeue, workers."""
+
+from __future__ import annotations
+
+import argparse
+
+from jobwire.client import render
+from jobwire.client.commands import EXIT_OK, Context, show_job
+
+
+def cmd_inspect(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        findings = admin.inspect(stalled_after=args.stalled_after, queue=args.queue, kinds=args.kind)
+    if ctx.as_json:
+        ctx.emit([render.to_json(f.raw) for f in findings])
+    elif not findings:
+        ctx.out.print("no findings: no stalled leases, no jobs without progress, no broken invariants")
+    else:
+        ctx.out.print(render.findings_table(f.raw for f in findings))
+    return EXIT_OK
+
+
+def cmd_events(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        events = list(admin.list_events(args.job_no, limit=args.limit))
+    if ctx.as_json:
+        ctx.emit([render.to_json(e.raw) for e in events])
+    else:
+        ctx.out.print(render.events_table(e.raw for e in events))
+    return EXIT_OK
+
+
+def cmd_checkpoint(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        saved = admin.checkpoint(args.job_no)
+    if args.output is not None:
+        args.output.write_bytes(saved.data)
+    if ctx.as_json:
+        ctx.emit(render.to_json(saved.raw))
+    else:
+        lines = render.checkpoint_lines(saved.raw)
+        for line in lines[:1] if args.output is not None else lines:
+            ctx.out.print(line, markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
+def cmd_requeue(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        show_job(ctx, admin.requeue(args.job_no, reason=args.reason))
+    return EXIT_OK
+
+
+def cmd_workers(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.admin() as admin:
+        workers = list(admin.list_workers(queue=args.queue))
+    if ctx.as_json:
+        # proto3 JSON leaves a false bool out; a script reading it should not have to know that
+        ctx.emit([{**render.to_json(w.raw), "live": w.live, "shared_fleet": w.shared_fleet} for w in workers])
+    else:
+        ctx.out.print(render.workers_table(w.raw for w in workers))
+    return EXIT_OK

@@ -327,6 +327,11 @@ LIST_JOBS = [
     list_jobs("assignee of 129 chars", "assignee", assignee="a" * 129),
     list_jobs("assignee with a newline", "assignee", assignee="a\nb"),
     list_jobs("assignee with a leading space", "assignee", assignee=" alice"),
+    list_jobs("queue with a space", "queue", queue="bad name!"),
+    list_jobs("queue of 65 chars", "queue", queue="q" * 65),
+    list_jobs("label key of 65 chars", "labels", labels={"k" * 65: "v"}),
+    list_jobs("33 labels", "labels", labels={f"k{i}": "v" for i in range(33)}),
+    list_jobs("batch_id with a space", "batch_id", batch_id="not a batch"),
 ]
 
 
@@ -963,6 +968,18 @@ GET_RESULT = _job_no_cases(
     lambda c, n: first_message(c.served.jobs.GetResult(job_pb2.GetResultRequest(job_no=n))),  # type: ignore[attr-defined]
 )
 
+GET_PAYLOAD = [
+    *_job_no_cases(
+        "GetPayload",
+        lambda c, n: c.served.jobs.GetPayload(job_pb2.GetPayloadRequest(job_no=n)),  # type: ignore[attr-defined]
+    ),
+    Bad(
+        "GetPayload negative max_bytes",
+        lambda c: c.served.jobs.GetPayload(job_pb2.GetPayloadRequest(job_no=c.job_no, max_bytes=-1)),  # type: ignore[attr-defined]
+        "max_bytes",
+    ),
+]
+
 LIST_WORKERS = [
     Bad(
         "ListWorkers queue with a space",
@@ -1076,6 +1093,7 @@ MATRIX: dict[str, list[Bad]] = {
     "JobService.GetBatch": GET_BATCH,
     "JobService.CancelBatch": CANCEL_BATCH,
     "JobService.GetResult": GET_RESULT,
+    "JobService.GetPayload": GET_PAYLOAD,
     "WorkerService.Claim": CLAIM,
     "WorkerService.Heartbeat": HEARTBEAT,
     "WorkerService.ReportStage": REPORT,
@@ -1102,6 +1120,37 @@ MATRIX: dict[str, list[Bad]] = {
     "AdminService.GetQueueLimits": _queue_cases("GetQueueLimits", admin_pb2.GetQueueLimitsRequest),
     "AdminService.PauseQueue": _queue_cases("PauseQueue", admin_pb2.PauseQueueRequest),
     "AdminService.ResumeQueue": _queue_cases("ResumeQueue", admin_pb2.ResumeQueueRequest),
+    "ScheduleService.ListScheduleJobs": [
+        Bad(
+            "ListScheduleJobs schedule_id with a space",
+            lambda c: c.served.schedules.ListScheduleJobs(schedule_pb2.ListScheduleJobsRequest(schedule_id="a b")),  # type: ignore[attr-defined]
+            "schedule_id",
+        ),
+        Bad(
+            "ListScheduleJobs negative page_size",
+            lambda c: c.served.schedules.ListScheduleJobs(  # type: ignore[attr-defined]
+                schedule_pb2.ListScheduleJobsRequest(schedule_id="s", page_size=-1)
+            ),
+            "page_size",
+        ),
+    ],
+    "AdminService.ListQueues": [
+        Bad(
+            "ListQueues queue with a space",
+            lambda c: c.served.admin.ListQueues(admin_pb2.ListQueuesRequest(queue="bad name!")),
+            "queue",
+        ),  # type: ignore[attr-defined]
+        Bad(
+            "ListQueues negative minutes",
+            lambda c: c.served.admin.ListQueues(admin_pb2.ListQueuesRequest(minutes=-1)),
+            "minutes",
+        ),  # type: ignore[attr-defined]
+        Bad(
+            "ListQueues past a day",
+            lambda c: c.served.admin.ListQueues(admin_pb2.ListQueuesRequest(minutes=1441)),
+            "minutes",
+        ),  # type: ignore[attr-defined]
+    ],
     "Operations.GetOperation": OPERATIONS_GET,
     "Operations.ListOperations": OPERATIONS_LIST,
     "Operations.WaitOperation": OPERATIONS_WAIT,

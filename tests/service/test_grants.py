@@ -76,6 +76,7 @@ JOB_CALLS: dict[str, tuple[Call, grpc.StatusCode]] = {
         lambda s, no, md: _first(s.jobs.GetResult(job_pb2.GetResultRequest(job_no=no), metadata=md)),
         REFUSED,
     ),
+    "GetPayload": (lambda s, no, md: s.jobs.GetPayload(job_pb2.GetPayloadRequest(job_no=no), metadata=md), OK),
     "WatchStatus": (
         lambda s, no, md: _first(s.jobs.WatchStatus(job_pb2.WatchStatusRequest(job_no=no), metadata=md)),
         OK,

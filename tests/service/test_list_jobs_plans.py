@@ -102,3 +102,18 @@ async def test_a_page_merged_from_several_ranges_is_newest_first_and_continues(s
         if not token:
             break
     assert seen == made[::-1]
+
+
+async def test_a_batchs_jobs_are_read_through_the_batch_index(served: Served) -> None:
+    """A batch holds at most 1000 jobs: its page reads ix_job_batch (a sort of those, bounded),
+    never the tenant's jobs walked for the batch's rows."""
+    engine = served.runtime.store.db.engine
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.connect() as conn:
+        for scope, statuses in itertools.product(SCOPES.values(), ([], [Status.QUEUED])):
+            for query in list_queries(JobFilter(scope=scope, batch_id="b-1", statuses=statuses), None, 21):
+                plan = _plan(conn, query)
+                if sqlite:
+                    assert any("USING INDEX ix_job_batch " in step for step in plan), plan
+                else:
+                    assert any(step.startswith("table=job key=ix_job_batch ") for step in plan), plan

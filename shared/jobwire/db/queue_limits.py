@@ -185,6 +185,12 @@ def get(conn: Connection, tenant: str, queue: str) -> QueueLimits:
     return QueueLimits() if row is None else _limits(dict(row))
 
 
+def every(conn: Connection, tenant: str, queues: Sequence[str]) -> dict[str, QueueLimits]:
+    """The limits of those of `queues` that have any (a queue without a row has none)."""
+    query = sa.select(queue_limits).where(queue_limits.c.tenant == tenant, queue_limits.c.queue.in_(list(queues)))
+    return {row["queue"]: _limits(dict(row)) for row in conn.execute(query).mappings()}
+
+
 def put(
     conn: Connection, tenant: str, queue: str, now: datetime, change: Callable[[QueueLimits], QueueLimits]
 ) -> QueueLimits:

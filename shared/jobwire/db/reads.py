@@ -159,6 +159,9 @@ def decode_page_token(token: str) -> int | None:
 # databases (tests/service/test_list_jobs_plans.py EXPLAINs every shape), so neither planner
 # can pick the claim index and sort.
 _LIST_PATHS = (  # (filter, column, index): the first filter present leads
+    # A batch holds at most 1000 jobs: its index (batch_id, status) is read whole and sorted,
+    # a bounded sort, rather than the tenant's jobs walked for its rows.
+    ("batch_id", job.c.batch_id, "ix_job_batch"),
     ("assignee", job.c.review_assignee, "ix_job_assignee"),
     ("owner", job.c.owner, "ix_job_owner"),
     ("job_type", job.c.job_type, "ix_job_type"),
@@ -170,11 +173,12 @@ _LIST_PATHS = (  # (filter, column, index): the first filter present leads
 def _list_filters(where: JobFilter) -> dict[str, list[str]]:
     """Each filter `where` has, as the values its column may take."""
     filters = {
+        "batch_id": [where.batch_id] if where.batch_id else [],
         "assignee": [where.assignee] if where.assignee else [],
         "owner": [where.owner] if where.owner else [],
         "job_type": [where.job_type] if where.job_type else [],
         "statuses": sorted({s.value for s in where.statuses}),
-        "queues": sorted(where.scope.queues) if where.scope.queues is not None else [],
+        "queues": [where.queue] if where.queue else sorted(where.scope.queues or ()),
     }
     return {name: values for name, values in filters.items() if values}
 
@@ -186,6 +190,7 @@ def list_queries(where: JobFilter, before: int | None, limit: int) -> list[sa.Se
     rest: list[sa.ColumnElement[bool]] = [
         path[1].in_(filters[path[0]]) for path in _LIST_PATHS if path[0] in filters and path is not lead
     ]
+    rest += [_has_label(key, value) for key, value in sorted(where.labels.items())]
     if before is not None:
         rest.append(job.c.id < before)
     tenant = job.c.tenant == where.tenant
@@ -193,6 +198,13 @@ def list_queries(where: JobFilter, before: int | None, limit: int) -> list[sa.Se
         return [_hinted(select_jobs(tenant, *rest), "ix_job_tenant", limit)]
     name, column, index = lead
     return [_hinted(select_jobs(tenant, column == value, *rest), index, limit) for value in filters[name]]
+
+
+def _has_label(key: str, value: str) -> sa.ColumnElement[bool]:
+    # labels is the JSON object as submit wrote it (sorted keys, ", " and ": "): the pair's own
+    # text, quotes included, is found only as that pair (a quote inside a key or value is escaped)
+    pair = f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
+    return job.c.labels.contains(pair, autoescape=True)
 
 
 def _hinted(query: sa.Select[Any], index: str, limit: int) -> sa.Select[Any]:
@@ -326,6 +338,16 @@ def kept_result(conn: Connection, scope: Scope, job_no: str) -> KeptRow | None:
         status=found["status"], content_type=found["content_type"] or "", inline=found["inline_data"],
         stored_key=found["stored_key"],
     )  # fmt: skip
+
+
+def payload(conn: Connection, scope: Scope, job_no: str, max_bytes: int) -> tuple[bytes, int] | None:
+    """The first `max_bytes` of a job's payload and its whole size; None for a job `scope` does not see.
+    Cut by the database, so a 1 MiB payload read for a preview crosses the wire as the preview."""
+    query = sa.select(
+        sa.func.substr(job.c.payload, 1, max_bytes).label("head"), sa.func.length(job.c.payload).label("size")
+    ).where(*scoped(scope), job.c.job_no == job_no)
+    found = conn.execute(query).first()
+    return None if found is None else (bytes(found.head or b""), int(found.size or 0))
 
 
 def lease_held(conn: Connection, tenant: str, job_no: str, token: str) -> bool:

@@ -33,9 +33,11 @@ from jobwire.db import (
     leases,
     number_counters,
     queue_limits,
+    queue_reads,
     reads,
     reaper,
     retention,
+    schedule_jobs,
     schedules,
     standing,
     submit,
@@ -67,6 +69,7 @@ from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord, Name
 from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import LeaseState, LeaseStatus
+from jobwire.domain.queues import QueueOverview
 from jobwire.domain.schedules import Advance, Backlog, Run, ScheduleRecord
 from jobwire.domain.states import Status
 from jobwire.domain.transitions import Move, Transition
@@ -269,6 +272,13 @@ class JobStore:
             raise ResultNotAvailable("the worker published this result itself: fetch it from the job's result.uri")
         return found.content_type, KeptResult(inline=found.inline, stored_key=found.stored_key)
 
+    def payload(self, scope: Scope, job_no: str, max_bytes: int) -> tuple[bytes, int]:
+        """The first `max_bytes` of the job's payload, and its whole size."""
+        found = self.db.read(lambda c: reads.payload(c, scope, job_no, max_bytes))
+        if found is None:
+            raise JobNotFound()
+        return found
+
     def lease_held(self, tenant: str, job_no: str, token: str) -> bool:
         return self.db.read(lambda c: reads.lease_held(c, tenant, job_no, token))
 
@@ -347,6 +357,9 @@ class JobStore:
         self.recent_queues.forget(tenant, queue)
         return after
 
+    def queue_overview(self, scope: Scope, queue: str, minutes: int) -> QueueOverview:
+        return self.db.read(lambda c: queue_reads.overview(c, scope, queue, minutes))
+
     def get_batch(self, scope: Scope, batch_id: str) -> BatchRecord:
         found = self.db.read(lambda c: batches.get(c, scope, batch_id))
         if found is None:
@@ -406,6 +419,19 @@ class JobStore:
         if found is None:
             raise ScheduleNotFound()
         return found
+
+    def schedule_jobs(
+        self, scope: Scope, schedule_id: str, page_size: int, page_token: str, *, no_worker_after: timedelta
+    ) -> tuple[list[JobRecord], str]:
+        """A page of the jobs the schedule's firings made, the latest first (NOT_FOUND: an unknown schedule)."""
+
+        def read(conn: Connection) -> tuple[list[JobRecord], str]:
+            if schedules.get(conn, scope, schedule_id) is None:
+                raise ScheduleNotFound()
+            rows, token = schedule_jobs.page(conn, scope, schedule_id, page_size, page_token)
+            return standing.records(conn, rows, no_worker_after), token
+
+        return self.db.read(read)
 
     def list_schedules(self, scope: Scope, page_size: int, page_token: str) -> tuple[list[ScheduleRecord], str]:
         return self.db.read(lambda c: schedules.list_page(c, scope, page_size, page_token))

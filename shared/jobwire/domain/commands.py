@@ -76,6 +76,9 @@ class JobFilter:
     statuses: Sequence[Status] = ()
     job_type: str = ""
     assignee: str = ""  # handed to this reviewer (jobwire.domain.review)
+    queue: str = ""  # one queue (the scope's queues otherwise)
+    labels: Mapping[str, str] = field(default_factory=dict)  # every one of them, with its value
+    batch_id: str = ""  # one batch's jobs (jobwire.domain.batches)
 
     @property
     def tenant(self) -> str:

@@ -12,7 +12,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobwire.client import ClientError
-from jobwire.gateway import evidence, routes, sse
+from jobwire.gateway import batches, evidence, queues, routes, schedules, sse, workers
 from jobwire.gateway.budget import LiveBudget
 from jobwire.gateway.errors import error_response, not_found
 from jobwire.gateway.settings import GatewaySettings
@@ -46,11 +46,24 @@ def build_app(settings: GatewaySettings) -> Starlette:
             Route("/jobs", routes.jobs_page),
             Route("/live", routes.jobs_stream),
             Route("/live/jobs", routes.jobs_page_stream),
+            Route("/jobs/bulk", routes.bulk, methods=["POST"]),
             Route("/jobs/{job_no}", routes.job_page),
             Route("/jobs/{job_no}/result", routes.download),
             Route("/jobs/{job_no}/cancel", routes.cancel, methods=["POST"]),
             Route("/jobs/{job_no}/retry", routes.retry, methods=["POST"]),
             Route("/jobs/{job_no}/force-retry", routes.force_retry, methods=["POST"]),
+            Route("/queues", queues.queues_page),
+            Route("/queues/{queue}/pause", queues.pause, methods=["POST"]),
+            Route("/queues/{queue}/resume", queues.resume, methods=["POST"]),
+            Route("/queues/{queue}/limits", queues.set_limits, methods=["POST"]),
+            Route("/workers", workers.workers_page),
+            Route("/schedules", schedules.schedules_page),
+            Route("/schedules/{schedule_id}", schedules.schedule_page),
+            Route("/schedules/{schedule_id}/pause", schedules.pause, methods=["POST"]),
+            Route("/schedules/{schedule_id}/resume", schedules.resume, methods=["POST"]),
+            Route("/schedules/{schedule_id}/delete", schedules.delete, methods=["POST"]),
+            Route("/batches/{batch_id}", batches.batch_page),
+            Route("/batches/{batch_id}/cancel", batches.cancel, methods=["POST"]),
             Route("/evidence", evidence.evidence_page),
             Route("/evidence/{job_no}/requeue", evidence.requeue, methods=["POST"]),
             Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),

@@ -26,6 +26,8 @@ _HTTP_STATUS = {
     grpc.StatusCode.FAILED_PRECONDITION: 409,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
 }
+_ADDRESSES = {"job_no", "batch_id", "schedule_id"}
+_NOT_JOBS = {"BATCH_NOT_FOUND", "SCHEDULE_NOT_FOUND"}
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
@@ -39,10 +41,13 @@ def signin_again(request: Request) -> Response:
 def error_response(request: Request, error: ClientError) -> Response:
     if error.code is grpc.StatusCode.UNAUTHENTICATED:
         return signin_again(request)
-    if error.code is grpc.StatusCode.INVALID_ARGUMENT and any(field == "job_no" for field, _ in error.violations):
-        # The job number is the page's address: a malformed one names no page, as an unknown one.
-        return not_found(request, job=True)
+    fields = {field for field, _ in error.violations}
+    if error.code is grpc.StatusCode.INVALID_ARGUMENT and fields & _ADDRESSES:
+        # A job number, batch or schedule id is the page's address: a malformed one names no page, as an unknown one.
+        return not_found(request, job="job_no" in fields)
     key = f"error_{error.code.name}"
+    if error.reason in _NOT_JOBS:
+        key = "error_PAGE"  # no such batch or schedule: "no such job" would mislead
     if error.code in _UNREACHABLE:
         key = "error_UNAVAILABLE"
     heading_key = key if key in CATALOG else "error_OTHER"
@@ -64,3 +69,8 @@ def not_found(request: Request, *, job: bool = False) -> Response:
 
 def csrf_refused(request: Request) -> Response:
     return page(request, "error.html", status_code=403, heading_key="error_CSRF", message="", reason="")
+
+
+def not_valid(request: Request) -> Response:
+    """A form whose values the gateway cannot even send (a word where a number goes)."""
+    return page(request, "error.html", status_code=400, heading_key="error_INVALID_ARGUMENT", message="", reason="")

@@ -10,10 +10,11 @@ from starlette.responses import RedirectResponse, Response
 
 from jobwire.client.render import fmt_time, status_label
 from jobwire.gateway import session
+from jobwire.gateway.detail import timeline
 from jobwire.gateway.errors import csrf_refused
 from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.routes import calls_for
-from jobwire.gateway.views import HANDLER_EVIDENCE, checkpoint_view, event_rows
+from jobwire.gateway.views import HANDLER_EVIDENCE, checkpoint_view
 from jobwire.v1 import admin_pb2
 
 
@@ -22,7 +23,7 @@ async def evidence_page(request: Request) -> Response:
     locale = locale_of(request)
     async with calls_for(request) as calls:
         findings = await calls.inspect()  # first: a client token stops here, with the reason
-        workers = await calls.workers()
+        workers = (await calls.workers()).workers
         title, events = await calls.events(job_no) if job_no else ("", [])
         saved = await calls.checkpoint(job_no) if job_no else None
     return page(
@@ -52,7 +53,7 @@ async def evidence_page(request: Request) -> Response:
             }
             for w in workers
         ],
-        events=event_rows(events, locale),
+        events=timeline(events, locale),
         checkpoint=checkpoint_view(saved),
         entries=[
             {

@@ -11,15 +11,23 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from jobwire.client import ClientError, PermissionDeniedError, UnauthenticatedError
-from jobwire.client.convert import status_name, status_value
+from jobwire.client import (
+    ClientError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from jobwire.client.render import status_label
 from jobwire.gateway import budget, session, sse
 from jobwire.gateway.calls import Calls
-from jobwire.gateway.errors import csrf_refused, error_response
+from jobwire.gateway.detail import PREVIEW_BYTES, Preview, head, preview, timeline
+from jobwire.gateway.errors import csrf_refused, error_response, not_valid
 from jobwire.gateway.pages import locale_of, page
+from jobwire.gateway.search import PAGE_SIZE, JobQuery, Paging
 from jobwire.gateway.settings import GatewaySettings
-from jobwire.gateway.views import download_headers, event_rows, job_view
+from jobwire.gateway.views import download_headers, job_view
 from jobwire.v1 import job_pb2
 
 _STATUS_NAMES = [name for name in job_pb2.Job.Status.keys() if name != "STATUS_UNSPECIFIED"]  # noqa: SIM118
@@ -85,46 +93,75 @@ async def choose_language(request: Request) -> Response:
     return response
 
 
-def _status_filter(request: Request) -> str:
-    """The status `?status=` names (the form sends RUNNING; a typed Processing or 正在处理 works too),
-    by its name; empty (every status) when it names none."""
-    try:
-        return status_name(status_value(request.query_params.get("status", "")))
-    except ValueError:
-        return ""
-
-
 async def jobs_page(request: Request) -> Response:
-    chosen = _status_filter(request)
+    query, paging = JobQuery.of(request.query_params), Paging.of(request.query_params)
     locale = locale_of(request)
     async with calls_for(request) as calls:
-        jobs = await calls.list_jobs([job_pb2.Job.Status.Value(chosen)] if chosen else [])
+        if query.job_no:
+            jobs, next_token = await _numbered(calls, query.job_no), ""
+        else:
+            reply = await calls.list_jobs(query, page_size=PAGE_SIZE, page_token=paging.token)
+            jobs, next_token = list(reply.jobs), reply.next_page_token
     return page(
         request,
         "jobs.html",
         jobs=[job_view(job, locale) for job in jobs],
         options=[(name, status_label(job_pb2.Job.Status.Value(name), locale)) for name in _STATUS_NAMES],
-        chosen=chosen,
+        query=query,
+        next_href=paging.next_href(query, next_token) if next_token else "",
+        previous_href=paging.previous_href(query),
+        # New jobs show on the first page of a list; any other page follows only its own rows.
+        finds_new=paging.first and not query.job_no,
     )
 
 
+async def _numbered(calls: Calls, job_no: str) -> list[job_pb2.Job]:
+    """The job of that number, as a list of one; none when there is no such job of the caller's."""
+    try:
+        return [await calls.get(job_no)]
+    except (NotFoundError, InvalidArgumentError):
+        return []
+
+
 async def job_page(request: Request) -> Response:
+    """A job: its state (live until it ends), payload, result preview, links, and for an admin its timeline."""
     locale = locale_of(request)
     async with calls_for(request) as calls:
         job = await calls.get(request.path_params["job_no"])
-        trail = await calls.admin_trail(job.job_no)  # an admin's page shows the timeline too
+        data, size = await calls.payload(job.job_no, PREVIEW_BYTES)
+        result = await _result_preview(calls, job)
+        events = await calls.admin_trail(job.job_no)  # an admin's page shows the timeline too
+    # A FAILED job whose error is not retryable offers an admin a forced retry: its Display
+    # offers RETRY only when the error is retryable; the forced Retry is checked again when it comes.
+    force_retry = (
+        job.status == job_pb2.Job.FAILED and job_pb2.Display.RETRY not in job.display.actions and events is not None
+    )
     return page(
-        request, "job.html", job=job_view(job, locale), force_retry=trail is not None and _not_retryable(job),
-        timeline=None if trail is None else event_rows(trail, locale),
-    )  # fmt: skip
+        request,
+        "job.html",
+        job=job_view(job, locale),
+        force_retry=force_retry,
+        payload=preview(data, size),
+        result=result,
+        result_type=job.result.content_type,
+        depends_on=list(job.depends_on),
+        batch_id=job.batch_id,
+        events=timeline(events, locale) if events is not None else None,
+    )
 
 
-def _not_retryable(job: job_pb2.Job) -> bool:
-    """A FAILED job whose error is not retryable: an admin may force a retry (checked again when it comes).
-
-    The job's Display offers RETRY only when the error is retryable.
-    """
-    return job.status == job_pb2.Job.FAILED and job_pb2.Display.RETRY not in job.display.actions
+async def _result_preview(calls: Calls, job: job_pb2.Job) -> Preview | None:
+    """A READY job's result as the page previews it: read only when the server keeps it and it is small."""
+    if job.status != job_pb2.Job.READY:
+        return None
+    if job_pb2.Display.DOWNLOAD not in job.display.actions or job.result.size_bytes > PREVIEW_BYTES:
+        return preview(b"", job.result.size_bytes, job.result.content_type)  # its size and type, and the download
+    content_type, chunks = await calls.result(job.job_no)
+    try:
+        data = await head(chunks)
+    finally:
+        await chunks.aclose()
+    return preview(data, job.result.size_bytes or len(data), content_type)
 
 
 def _hold(request: Request, watched: int) -> sse.Hold:
@@ -149,14 +186,13 @@ async def jobs_stream(request: Request) -> Response:
 
 
 async def jobs_page_stream(request: Request) -> Response:
-    """The jobs page's updates: the listed jobs (`job=`, not ended; `seen=`, ended) and new ones."""
-    chosen = _status_filter(request)
+    """The jobs page's updates: the listed jobs (`job=`, not ended; `seen=`, ended) and new ones
+    its filters (the page's own address's) let through."""
     params = request.query_params
     jobs = sse.NewJobs(params.getlist("job")[: sse.MAX_WATCHED], params.getlist("seen")[: sse.MAX_WATCHED])
-    statuses = [job_pb2.Job.Status.Value(chosen)] if chosen else []
     calls = calls_for(request)
     events = sse.page_events(
-        calls, statuses, jobs, hold=_hold(request, jobs.weight), listings=request.app.state.listings,
+        calls, JobQuery.of(params), jobs, hold=_hold(request, jobs.weight), listings=request.app.state.listings,
         person=budget.person_of(session.token_of(request) or ""),
     )  # fmt: skip
     return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
@@ -183,6 +219,35 @@ async def _act(request: Request, action: Callable[[Calls, str], Awaitable[job_pb
     async with calls_for(request) as calls:
         await action(calls, job_no)
     return RedirectResponse(f"/jobs/{job_no}", status_code=303)
+
+
+async def bulk(request: Request) -> Response:
+    """Cancel or retry the jobs ticked on the jobs page, one call each (the server checks each
+    job and the role); a page then says what became of every one of them."""
+    form = await request.form()
+    if not session.csrf_ok(request, form.get(session.CSRF_FIELD)):
+        return csrf_refused(request)
+    action = form.get("action")
+    job_nos = list(dict.fromkeys(str(v) for v in form.getlist("job")))
+    if action not in _BULK or not job_nos or len(job_nos) > MAX_BULK:
+        return not_valid(request)
+    outcomes = []
+    async with calls_for(request) as calls:
+        for job_no in job_nos:
+            try:
+                job = await _BULK[action](calls, job_no)
+                outcomes.append({"job_no": job_no, "done": True, "said": job.display.status_label})
+            except (UnauthenticatedError, UnavailableError):
+                raise  # the whole page's trouble: sign in again, or try later
+            except ClientError as error:
+                outcomes.append({"job_no": job_no, "done": False, "said": error.message})
+    back = local_path(str(form.get("back", "")))
+    return page(request, "bulk.html", action=action, outcomes=outcomes, back=back)
+
+
+# Cancel and Retry are a person's own calls, job by job, as on a job's page.
+_BULK: dict[object, Callable[[Calls, str], Awaitable[job_pb2.Job]]] = {"cancel": Calls.cancel, "retry": Calls.retry}
+MAX_BULK = 2 * PAGE_SIZE
 
 
 class _Download(StreamingResponse):

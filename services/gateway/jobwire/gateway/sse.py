@@ -9,7 +9,7 @@ reconnects by itself; WatchJobs then sends each job as it is before any change.
 The jobs page's stream also meets jobs submitted after the page was read. WatchJobs by job
 number cannot know them and the tenant has no watch of its own (an owner's watch would first
 send every job the owner ever had), so every `POLL_S` the stream re-reads the first
-`POLL_PAGE` jobs of ListJobs, with the page's status filter: one indexed read of a few rows,
+`POLL_PAGE` jobs of ListJobs, with the page's filters: one indexed read of a few rows,
 shared by every open page of the person that shows that filter (jobwire.gateway.budget).
 Jobs the page does not show yet go out as one `listed` event (their rows, and the order the
 server lists them in, newest first), and the WatchJobs stream is opened again with them
@@ -32,6 +32,7 @@ from jobwire.client.convert import is_terminal
 from jobwire.gateway.budget import OverBudget, SharedReads
 from jobwire.gateway.calls import Calls
 from jobwire.gateway.pages import fragment
+from jobwire.gateway.search import JobQuery
 from jobwire.gateway.views import job_view
 from jobwire.v1 import job_pb2
 
@@ -163,16 +164,20 @@ async def _job_changes(
 
 def page_events(
     calls: Calls,
-    statuses: Sequence[int],
+    query: JobQuery,
     jobs: NewJobs,
     *,
     hold: Hold,
     listings: SharedReads[list[job_pb2.Job]],
     person: str,
 ) -> AsyncIterator[bytes]:
-    """The jobs page's events: each watched job's changes, and the new jobs `statuses` let through."""
-    key = (person, tuple(statuses), calls.locale)  # what the pages that share one ListJobs have alike
-    listing = partial(listings.read, key, partial(calls.list_jobs, statuses, page_size=POLL_PAGE))
+    """The jobs page's events: each watched job's changes, and the new jobs `query` lets through."""
+    key = (person, query, calls.locale)  # what the pages that share one ListJobs have alike
+
+    async def first_jobs() -> list[job_pb2.Job]:
+        return list((await calls.list_jobs(query, page_size=POLL_PAGE)).jobs)
+
+    listing = partial(listings.read, key, first_jobs)
     return _served(calls, _page_changes(calls, listing, jobs), hold)
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import mimetypes
 import re
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobwire.client.convert import is_terminal, status_name
-from jobwire.client.render import event_detail, fmt_size, fmt_time, percent, status_label
+from jobwire.client.render import fmt_elapsed, fmt_size, fmt_time, percent
 from jobwire.gateway.i18n import t
 from jobwire.v1 import admin_pb2, job_pb2
 
@@ -44,7 +44,11 @@ class JobView:
     actions: tuple[str, ...]
     terminal: bool
     attempt: str
+    queue: str
+    owner: str
     created: str
+    started: str
+    duration: str  # started to finished, or to now while it runs; "" before it starts
     finished: str
     updated: str
     result_summary: str
@@ -74,7 +78,11 @@ def job_view(job: job_pb2.Job, locale: str) -> JobView:
         actions=tuple(ACTIONS[a] for a in job.display.actions if a in ACTIONS),
         terminal=is_terminal(job),
         attempt=f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt),
+        queue=job.queue,
+        owner=job.owner,
         created=fmt_time(job.created_at),
+        started=fmt_time(job.started_at) if job.HasField("started_at") else "",
+        duration=_duration(job),
         finished=fmt_time(job.finished_at),
         updated=fmt_time(job.updated_at, short=True),
         result_summary=job.result.summary if job.HasField("result") else "",
@@ -84,40 +92,15 @@ def job_view(job: job_pb2.Job, locale: str) -> JobView:
     )
 
 
-def _change(event: admin_pb2.JobEvent, locale: str) -> str:
-    before, after = event.from_status, event.to_status
-    if not after:
+def _duration(job: job_pb2.Job) -> str:
+    """How long it ran: from its start to its end, or to now (this machine's clock) while it runs."""
+    if not job.HasField("started_at"):
         return ""
-    if before in (0, after):
-        return status_label(after, locale)
-    return f"{status_label(before, locale)} → {status_label(after, locale)}"
-
-
-def _event_units(event: admin_pb2.JobEvent) -> str:
-    if event.HasField("total_units"):
-        return f"{event.processed_units}/{event.total_units}"
-    return str(event.processed_units) if event.processed_units else ""
+    end = job.finished_at.ToDatetime(UTC) if job.HasField("finished_at") else datetime.now(UTC)
+    return fmt_elapsed(max(timedelta(0), end - job.started_at.ToDatetime(UTC)))
 
 
 HANDLER_EVIDENCE = "HANDLER_EVIDENCE"  # an entry a handler recorded: key = value
-
-
-def event_rows(events: Iterable[admin_pb2.JobEvent], locale: str) -> list[dict[str, Any]]:
-    """A job's trail as the evidence page and an admin's job page show it, oldest first."""
-    return [
-        {
-            "version": e.version,
-            "time": fmt_time(e.created_at, short=True),
-            "kind": e.kind,
-            "change": _change(e, locale),
-            "stage": e.stage,
-            "units": _event_units(e),
-            "worker": e.worker_id,
-            "attempt": e.attempt,
-            "detail": event_detail(e),
-        }
-        for e in events
-    ]
 
 
 def checkpoint_view(saved: admin_pb2.Checkpoint | None) -> dict[str, str | None] | None:

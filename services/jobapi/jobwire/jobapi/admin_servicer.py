@@ -11,6 +11,7 @@ from jobwire.domain import flow, limits
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.job import Digest
+from jobwire.domain.queues import QueueSummary, window
 from jobwire.domain.states import Status
 from jobwire.jobapi.jobs import Jobs
 from jobwire.rpc import auth, convert
@@ -80,6 +81,25 @@ def queue_limits(queue: str, found: flow.QueueLimits) -> admin_pb2.QueueLimitsRe
         ),
         paused=found.paused,
     )
+
+
+def queue_summary(found: QueueSummary) -> admin_pb2.QueueSummary:
+    oldest = None if found.oldest_runnable_s is None else convert.duration(found.oldest_runnable_s)
+    return admin_pb2.QueueSummary(
+        queue=found.queue, queued=found.queued, running=found.running, waiting=found.waiting,
+        oldest_runnable_age=oldest, finished=found.finished, failed=found.failed,
+        limits=admin_pb2.QueueLimits(
+            max_running=found.limits.max_running, rate_per_second=found.limits.rate_per_second,
+            burst=found.limits.burst,
+        ),
+        paused=found.limits.paused,
+        minutes=[
+            admin_pb2.QueueMinute(
+                minute=convert.timestamp(m.start), submitted=m.submitted, finished=m.finished, failed=m.failed
+            )
+            for m in found.minutes
+        ],
+    )  # fmt: skip
 
 
 def _limits(request: admin_pb2.QueueLimits) -> flow.QueueLimits:
@@ -175,3 +195,18 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.QueueLimitsResponse:
         queue = limits.name("queue", request.queue)
         return queue_limits(queue, await self.jobs.resume_queue(auth.current(), queue))
+
+    async def ListQueues(
+        self, request: admin_pb2.ListQueuesRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListQueuesResponse:
+        who = auth.current()
+        queue = limits.name("queue", request.queue) if request.queue else ""
+        if queue:
+            who.check_queue(queue)
+        scope, minutes = who.scope, window(request.minutes)
+        found = await self.jobs.with_store(lambda store: store.queue_overview(scope, queue, minutes))
+        return admin_pb2.ListQueuesResponse(
+            queues=[queue_summary(q) for q in found.queues],
+            read_at=convert.timestamp(found.read_at),
+            queues_omitted=found.omitted,
+        )

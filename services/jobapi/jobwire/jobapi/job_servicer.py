@@ -112,6 +112,16 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         job = await self.jobs.get(auth.current(), limits.job_no(request.job_no))
         return convert.job_to_proto(job, limits.locale(request.locale))
 
+    async def GetPayload(
+        self, request: job_pb2.GetPayloadRequest, context: grpc.aio.ServicerContext
+    ) -> job_pb2.GetPayloadResponse:
+        if request.max_bytes < 0:
+            raise InvalidArgument("max_bytes", "must not be negative (0: the whole payload)")
+        wanted = min(request.max_bytes or limits.MAX_PAYLOAD_BYTES, limits.MAX_PAYLOAD_BYTES)
+        scope, job_no = auth.current().scope, limits.job_no(request.job_no)
+        data, size = await self.jobs.with_store(lambda store: store.payload(scope, job_no, wanted))
+        return job_pb2.GetPayloadResponse(data=data, size_bytes=size)
+
     async def Cancel(self, request: job_pb2.CancelRequest, context: grpc.aio.ServicerContext) -> job_pb2.Job:
         locale = limits.locale(request.locale)  # a bad request is refused before anything changes
         job = await self.jobs.cancel(auth.current(), limits.job_no(request.job_no))
@@ -132,12 +142,19 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     async def ListJobs(
         self, request: job_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.ListJobsResponse:
+        who = auth.current()
+        queue = limits.name("queue", request.queue) if request.queue else ""
+        if queue:
+            who.check_queue(queue)
         where = JobFilter(
-            scope=auth.current().scope,
+            scope=who.scope,
             owner=limits.key("owner", request.owner),
             statuses=[convert.status(s) for s in request.statuses],
             job_type=limits.name("job_type", request.job_type) if request.job_type else "",
             assignee=limits.key("assignee", request.assignee),
+            queue=queue,
+            labels=limits.labels(request.labels),
+            batch_id=limits.batch_id(request.batch_id) if request.batch_id else "",
         )
         locale = limits.locale(request.locale)
         jobs, token = await self.jobs.list_jobs(where, limits.page_size(request.page_size), request.page_token)

@@ -128,6 +128,20 @@ class ScheduleServicer(schedule_pb2_grpc.ScheduleServiceServicer):
         await self.schedules.with_store(lambda store: store.delete_schedule(scope, schedule_id))
         return empty_pb2.Empty()
 
+    async def ListScheduleJobs(
+        self, request: schedule_pb2.ListScheduleJobsRequest, context: grpc.aio.ServicerContext
+    ) -> job_pb2.ListJobsResponse:
+        scope, schedule_id = auth.current().scope, limits.name("schedule_id", request.schedule_id)
+        locale, size = limits.locale(request.locale), limits.page_size(request.page_size)
+        # where a listed QUEUED job stands, as ListJobs says it (JOBWIRE_NO_WORKER_AFTER)
+        no_worker_after = timedelta(seconds=self.settings.no_worker_after_seconds)
+        found, token = await self.schedules.with_store(
+            lambda store: store.schedule_jobs(
+                scope, schedule_id, size, request.page_token, no_worker_after=no_worker_after
+            )
+        )
+        return job_pb2.ListJobsResponse(jobs=[convert.job_to_proto(j, locale) for j in found], next_page_token=token)
+
 
 def _schedule_id(request: schedule_pb2.ScheduleRef) -> str:
     return limits.name("schedule_id", request.schedule_id)

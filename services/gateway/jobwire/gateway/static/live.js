@@ -21,7 +21,7 @@
     if (!root) { return; }
     root.dataset.status = view.status;
     ["status_label", "stage_label", "detail", "stage_text", "units_text", "attempt",
-     "finished", "result_summary", "error_message"].forEach(function (f) { setText(root, f, view[f]); });
+     "finished", "started", "duration", "result_summary", "error_message"].forEach(function (f) { setText(root, f, view[f]); });
     setText(root, "percent", view.percent === null ? "" : view.percent + "%");
     setText(root, "stage", view.stage_count ? view.stage_index + "/" + view.stage_count : "");
     var stageBar = root.querySelector('[data-field="stage_bar"]');

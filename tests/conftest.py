@@ -110,14 +110,23 @@ _FOLDER_MARKS = {"e2e": ("e2e",), "fault": ("fault", "alone"), "soak": ("slow", 
 _TESTS = Path(__file__).resolve().parent
 
 
+# The folders whose tests take longest (real processes, wheels built, the fuzzers) go first:
+# pytest-xdist hands tests out in this order, and a long test started last is the run's tail.
+_SLOW_FIRST = {"e2e": 0, "fuzz": 0, "fault": 1, "soak": 1, "service": 2, "store": 3, "unit": 4}
+
+
+def _folder(item: pytest.Item) -> str:
+    try:
+        return item.path.resolve().relative_to(_TESTS).parts[0]
+    except ValueError:  # not under tests/
+        return ""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        try:
-            folder = item.path.resolve().relative_to(_TESTS).parts[0]
-        except ValueError:  # not under tests/
-            continue
-        for mark in _FOLDER_MARKS.get(folder, ()):
+        for mark in _FOLDER_MARKS.get(_folder(item), ()):
             item.add_marker(mark)
+    items.sort(key=lambda item: _SLOW_FIRST.get(_folder(item), 5))  # stable: file order kept inside a folder
 
 
 # -- CI guard: a run that requires MySQL must have passed at least one MySQL test -----------

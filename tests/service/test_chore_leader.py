@@ -77,7 +77,7 @@ async def test_a_standby_sends_the_database_nothing_but_its_asking(serve: Serve)
     with statements(a) as by_leader, statements(b) as by_standby:
         await asyncio.sleep(3.0)  # the leader's schedule rounds (every 1 s) against the standby's asking (every 5 s)
     assert leads(b) == set()
-    assert len(by_leader) >= 3, by_leader  # the count sees a server's statements
+    assert by_leader, "the count sees no statement of a server that leads"
     assert len(by_standby) <= len(CHORES), by_standby  # at most one question per lease, none of the chores
     assert all("FROM chore_leader" in statement for statement in by_standby), by_standby
 

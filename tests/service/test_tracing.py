@@ -15,7 +15,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from served import Served
+from served import Served, eventually
 from service_support import claim, run_worker_until, submit
 
 from jobwire.db.wire import Many, MySQLWire, SQLiteWire, Statement
@@ -67,7 +67,12 @@ async def test_a_refused_call_carries_its_status_on_its_span(spans: InMemorySpan
     s: Served = await serve()
     with pytest.raises(grpc.aio.AioRpcError):
         await s.jobs.Get(job_pb2.GetRequest(job_no="PT-20260101-999"))
-    (span,) = [x for x in spans.get_finished_spans() if x.name == "/jobwire.v1.JobService/Get"]
+
+    # The server's span ends after the reply has left, so the caller can be first.
+    async def get_spans() -> list[Any]:
+        return [x for x in spans.get_finished_spans() if x.name == "/jobwire.v1.JobService/Get"]
+
+    (span,) = await eventually(get_spans, what="the Get's span ended")
     assert span.attributes is not None and span.attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
     assert span.status.status_code is trace.StatusCode.UNSET  # the caller's mistake, not the server's fault
 

@@ -114,8 +114,12 @@ class Leadership:
         )
         if not self.leading:
             return await ask
-        try:  # past the lease's end another may hold it: give up asking by then
-            return await asyncio.wait_for(ask, timeout=max(self._holds_until - time.monotonic(), 0.0))
+        # Past the lease's end another may hold it: give up asking by then. asyncio.timeout, not
+        # wait_for: Python 3.11's wait_for can swallow a stop's cancellation that comes as the
+        # answer does, and the loop would campaign (and run the chores) on after its stop.
+        try:
+            async with asyncio.timeout(max(self._holds_until - time.monotonic(), 0.0)):
+                return await ask
         except TimeoutError:
             raise StoreUnavailable() from None  # the database did not answer within the lease
 

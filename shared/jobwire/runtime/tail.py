@@ -117,8 +117,11 @@ class EventTail:
         listening = self._synced or any(s.listening() for s in self._subscribers)
         pause = min(self._poll_s * 2**self._quiet, BUSY_BACKOFF_S) if listening else IDLE_POLL_S
         self._wake.clear()
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow the stop's
+        # cancellation when the wake comes at the same moment, and the tail would poll on.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), max(pause, self._poll_s))
+            async with asyncio.timeout(max(pause, self._poll_s)):
+                await self._wake.wait()
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()

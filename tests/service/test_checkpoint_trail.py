@@ -98,3 +98,28 @@ async def test_a_refused_reports_checkpoint_leaves_no_event(s: Served) -> None:
     assert refused == LEASE_LOST
     assert "CHECKPOINT_SAVED" not in [e.kind for e in (await trail(s, job.job_no)).events]
     assert error_reason(await rpc_failure(get_checkpoint(s, job.job_no, ADMIN))) == "CHECKPOINT_NOT_FOUND"
+
+
+async def test_a_watch_resumed_across_checkpoints_and_evidence_replays_only_the_jobs_changes(s: Served) -> None:
+    """A checkpoint's and an evidence entry's rows share the version of the change they came
+    with and carry no snapshot: a watch that resumes from before them (after a reconnect)
+    gets the job's versions, never those rows (the soak found INTERNAL here)."""
+    job, lease = await leased(s)
+    await s.workers.ReportStage(report(lease, 100, SAVES[0]), metadata=WORKER.metadata)
+    await s.workers.RecordEvidence(
+        worker_pb2.RecordEvidenceRequest(
+            job_no=lease.job_no, worker_token=lease.worker_token,
+            entries=[worker_pb2.EvidenceEntry(key="request_id", value="r-1")],
+        ),
+        metadata=WORKER.metadata,
+    )  # fmt: skip
+    await s.workers.ReportStage(report(lease, 2500, SAVES[1]), metadata=WORKER.metadata)
+    await s.workers.Complete(
+        worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token, inline_result=b"done"),
+        metadata=WORKER.metadata,
+    )
+    watch = s.jobs.WatchStatus(job_pb2.WatchStatusRequest(job_no=job.job_no, after_version=1), metadata=CLIENT.metadata)
+    seen = [update.job async for update in watch]
+    versions = [j.version for j in seen]
+    assert versions == sorted(set(versions)) and versions[0] > 1, versions
+    assert seen[-1].status == job_pb2.Job.READY

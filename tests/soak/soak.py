@@ -86,6 +86,7 @@ class Frames:
 
     frames: list[job_pb2.Job] = field(default_factory=list)
     reconnects: int = 0
+    ended_by: str = ""  # the error that ended the watch before the job's end, if one did
 
 
 @dataclass
@@ -320,6 +321,7 @@ class Soak:
                         return
             except grpc.aio.AioRpcError as error:
                 if error.code() not in RETRIED:
+                    seen.ended_by = f"{error.code().name}: {error.details()}"
                     return
             seen.reconnects += 1
             await asyncio.sleep(0.2 + self.rng.random() * 0.5)
@@ -477,8 +479,9 @@ class Soak:
             if row.status in ("READY", "FAILED", "CANCELLED") and (
                 last is None or job_pb2.Job.Status.Name(last.status) != row.status
             ):
-                found.missed_end.append(f"{job_no}: ended {row.status}, the watcher's last frame "
-                                        f"{job_pb2.Job.Status.Name(last.status) if last else 'none'}")  # fmt: skip
+                shown = job_pb2.Job.Status.Name(last.status) if last else "none"
+                ended_by = f", its watch ended by {seen.ended_by}" if seen.ended_by else ""
+                found.missed_end.append(f"{job_no}: ended {row.status}, the watcher's last frame {shown}{ended_by}")
             self._check_frames(job_no, seen.frames)
 
     def _check_frames(self, job_no: str, frames: list[job_pb2.Job]) -> None:

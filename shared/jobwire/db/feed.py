@@ -300,7 +300,10 @@ def replay(conn: Connection, job_id: int, after: int, upto: int | None = None) -
     rows: list[FeedRow] = []
     for i in range(0, len(keep), GAP_CHUNK):
         chunk = keep[i : i + GAP_CHUNK]
-        query = sa.select(*_FEED_COLUMNS).where(job_event.c.job_id == job_id, job_event.c.version.in_(chunk))
+        # visible again: an invisible row (a checkpoint saved, evidence) shares its version with the change
+        query = sa.select(*_FEED_COLUMNS).where(
+            job_event.c.job_id == job_id, job_event.c.version.in_(chunk), job_event.c.visible
+        )
         rows += [_feed_row(r) for r in conn.execute(query.order_by(job_event.c.version))]
     return rows
 

@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from console_support import CLIENT, ZH, console_server, csrf, signed_in
 from gateway_support import running_gateway
 from served import Served, eventually
 from service_support import duration
 
+from jobwire.db.tables import schedule
 from jobwire.v1 import job_pb2, schedule_pb2
 
 pytestmark = pytest.mark.timeout(60)
@@ -101,3 +103,14 @@ async def test_the_schedule_pages_speak_zh_cn(served: Served, gateway: str) -> N
             assert word in listed, word
         page = (await client.get("/schedules/nightly")).text
         assert "暂停" in page and "删除" in page and "尚未创建任何任务。" in page
+
+
+async def test_a_schedule_shows_the_fire_times_it_missed(served: Served, gateway: str) -> None:
+    await _create(served, "nightly", cron="0 2 * * *")
+    counted = sa.update(schedule).where(schedule.c.schedule_id == "nightly").values(missed_firings=3, skipped_firings=2)
+    served.runtime.store.db.write(lambda conn: conn.execute(counted))  # as the schedule loop counts them
+    async with signed_in(gateway, CLIENT) as client:
+        page = (await client.get("/schedules/nightly")).text
+        assert (field(page, "missed"), field(page, "skipped")) == ("3", "2")
+        listed = (await client.get("/schedules")).text
+        assert '<td data-field="missed">3</td>' in listed

@@ -156,6 +156,7 @@ async def test_a_replica_started_after_missed_firings_catches_up_per_catch_up(se
         assert [fire_time(k) for k in found] == [made + timedelta(hours=3)]  # the latest missed fire time
         assert moved.last_job_no and moved.last_fire_time.ToDatetime() == made + timedelta(hours=3)
     assert live.runtime.host.metrics.firings(outcome) == 1
+    assert moved.missed_firings == (0 if jobs else 1)
 
 
 # -- a round driven by hand ------------------------------------------------------------------------
@@ -245,6 +246,8 @@ async def test_a_fire_time_no_loop_ran_for_is_missed(serve) -> None:  # type: ig
     await loop_of(served).tick()
     assert await keys(served, "hourly") == []
     assert served.runtime.host.metrics.firings("missed") == 1
-    assert (await get(served, "hourly")).next_fire_time.ToDatetime() == fire + timedelta(hours=1)
+    after = await get(served, "hourly")
+    assert after.next_fire_time.ToDatetime() == fire + timedelta(hours=1)
+    assert (after.missed_firings, after.skipped_firings) == (1, 0)  # the schedule counts it too
     runs = await db_query(served, sa.select(schedule_run).order_by(schedule_run.c.id))
     assert len(runs) == 2 and runs[1]["started_at"] > down_at  # the round began a run of its own

@@ -250,6 +250,7 @@ class Schedule(View[schedule_pb2.Schedule]):
     last_job_no = plain(str)
     created_at = moment()
     skipped_firings = plain(int)
+    missed_firings = plain(int)
 
 
 class JobEvent(View[admin_pb2.JobEvent]):

@@ -160,6 +160,7 @@ def _moved(move: Advance) -> dict[str, Any]:
     one = move.schedule
     return {
         "next_fire_at": move.next_fire_at, "fired_at": fired_at, "job_no": job_no, "skipped": int(move.skipped),
+        "missed": int(move.missed),
         "tenant": one.tenant, "schedule_id": one.schedule_id, "due_at": move.due_at,
     }  # fmt: skip
 
@@ -202,6 +203,7 @@ def from_row(row: Row) -> ScheduleRecord:
         last_fire_at=row["last_fire_at"],
         last_job_no=row["last_job_no"],
         skipped_firings=int(row["skipped_firings"]),
+        missed_firings=int(row["missed_firings"]),
     )
 
 

@@ -227,7 +227,8 @@ class Statements:
         # the round read: a batch's are one round trip on MySQL, each with its own count.
         self.advance_schedule = d.text(
             "UPDATE schedule SET next_fire_at = :next_fire_at, last_fire_at = COALESCE(:fired_at, last_fire_at),"
-            " last_job_no = COALESCE(:job_no, last_job_no), skipped_firings = skipped_firings + :skipped"
+            " last_job_no = COALESCE(:job_no, last_job_no), skipped_firings = skipped_firings + :skipped,"
+            " missed_firings = missed_firings + :missed"
             " WHERE tenant = :tenant AND schedule_id = :schedule_id AND next_fire_at = :due_at AND paused = FALSE"
         )
 

@@ -347,6 +347,8 @@ schedule = Table(
     Column("last_fire_at", Timestamp, nullable=True),
     Column("last_job_no", String(40), nullable=True),
     Column("skipped_firings", BigInteger, nullable=False, server_default="0"),
+    # fire times no job was made for: no server ran at their time, or the submit was refused
+    Column("missed_firings", BigInteger, nullable=False, server_default="0"),
     Column("created_at", Timestamp, nullable=False),
     UniqueConstraint("tenant", "schedule_id", name="uq_schedule_id"),
     mysql_engine="InnoDB",

@@ -210,6 +210,7 @@ class ScheduleRecord:
     last_fire_at: datetime | None = None
     last_job_no: str | None = None
     skipped_firings: int = 0
+    missed_firings: int = 0
 
     @property
     def created_at(self) -> datetime:
@@ -235,10 +236,11 @@ class Backlog:
 
 @dataclass(frozen=True, kw_only=True)
 class Advance:
-    """Move `schedule` on from `due_at` to `next_fire_at`, recording its firing (fire time, job) or a skip."""
+    """Move `schedule` on from `due_at` to `next_fire_at`, recording its firing (fire time, job), a skip or a miss."""
 
     schedule: ScheduleRecord
     due_at: datetime
     next_fire_at: datetime
     fired: tuple[datetime, str] | None = None
     skipped: bool = False
+    missed: bool = False

@@ -168,12 +168,15 @@ CATALOG: dict[str, dict[str, str]] = {
     "col_next": {"en": "Next firing", "zh-CN": "下次触发"},
     "col_last": {"en": "Last firing", "zh-CN": "上次触发"},
     "col_skipped": {"en": "Skipped", "zh-CN": "已跳过"},
+    "col_missed": {"en": "Missed", "zh-CN": "已错过"},
     "every": {"en": "every {span}", "zh-CN": "每 {span}"},
     "schedule_paused": {"en": "Paused", "zh-CN": "已暂停"},
     "schedule_active": {"en": "Active", "zh-CN": "启用中"},
     "skipped_note": {
-        "en": "Skipped: firings held back while the previous job was unfinished (overlap SKIP).",
-        "zh-CN": "已跳过：上一个任务未结束时不触发的次数（重叠策略 SKIP）。",
+        "en": "Skipped: firings held back while the previous job was unfinished (overlap SKIP)."
+        " Missed: fire times no job was made for (no server ran then, or the submit was refused).",
+        "zh-CN": "已跳过：上一个任务未结束时不触发的次数（重叠策略 SKIP）。"
+        "已错过：没有服务器运行或提交被拒绝而未创建任务的触发时间。",
     },
     "field_last_job": {"en": "Last job", "zh-CN": "最近的任务"},
     "field_template": {"en": "Makes", "zh-CN": "创建的任务"},

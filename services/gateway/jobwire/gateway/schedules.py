@@ -37,6 +37,7 @@ def schedule_view(s: schedule_pb2.Schedule, locale: str) -> dict[str, Any]:
         "last": fmt_time(s.last_fire_time) if s.HasField("last_fire_time") else "",
         "last_job_no": s.last_job_no,
         "skipped": s.skipped_firings,
+        "missed": s.missed_firings,
         "paused": s.paused,
         "title": s.template.title,  # the title each firing's job is given
         "job_type": s.template.job_type,

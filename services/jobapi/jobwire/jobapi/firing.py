@@ -164,12 +164,13 @@ def move(one: ScheduleRecord, firing: Firing, job_no: str | None) -> tuple[Advan
     """The advance of a decided schedule and the outcome it counts: a firing whose submit was refused is missed."""
     assert one.next_fire_at is not None  # due_schedules reads only schedules with one
     refused = firing.fire_at is not None and job_no is None
+    outcome = Outcome.MISSED if refused else firing.outcome
     advance = Advance(
         schedule=one, due_at=one.next_fire_at, next_fire_at=firing.next_fire_at,
         fired=None if firing.fire_at is None or job_no is None else (firing.fire_at, job_no),
-        skipped=firing.outcome is Outcome.SKIPPED_OVERLAP,
+        skipped=outcome is Outcome.SKIPPED_OVERLAP, missed=outcome is Outcome.MISSED,
     )  # fmt: skip
-    return advance, Outcome.MISSED if refused else firing.outcome
+    return advance, outcome
 
 
 def schedule_loop(jobs: Jobs, settings: Settings, metrics: Metrics) -> ScheduleLoop | None:

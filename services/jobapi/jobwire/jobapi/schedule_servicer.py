@@ -54,6 +54,7 @@ def schedule_to_proto(one: ScheduleRecord) -> schedule_pb2.Schedule:
         last_job_no=one.last_job_no or "",
         created_at=convert.timestamp(one.created_at),
         skipped_firings=one.skipped_firings,
+        missed_firings=one.missed_firings,
     )
     if when.every is not None:
         out.every.CopyFrom(convert.duration(when.every.total_seconds()))

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
-from console_support import ADMIN, CLIENT, ZH, claim, complete, console_server, fail, signed_in, submit
-from gateway_support import running_gateway
+from console_support import ADMIN, CLIENT, ZH, claim, complete, fail, signed_in, submit
 from served import Served
 
 from jobwire.v1 import job_pb2
@@ -22,18 +19,6 @@ TRACEBACK = (
     + "".join(f'  File "/srv/app/step_{i}.py", line {i}, in run\n    {"x" * 300}\n' for i in range(40))
     + "ValueError: the codec gave up"
 )
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    async with console_server(tmp_path) as s:
-        yield s
-
-
-@pytest.fixture
-def gateway(served: Served) -> Iterator[str]:
-    with running_gateway(served.target) as url:
-        yield url
 
 
 def pre(html: str, id_: str) -> str:

@@ -4,32 +4,17 @@ the leases it holds, a shared fleet's workers marked; an admin's page, paged."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from console_support import ADMIN, CLIENT, FLEET, ZH, claim, console_server, signed_in, submit
+from console_support import ADMIN, CLIENT, FLEET, ZH, claim, signed_in, submit
 from db_edits import db_execute
-from gateway_support import running_gateway
 from served import Served
 
 from jobwire.db.tables import worker
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    async with console_server(tmp_path) as s:
-        yield s
-
-
-@pytest.fixture
-def gateway(served: Served) -> Iterator[str]:
-    with running_gateway(served.target) as url:
-        yield url
 
 
 def states(html: str) -> dict[str, str]:

@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
-from console_support import CLIENT, ZH, claim, complete, console_server, csrf, signed_in
-from gateway_support import running_gateway
+from console_support import CLIENT, ZH, claim, complete, csrf, signed_in
 from served import Served
 
 from jobwire.v1 import job_pb2
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    async with console_server(tmp_path) as s:
-        yield s
-
-
-@pytest.fixture
-def gateway(served: Served) -> Iterator[str]:
-    with running_gateway(served.target) as url:
-        yield url
 
 
 async def _batch(served: Served, n: int) -> job_pb2.SubmitBatchResponse:

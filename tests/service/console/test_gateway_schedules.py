@@ -4,13 +4,10 @@ skipped firings; one schedule's jobs, latest first; pause, resume and delete (CS
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from console_support import CLIENT, ZH, console_server, csrf, signed_in
-from gateway_support import running_gateway
+from console_support import CLIENT, ZH, csrf, signed_in
 from served import Served, eventually
 from service_support import duration
 
@@ -18,18 +15,6 @@ from jobwire.db.tables import schedule
 from jobwire.v1 import job_pb2, schedule_pb2
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    async with console_server(tmp_path) as s:
-        yield s
-
-
-@pytest.fixture
-def gateway(served: Served) -> Iterator[str]:
-    with running_gateway(served.target) as url:
-        yield url
 
 
 async def _create(served: Served, schedule_id: str, **timing: object) -> schedule_pb2.Schedule:

@@ -4,30 +4,15 @@ server, pause, resume and limits behind the admin role and the CSRF token, en an
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
-from console_support import ADMIN, CLIENT, OTHER, ZH, claim, complete, console_server, csrf, signed_in, submit
-from gateway_support import running_gateway
+from console_support import ADMIN, CLIENT, OTHER, ZH, claim, complete, csrf, signed_in, submit
 from served import Served
 
 from jobwire.gateway.chart import chart, nice_top
 from jobwire.v1 import admin_pb2
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    async with console_server(tmp_path) as s:
-        yield s
-
-
-@pytest.fixture
-def gateway(served: Served) -> Iterator[str]:
-    with running_gateway(served.target) as url:
-        yield url
 
 
 def _cell(html: str, queue: str, field: str) -> str:

@@ -5,29 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
-from console_support import CLIENT, OTHER, ZH, claim, complete, console_server, csrf, fail, signed_in, submit
-from gateway_support import running_gateway
+from console_support import CLIENT, OTHER, ZH, claim, complete, csrf, fail, signed_in, submit
 from served import Served
 
 from jobwire.v1 import job_pb2
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    async with console_server(tmp_path) as s:
-        yield s
-
-
-@pytest.fixture
-def gateway(served: Served) -> Iterator[str]:
-    with running_gateway(served.target) as url:
-        yield url
 
 
 def rows(html: str) -> list[str]:

@@ -19,7 +19,9 @@ lease `housekeeping`). Each chore keeps its own rhythm, every
   so a scrape never queries. A process that stops running housekeeping shows 0 in them:
   summed over replicas, they are the leader's.
 
-All run on the runtime's database thread pool. Every action is a guarded UPDATE or DELETE,
+The reaper's and the sweeps' changes go through the store's writer on the event loop, as
+every call's do; their reads, retention and the upload sweep run on the database thread
+pool. Every action is a guarded UPDATE or DELETE,
 so a moment of two processes at it (a handover) is harmless. A database outage is logged
 and waited out: a chore never dies of an error. An interval of 0 turns housekeeping off.
 """

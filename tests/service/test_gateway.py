@@ -12,6 +12,7 @@ import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +226,7 @@ async def test_evidence_is_refused_for_a_client_token_and_shown_to_an_admin(serv
         assert refused.status_code == 403
         assert "Your token may not see this page." in refused.text
         assert "Traceback" not in refused.text
-    await _claim(served, lease_s=1)
+    await _claim(served, lease_s=30)
     async with _signed_in(gateway, ADMIN) as client:
         page = await client.get("/evidence", params={"job": job.job_no})
         assert page.status_code == 200
@@ -238,10 +239,12 @@ async def test_evidence_is_refused_for_a_client_token_and_shown_to_an_admin(serv
         alive = await client.post(f"/evidence/{job.job_no}/requeue", data=form)
         assert alive.status_code == 409 and "LEASE_ACTIVE" in alive.text  # the server's reason, in words
 
+        served.clock.advance(timedelta(seconds=31))  # the lease has run out, whatever the machine's pace
+
         async def stalled() -> bool:
             return "Lease expired" in (await client.get("/evidence")).text
 
-        await eventually(stalled, what="the one-second lease shows as a STALLED finding")
+        await eventually(stalled, what="the expired lease shows as a STALLED finding")
         done = await client.post(f"/evidence/{job.job_no}/requeue", data=form)
         assert done.status_code == 303, done.text
         trail = (await client.get(done.headers["location"])).text

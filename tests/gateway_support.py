@@ -11,12 +11,13 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
 import uvicorn
+from auth_files import Token
 
 from jobwire.client import ChannelConfig
 from jobwire.gateway.app import build_app
@@ -69,3 +70,12 @@ async def sign_in(client: httpx.AsyncClient, secret: str) -> httpx.Response:
     form = await client.get("/signin")
     assert form.status_code == 200
     return await client.post("/signin", data={"token": secret, "csrf": client.cookies[CSRF_COOKIE]})
+
+
+@asynccontextmanager
+async def signed_in(gateway: str, token: Token, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A browser signed in with `token` (its session and CSRF cookies set)."""
+    async with browser(gateway, **headers) as client:
+        reply = await sign_in(client, token.secret)
+        assert reply.status_code == 303, reply.text
+        yield client

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 from auth_files import Token, write_auth_file
-from gateway_support import browser, sign_in
 from served import Served, start_server
 
 from jobwire.gateway.session import CSRF_COOKIE
@@ -37,14 +36,6 @@ async def console_server(tmp_path: Path) -> AsyncIterator[Served]:
         yield s
     finally:
         await s.close()
-
-
-@asynccontextmanager
-async def signed_in(gateway: str, token: Token, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with browser(gateway, **headers) as client:
-        reply = await sign_in(client, token.secret)
-        assert reply.status_code == 303, reply.text
-        yield client
 
 
 def csrf(client: httpx.AsyncClient, **fields: str) -> dict[str, str]:

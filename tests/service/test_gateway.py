@@ -20,7 +20,7 @@ import anyio
 import httpx
 import pytest
 from auth_files import Token, write_auth_file
-from gateway_support import browser, hidden_rows, running_gateway, sign_in, visible_actions
+from gateway_support import browser, hidden_rows, running_gateway, sign_in, signed_in, visible_actions
 from result_support import chunks, open_result_files
 from served import Served, eventually, start_server
 
@@ -50,14 +50,6 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
 def gateway(served: Served) -> Iterator[str]:
     with running_gateway(served.target) as url:
         yield url
-
-
-@asynccontextmanager
-async def _signed_in(gateway: str, token: Token, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with browser(gateway, **headers) as client:
-        reply = await sign_in(client, token.secret)
-        assert reply.status_code == 303, reply.text
-        yield client
 
 
 async def _submit(served: Served, token: Token, job_type: str = "frames", **fields: object) -> job_pb2.Job:
@@ -103,7 +95,7 @@ async def test_jobs_page_lists_only_the_tenants_jobs_and_filters_by_status(serve
     stopped = await _submit(served, ACME)
     await served.jobs.Cancel(job_pb2.CancelRequest(job_no=stopped.job_no), metadata=ACME.metadata)
     theirs = [await _submit(served, GLOBEX) for _ in range(3)][-1]  # a number acme has none of (per tenant)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         listed = (await client.get("/jobs")).text
         assert mine.job_no in listed and stopped.job_no in listed
         assert theirs.job_no not in listed
@@ -116,7 +108,7 @@ async def test_jobs_page_lists_only_the_tenants_jobs_and_filters_by_status(serve
 
 async def test_job_page_offers_the_actions_its_state_allows(served: Served, gateway: str) -> None:
     queued = await _submit(served, ACME)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         page = (await client.get(f"/jobs/{queued.job_no}")).text
         assert visible_actions(page) == {"cancel"}
         assert "Queued" in page  # the server's Display label
@@ -145,7 +137,7 @@ async def test_a_retryable_failure_offers_retry_and_queues_the_job_again(served:
         message="the source was busy", retryable=True,
     )  # fmt: skip
     await served.workers.Fail(failed, metadata=WORKER.metadata)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         page = (await client.get(f"/jobs/{job.job_no}")).text
         assert visible_actions(page) == {"retry"} and "the source was busy" in page
         assert hidden_rows(page) == {"result_summary"}
@@ -166,12 +158,12 @@ async def _failed(served: Served, *, retryable: bool) -> job_pb2.Job:
 
 async def test_an_admin_may_retry_a_job_whose_error_is_not_retryable(served: Served, gateway: str) -> None:
     final = await _failed(served, retryable=False)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         page = (await client.get(f"/jobs/{final.job_no}")).text
         assert visible_actions(page) == set() and 'id="force-retry"' not in page  # a client has no button
         denied = await client.post(f"/jobs/{final.job_no}/force-retry", data={"csrf": client.cookies[CSRF_COOKIE]})
         assert denied.status_code == 403  # nor may it post the form
-    async with _signed_in(gateway, OPERATOR) as client:
+    async with signed_in(gateway, OPERATOR) as client:
         page = (await client.get(f"/jobs/{final.job_no}")).text
         assert visible_actions(page) == set()  # the job's own actions: RETRY only when retryable
         assert 'id="force-retry"' in page and "Retry anyway (admin)" in page
@@ -190,7 +182,7 @@ async def test_an_admin_may_retry_a_job_whose_error_is_not_retryable(served: Ser
 
 async def test_cancel_needs_the_sessions_csrf_token(served: Served, gateway: str) -> None:
     job = await _submit(served, ACME)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         forged = await client.post(f"/jobs/{job.job_no}/cancel", data={"csrf": "guessed"})
         bare = await client.post(f"/jobs/{job.job_no}/cancel")
         assert forged.status_code == bare.status_code == 403
@@ -206,7 +198,7 @@ async def test_cancel_needs_the_sessions_csrf_token(served: Served, gateway: str
 
 async def test_labels_follow_accept_language_and_the_language_link(served: Served, gateway: str) -> None:
     job = await _submit(served, ACME)
-    async with _signed_in(gateway, ACME, **{"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"}) as client:
+    async with signed_in(gateway, ACME, **{"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"}) as client:
         page = (await client.get(f"/jobs/{job.job_no}")).text
         assert "排队中" in page and "取消" in page and "Queued" not in page
         listed = (await client.get("/jobs")).text
@@ -221,13 +213,13 @@ async def test_labels_follow_accept_language_and_the_language_link(served: Serve
 
 async def test_evidence_is_refused_for_a_client_token_and_shown_to_an_admin(served: Served, gateway: str) -> None:
     job = await _submit(served, ACME)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         refused = await client.get("/evidence")
         assert refused.status_code == 403
         assert "Your token may not see this page." in refused.text
         assert "Traceback" not in refused.text
     await _claim(served, lease_s=30)
-    async with _signed_in(gateway, ADMIN) as client:
+    async with signed_in(gateway, ADMIN) as client:
         page = await client.get("/evidence", params={"job": job.job_no})
         assert page.status_code == 200
         assert "w1" in page.text  # the worker, with its lease
@@ -254,7 +246,7 @@ async def test_evidence_is_refused_for_a_client_token_and_shown_to_an_admin(serv
 
 
 async def test_bad_job_numbers_and_pages_are_404_in_words(gateway: str) -> None:
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         for path in ("/jobs/XX-20260101-999", "/jobs/not a job", "/no/such/page"):
             reply = await client.get(path)
             assert reply.status_code == 404, path
@@ -273,7 +265,7 @@ async def test_an_unreachable_job_service_is_503_without_hosts() -> None:
 async def test_the_live_stream_sends_an_event_when_the_job_changes(served: Served, gateway: str) -> None:
     job = await _submit(served, ACME)
     live = {"job": job.job_no, "one": "1"}
-    async with _signed_in(gateway, ACME) as client, client.stream("GET", "/live", params=live) as stream:
+    async with signed_in(gateway, ACME) as client, client.stream("GET", "/live", params=live) as stream:
         assert stream.headers["content-type"].startswith("text/event-stream")
         events = _events(stream.aiter_lines())
         first = await anext(events)
@@ -311,7 +303,7 @@ async def test_the_jobs_page_stream_brings_a_job_submitted_after_the_page(served
     """A job submitted after the page was read arrives as a row, newest first, then updates live."""
     shown = await _submit(served, ACME)
     page = {"job": shown.job_no}
-    async with _signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs", params=page) as stream:
+    async with signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs", params=page) as stream:
         events = _named_events(stream.aiter_lines())
         assert (await anext(events))[1]["job_no"] == shown.job_no  # the watched job, as it is
         await _submit(served, GLOBEX, "thumbs")  # another tenant's: never on acme's page
@@ -334,7 +326,7 @@ async def test_the_jobs_page_stream_brings_a_job_submitted_after_the_page(served
 async def test_the_jobs_page_stream_lists_only_new_jobs_its_filter_lets_through(served: Served, gateway: str) -> None:
     """On a page of CANCELLED jobs (none yet, so nothing watched) a new queued job stays away."""
     page = {"status": "CANCELLED"}
-    async with _signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs", params=page) as stream:
+    async with signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs", params=page) as stream:
         events = _named_events(stream.aiter_lines())
         queued = await _submit(served, ACME)
         stopped = await _submit(served, ACME)
@@ -354,7 +346,7 @@ async def test_a_browser_that_leaves_ends_its_stream_without_an_error(served: Se
     handler.emit = errors.append  # type: ignore[method-assign]
     logging.getLogger("uvicorn.error").addHandler(handler)
     try:
-        async with _signed_in(gateway, ACME) as client:
+        async with signed_in(gateway, ACME) as client:
             for _ in range(3):
                 async with client.stream("GET", path, params={"job": job.job_no}) as stream:
                     assert (await anext(_events(stream.aiter_lines())))["job_no"] == job.job_no
@@ -366,7 +358,7 @@ async def test_a_browser_that_leaves_ends_its_stream_without_an_error(served: Se
 
 async def test_the_live_stream_of_another_tenants_job_says_gone(served: Served, gateway: str) -> None:
     theirs = await _submit(served, GLOBEX)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         reply = await client.get("/live", params={"job": theirs.job_no})  # the stream ends at once
     assert "event: gone" in reply.text and "NOT_FOUND" in reply.text
     assert theirs.job_no not in reply.text
@@ -379,7 +371,7 @@ async def test_a_quiet_jobs_page_stream_sends_a_keepalive_now_and_then_not_in_a_
     monkeypatch.setattr(sse, "POLL_S", 0.05)
     monkeypatch.setattr(sse, "KEEPALIVE_S", 0.5)
     lines: list[str] = []
-    async with _signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs") as stream:
+    async with signed_in(gateway, ACME) as client, client.stream("GET", "/live/jobs") as stream:
         with anyio.move_on_after(2.2):
             async for line in stream.aiter_lines():
                 lines.append(line)
@@ -390,7 +382,7 @@ async def test_a_post_from_another_origin_is_refused_whatever_cookies_it_carries
     """Security review, finding 12: with an injected cookie, a cross-site POST (Origin
     https://evil.example) cancelled a job; the check compared the cookie and the form only."""
     job = await _submit(served, ACME)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         form = {"csrf": client.cookies[CSRF_COOKIE]}  # the attacker injected the cookie: it matches
         for headers in (
             {"Origin": "https://evil.example"},
@@ -434,7 +426,7 @@ async def test_results_and_pages_are_never_cached(served: Served, gateway: str) 
     lease = await _claim(served)
     done = worker_pb2.CompleteRequest(job_no=lease.job_no, worker_token=lease.worker_token, inline_result=b"42")
     await served.workers.Complete(done, metadata=WORKER.metadata)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         result = await client.get(f"/jobs/{job.job_no}/result")
         assert result.status_code == 200 and result.content == b"42"
         assert result.headers["cache-control"] == "no-store"
@@ -459,7 +451,7 @@ async def test_a_persons_live_streams_are_bounded_by_the_jobs_they_watch(served:
     JOBWIRE_GATEWAY_MAX_WATCHED jobs in all and the stream over it is told `gone`."""
     jobs = [(await _submit(served, ACME)).job_no for _ in range(3)]
     with running_gateway(served.target, max_watched=4) as gateway:
-        async with _signed_in(gateway, ACME) as client:
+        async with signed_in(gateway, ACME) as client:
             three = "/live?" + "&".join(f"job={no}" for no in jobs)
             async with client.stream("GET", three) as held:  # 3 of 4 held while it is open
                 lines = held.aiter_lines()
@@ -474,7 +466,7 @@ async def test_a_persons_live_streams_are_bounded_by_the_jobs_they_watch(served:
                 return await _event_names(client, three, 3) == ["job", "job", "job"]
 
             await eventually(three_fit, what="the closed stream's three jobs given back")
-        async with _signed_in(gateway, GLOBEX) as other:  # another person's budget is their own
+        async with signed_in(gateway, GLOBEX) as other:  # another person's budget is their own
             theirs = (await _submit(served, GLOBEX)).job_no
             assert await _event_names(other, f"/live?job={theirs}", 1) == ["job"]
 
@@ -521,7 +513,7 @@ async def test_a_stalled_download_holds_a_bounded_buffer_and_its_call_ends_with_
     to 5.67 GB, and 1.26 GB stayed after they closed. The gateway reads GetResult only as the
     browser takes the bytes, and a browser that leaves ends the call and its channel."""
     job_no = await _kept_result(served, os.urandom(64 << 20))
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         cookies = client.cookies
     read_so_far: list[int] = []
     async with _stalled_download(gateway, cookies, job_no):
@@ -547,11 +539,11 @@ async def test_handler_evidence_is_on_the_evidence_page_and_an_admins_timeline_n
     entry = worker_pb2.EvidenceEntry(key="payment_request_id", value="pi_3NxQ2f")
     record = worker_pb2.RecordEvidenceRequest(job_no=job.job_no, worker_token=lease.worker_token, entries=[entry])
     await served.workers.RecordEvidence(record, metadata=WORKER.metadata)
-    async with _signed_in(gateway, ACME) as client:
+    async with signed_in(gateway, ACME) as client:
         mine = (await client.get(f"/jobs/{job.job_no}")).text
         assert "Charge order 42" in mine
         assert "pi_3NxQ2f" not in mine and 'id="timeline"' not in mine  # a client sees no evidence
-    async with _signed_in(gateway, OPERATOR) as client:
+    async with signed_in(gateway, OPERATOR) as client:
         theirs = (await client.get(f"/jobs/{job.job_no}")).text
         assert 'id="timeline"' in theirs and "payment_request_id = pi_3NxQ2f" in theirs
         trail = (await client.get("/evidence", params={"job": job.job_no})).text
@@ -564,7 +556,7 @@ async def test_handler_evidence_is_on_the_evidence_page_and_an_admins_timeline_n
             job_no=job.job_no, worker_token=lease.worker_token, stage="PROCESSING", checkpoint=checkpoint
         )
         await served.workers.ReportStage(report, metadata=WORKER.metadata)
-        async with _signed_in(gateway, OPERATOR) as client:
+        async with signed_in(gateway, OPERATOR) as client:
             return (await client.get("/evidence", params={"job": job.job_no})).text
 
     text = await save(b'{"row": 2500}')

@@ -8,6 +8,7 @@ exactly what was missed and the caller sees every transition once.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Protocol
 
@@ -57,7 +58,7 @@ class _DroppedError(Exception):
         self.cause = cause
 
 
-class _Reconnects:
+class _Reconnects(abc.ABC):
     """A stream opened again and again: the failed connections in a row, the pause before the
     next, and when to give up (RetrySettings.watch_backoff, watch_max_reconnects)."""
 
@@ -66,9 +67,9 @@ class _Reconnects:
         self.failures = 0  # consecutive reconnects without news
         self.done = False
 
+    @abc.abstractmethod
     def fresh(self, job: Job) -> bool:
         """Whether to deliver `job` (news: the failures in a row start again); sets `done`."""
-        raise NotImplementedError
 
     def broken(self, error: grpc.RpcError) -> Exception:
         """What to raise for a stream that failed with `error`: a reconnect, or the answer."""

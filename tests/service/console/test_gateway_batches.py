@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from console_support import CLIENT, ZH, claim, complete, csrf, signed_in
+from console_support import CLIENT, ZH, claim, complete, csrf
+from gateway_support import signed_in
 from served import Served
 
 from jobwire.v1 import job_pb2

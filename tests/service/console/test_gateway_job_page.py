@@ -8,7 +8,8 @@ import json
 import re
 
 import pytest
-from console_support import ADMIN, CLIENT, ZH, claim, complete, fail, signed_in, submit
+from console_support import ADMIN, CLIENT, ZH, claim, complete, fail, submit
+from gateway_support import signed_in
 from served import Served
 
 from jobwire.v1 import job_pb2

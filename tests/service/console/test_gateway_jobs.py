@@ -7,7 +7,8 @@ import json
 import re
 
 import pytest
-from console_support import CLIENT, OTHER, ZH, claim, complete, csrf, fail, signed_in, submit
+from console_support import CLIENT, OTHER, ZH, claim, complete, csrf, fail, submit
+from gateway_support import signed_in
 from served import Served
 
 from jobwire.v1 import job_pb2

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from console_support import ADMIN, CLIENT, OTHER, ZH, claim, complete, csrf, signed_in, submit
+from console_support import ADMIN, CLIENT, OTHER, ZH, claim, complete, csrf, submit
+from gateway_support import signed_in
 from served import Served
 
 from jobwire.gateway.chart import chart, nice_top

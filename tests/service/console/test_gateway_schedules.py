@@ -7,7 +7,8 @@ import re
 
 import pytest
 import sqlalchemy as sa
-from console_support import CLIENT, ZH, csrf, signed_in
+from console_support import CLIENT, ZH, csrf
+from gateway_support import signed_in
 from served import Served, eventually
 from service_support import duration
 

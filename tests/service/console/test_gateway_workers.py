@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from console_support import ADMIN, CLIENT, FLEET, ZH, claim, signed_in, submit
+from console_support import ADMIN, CLIENT, FLEET, ZH, claim, submit
 from db_edits import db_execute
+from gateway_support import signed_in
 from served import Served
 
 from jobwire.db.tables import worker

@@ -27,10 +27,11 @@ from jobwire.runtime import settling
 from jobwire.runtime.housekeeping import Housekeeping
 from jobwire.v1 import job_pb2, worker_pb2
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(300)]  # chunked updates in housekeeping rounds
 
 Serve = Callable[..., Awaitable[Served]]
 CHUNK = 20
+MANY = 10 * CHUNK  # dependents of one root: ten chunks' worth
 NO_SWEEP = {"reaper_interval_seconds": 3600}  # the sweep would run once an hour: only what a test drives runs
 
 
@@ -132,27 +133,28 @@ async def test_a_root_with_many_dependents_is_cancelled_at_once_and_they_follow_
     served = await serve(**NO_SWEEP)
     served.runtime.store.chunk = CHUNK
     root = await submitted(served)
-    waiting = await fan_out(served, [root], 2000)
+    waiting = await fan_out(served, [root], MANY)
     transactions = cancels_per_transaction(served.runtime.store)
     assert (await served.jobs.Cancel(job_pb2.CancelRequest(job_no=root))).status == job_pb2.Job.CANCELLED
     await eventually(only(served, waiting, ("CANCELLED", 0)), timeout=120, what="every dependent cancelled")
     # The root's own transaction committed it with a chunk at most; every later one, a chunk at most.
     assert transactions[0] <= 1 + CHUNK and max(transactions[1:]) <= CHUNK
-    assert sum(transactions) == 2001 and len(transactions) >= 2000 // CHUNK
-    assert await failed_events(served, root) == 2000
+    assert sum(transactions) == MANY + 1 and len(transactions) >= MANY // CHUNK
+    assert await failed_events(served, root) == MANY
     last = (await events(served, waiting[-1]))[-1]
     assert (last.kind, last.detail) == cancelled_with(root)
     assert await claim(served, max_jobs=10) == []
 
 
-async def test_a_chain_of_1000_is_cancelled_to_its_end_in_one_housekeeping_round(serve: Serve) -> None:
+async def test_a_chain_many_chunks_deep_is_cancelled_to_its_end_in_one_housekeeping_round(serve: Serve) -> None:
     served = await serve(reaper_interval_seconds=0)
-    jobs = await chain(served, 1000)
+    served.runtime.store.chunk = CHUNK
+    jobs = await chain(served, 5 * CHUNK)
     lose_the_settlers_work(served.runtime.store)
     await served.jobs.Cancel(job_pb2.CancelRequest(job_no=jobs[0]))
-    assert (await get(served, jobs[-1])).status == job_pb2.Job.QUEUED  # the Cancel's transaction ended a few levels
+    assert (await get(served, jobs[-1])).status == job_pb2.Job.QUEUED  # the Cancel's transaction ended a chunk in
     await housekeeping(served).tick()
-    assert await counts(served, jobs) == {("CANCELLED", 0): 1000}
+    assert await counts(served, jobs) == {("CANCELLED", 0): 5 * CHUNK}
     last = (await events(served, jobs[-1]))[-1]
     assert (last.kind, last.detail) == cancelled_with(jobs[-2])
 

@@ -20,6 +20,8 @@ from sqlalchemy import event
 
 from jobwire.db.tables import chore_leader
 
+pytestmark = pytest.mark.both_databases  # a leader chosen through the database
+
 CHORES = ("housekeeping", "schedules")
 Serve = Callable[..., Awaitable[Served]]
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from service_support import LONG_WAIT_S, claim, submit, until_waiting, woken
+
+pytestmark = pytest.mark.both_databases  # replicas waking each other through the database
 
 
 async def test_a_submit_through_another_replica_wakes_a_waiting_claim(serve) -> None:  # type: ignore[no-untyped-def]

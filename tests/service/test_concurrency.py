@@ -29,6 +29,8 @@ from jobwire.db.tables import artifact as artifact_table
 from jobwire.db.tables import job, job_event
 from jobwire.v1 import job_pb2, worker_pb2
 
+pytestmark = pytest.mark.both_databases  # racing claims and endings on one database
+
 
 async def test_eight_concurrent_claims_of_one_job_lease_it_once(served) -> None:  # type: ignore[no-untyped-def]
     job = await submit(served, "solo")

@@ -22,7 +22,7 @@ from jobwire.client.status import error_reason, field_violations
 from jobwire.db.tables import job_event
 from jobwire.v1 import admin_pb2, worker_pb2
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(90)]  # paging by stored event ids
 
 REPORTS = 60  # per job; each is one PROGRESS or STAGE_CHANGED event
 

@@ -35,6 +35,8 @@ from jobwire.db.tables import job_event
 from jobwire.db.wire import Wire
 from jobwire.v1 import job_pb2, worker_pb2
 
+pytestmark = pytest.mark.both_databases  # commits grouped into one transaction
+
 FP = grpc.StatusCode.FAILED_PRECONDITION
 UNDER_TEST = 6  # the calls of the batch under test
 _in_batch: contextvars.ContextVar[bool] = contextvars.ContextVar("in_batch", default=False)

@@ -23,7 +23,7 @@ from wall_clock import EVE, Clock, numbering_clock
 from jobwire.db.tables import job, job_day_counter
 from jobwire.v1 import job_pb2
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(60)]  # job numbers drawn from the database
 
 NUMBER = re.compile(r"PT-(\d{8})-(\d{3,12})")
 TENANT = "default"  # every call of a server without an auth file

@@ -33,7 +33,7 @@ from service_support import (
 
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(60)]  # reapers' guarded updates
 
 GRACE_S = 30
 LEASE_S = 30.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from served import Served
 
@@ -19,6 +20,8 @@ from jobwire.db.reads import list_queries
 from jobwire.domain.commands import JobFilter, Scope
 from jobwire.domain.states import Status
 from jobwire.v1 import job_pb2
+
+pytestmark = pytest.mark.both_databases  # each database's query plans
 
 SCOPES = {
     "every queue": Scope(tenant="default"),

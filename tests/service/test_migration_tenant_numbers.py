@@ -23,7 +23,7 @@ from jobwire.db.migrate import upgrade
 from jobwire.db.tables import job, job_day_counter
 from jobwire.v1 import job_pb2
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(120)]  # a migration of stored rows
 
 TODAY, YESTERDAY, LONG_AGO = "20310601", "20310531", "20310101"
 CLIENTS = {t: Token(f"migrated-{t}-client", tenant=t) for t in ("acme", "globex", "initech")}

@@ -81,6 +81,7 @@ async def work_until_done(workers: list[Stubs], total: int, hold_s: float = 0.0)
     return done
 
 
+@pytest.mark.both_databases  # limits held by the database across processes
 async def test_max_running_holds_for_claims_through_two_processes(serve, second_process) -> None:  # type: ignore[no-untyped-def]
     served = await serve()
     await set_limits(served, max_running=2)
@@ -107,6 +108,7 @@ async def test_max_running_holds_for_claims_through_two_processes(serve, second_
     assert {r["status"] for r in finished} == {"READY"}
 
 
+@pytest.mark.both_databases  # a rate kept in the database across processes
 async def test_a_rate_with_a_burst_of_one_spaces_the_claims(serve, second_process) -> None:  # type: ignore[no-untyped-def]
     served = await serve()
     await set_limits(served, rate_per_second=5, burst=1)
@@ -125,6 +127,7 @@ async def test_a_rate_with_a_burst_of_one_spaces_the_claims(serve, second_proces
         assert starts[i + 2] - starts[i] >= timedelta(seconds=0.2 * 0.85), starts
 
 
+@pytest.mark.both_databases  # a pause kept in the database across processes
 async def test_a_paused_queue_leases_nothing_and_drains_when_resumed(serve, second_process) -> None:  # type: ignore[no-untyped-def]
     served = await serve()
     paused = await served.admin.PauseQueue(admin_pb2.PauseQueueRequest(queue=QUEUE))
@@ -175,6 +178,7 @@ async def test_limits_read_back_and_a_queue_without_any_has_none(served) -> None
     assert cleared.limits == admin_pb2.QueueLimits() and cleared.paused
 
 
+@pytest.mark.both_databases  # first writes racing on one row
 async def test_concurrent_first_limits_of_a_queue_all_answer(served) -> None:  # type: ignore[no-untyped-def]
     # Each finds no row and inserts one; the ones that lose the race decide again on the row made.
     answers = await asyncio.gather(*(set_limits(served, "fresh", max_running=n) for n in range(1, 9)))

@@ -28,7 +28,7 @@ from jobwire.jobapi.firing import BATCH, ScheduleLoop
 from jobwire.jobapi.jobs import Jobs
 from jobwire.v1 import job_pb2, schedule_pb2
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(90)]  # replicas firing from one database
 
 S = schedule_pb2.Schedule
 LIVE = {"schedule_interval_seconds": 0.2}

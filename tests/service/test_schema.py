@@ -16,6 +16,8 @@ from jobwire.db.engine import Database
 from jobwire.db.migrate import alembic_config, upgrade
 from jobwire.db.tables import metadata
 
+pytestmark = pytest.mark.both_databases  # migrations
+
 
 def _unquoted(default: object) -> str | None:
     """A server default as text without SQL quoting: "''" and '' are the same empty default."""

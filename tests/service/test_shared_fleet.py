@@ -93,6 +93,7 @@ async def test_one_tenants_backlog_does_not_delay_another_tenants_job(fleet: Fle
     assert [lease.tenant for lease in batch].count("a") == 3
 
 
+@pytest.mark.both_databases  # turns listed by each database's own skip scan
 async def test_turns_hold_for_a_fleet_claiming_through_two_processes(
     fleet: Fleet, database_url: str, auth_file: Path
 ) -> None:
@@ -116,6 +117,7 @@ async def test_turns_hold_for_a_fleet_claiming_through_two_processes(
         other.terminate()
 
 
+@pytest.mark.both_databases  # turns listed by each database's own skip scan
 async def test_turns_go_round_robin_then_by_priority_inside_each_tenant(fleet: Fleet) -> None:
     submitted: dict[str, list[job_pb2.Job]] = {t: [] for t in TENANTS}
     for _ in range(3):

@@ -28,7 +28,7 @@ from jobwire.client.status import error_reason
 from jobwire.db import dependencies
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(120)]  # job numbers drawn from the database
 
 Q, RUNNING, READY, FAILED, CANCELLED = (
     job_pb2.Job.QUEUED, job_pb2.Job.RUNNING, job_pb2.Job.READY, job_pb2.Job.FAILED, job_pb2.Job.CANCELLED,

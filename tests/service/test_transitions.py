@@ -13,6 +13,7 @@ import itertools
 from dataclasses import dataclass
 
 import grpc
+import pytest
 from served import eventually
 from service_support import (
     FORGED_TOKEN,
@@ -28,6 +29,8 @@ from service_support import (
 
 from jobwire.client.status import error_reason
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
+
+pytestmark = pytest.mark.both_databases  # every state change's guarded SQL, cell by cell
 
 FP = grpc.StatusCode.FAILED_PRECONDITION
 Status = job_pb2.Job.Status

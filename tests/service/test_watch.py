@@ -24,6 +24,8 @@ from watch_support import (
 
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
+pytestmark = pytest.mark.both_databases  # the event tail read from the database
+
 Q, R, CR = job_pb2.Job.QUEUED, job_pb2.Job.RUNNING, job_pb2.Job.CANCEL_REQUESTED
 READY, FAILED, CANCELLED = job_pb2.Job.READY, job_pb2.Job.FAILED, job_pb2.Job.CANCELLED
 

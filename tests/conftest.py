@@ -106,7 +106,7 @@ async def servers() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
 
 
 # -- markers by folder: `pytest -m "not e2e and not fault and not slow"` runs the fast part ------
-_FOLDER_MARKS = {"e2e": ("e2e",), "fault": ("fault", "alone"), "soak": ("slow", "alone"), "fuzz": ("slow",)}
+_FOLDER_MARKS = {"e2e": ("e2e",), "fault": ("fault",), "soak": ("slow", "alone"), "fuzz": ("slow",)}
 _TESTS = Path(__file__).resolve().parent
 
 

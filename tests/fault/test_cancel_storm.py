@@ -27,7 +27,8 @@ from jobwire.db.store import Submit, open_store
 from jobwire.domain.commands import NewJob
 from jobwire.v1 import job_pb2, job_pb2_grpc
 
-pytestmark = pytest.mark.timeout(900)
+# alone: a load test, whose latency bound needs the machine to itself
+pytestmark = [pytest.mark.alone, pytest.mark.timeout(900)]
 
 DEPENDENTS = 50_000
 SUBMITS = 100

@@ -36,7 +36,7 @@ from jobwire.client.status import error_reason
 from jobwire.db.tables import artifact, job, job_event
 from jobwire.v1 import job_pb2, worker_pb2
 
-pytestmark = [pytest.mark.mysql, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.alone, pytest.mark.mysql, pytest.mark.timeout(90)]  # alone: it restarts the shared MariaDB
 
 T = TypeVar("T")
 JOBS = 30

@@ -31,7 +31,8 @@ from jobwire.client.channel import FIXED_WINDOW_OPTIONS
 from jobwire.client.status import error_reason
 from jobwire.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
 
-pytestmark = pytest.mark.timeout(180)
+# alone: a load test, whose latency bound needs the machine to itself
+pytestmark = [pytest.mark.alone, pytest.mark.timeout(180)]
 
 TOKENS = [
     Token("a", tenant="a"), Token("a-w", tenant="a", role="worker"),

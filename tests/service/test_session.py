@@ -333,6 +333,21 @@ async def test_replies_come_as_calls_finish_matched_by_call_id(served) -> None: 
     assert await session.call.code() == grpc.StatusCode.OK
 
 
+async def test_a_full_session_reads_no_frame_until_an_answer_is_written(served) -> None:  # type: ignore[no-untyped-def]
+    """Flow control: with MAX_IN_FLIGHT Claims waiting, a Heartbeat sent after them is read,
+    so answered, only once one of them has been answered."""
+    session = Session(served)
+    for call_id in range(1, session_module.MAX_IN_FLIGHT + 1):
+        await session.send(call_id, claim=claim_request("full", wait=LONG_WAIT_S))
+    await claims_waiting(served, session_module.MAX_IN_FLIGHT)
+    await session.send(1000, heartbeat=worker_pb2.HeartbeatRequest(worker_id="w1"))
+    job = await submit(served, "full")
+    first = await woken(asyncio.ensure_future(session.reply()))
+    assert [lease.job_no for lease in first.claim.leases] == [job.job_no]
+    assert (await session.reply()).call_id == 1000
+    session.call.cancel()
+
+
 async def test_a_bad_frame_is_refused_alone_and_the_session_goes_on(served) -> None:  # type: ignore[no-untyped-def]
     session = Session(served)
     empty = await session.ask(5)  # a frame carrying no call

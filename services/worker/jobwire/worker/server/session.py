@@ -35,8 +35,10 @@ from jobwire.v1 import worker_pb2
 if TYPE_CHECKING:
     from jobwire.worker.server.servicer import WorkerServicer
 
-# Calls of one session running at once. Past it the session stops reading its stream until
-# one is answered, so HTTP/2 flow control holds the worker back, not the server's memory.
+# Frames of one session read and not yet answered (running, or their answer waiting to be
+# written). Past it the session stops reading its stream until an answer is written, so
+# HTTP/2 flow control holds the worker back, not the server's memory: a worker that sends
+# and never reads is held too, refused frames included.
 MAX_IN_FLIGHT = 64
 SERVICE = "jobwire.v1.WorkerService"
 CALLS = ", ".join(f.name for f in worker_pb2.WorkerFrame.DESCRIPTOR.oneofs_by_name["call"].fields)
@@ -135,6 +137,7 @@ class WorkerSession:
             while (reply := await self._replies.get()) is not None:
                 frame, call = reply
                 await written(self._stream, frame)
+                self._room.release()
                 if call is not None:
                     self._done(call, delivered=True)
             if self._refusal is not None:
@@ -151,7 +154,7 @@ class WorkerSession:
     async def _read(self, frames: AsyncIterator[worker_pb2.WorkerFrame]) -> None:
         try:
             while True:
-                await self._room.acquire()  # no room: the next frame stays unread
+                await self._room.acquire()  # no room: the next frame stays unread; its answer's write gives it back
                 frame = await anext(frames, None)
                 if frame is None:
                     self._room.release()
@@ -178,7 +181,6 @@ class WorkerSession:
             self._in_flight[call_id] = task
 
     def _refuse(self, call_id: int, error: JobwireError) -> None:
-        self._room.release()
         self._replies.put_nowait((worker_pb2.ServerFrame(call_id=call_id, error=status_proto(error)), None))
 
     async def _answer(self, call_id: int, route: Route, request: Message, call: FrameContext) -> None:
@@ -186,7 +188,6 @@ class WorkerSession:
             outcome = await answered(route.method, route.behavior, request, call, self._metrics)
         finally:
             del self._in_flight[call_id]
-            self._room.release()
         self._replies.put_nowait((route.frame(call_id, outcome), call))
         self._finish_if_idle()
 

@@ -963,6 +963,24 @@ UPLOAD_RESULT = [
     Bad("UploadResult no chunk at all", lambda c: _upload(c), "job_no"),
 ]
 
+
+async def _session(c: Ctx, *frames: bytes) -> object:
+    """A Session that sends `frames` as they are, half-closes, and reads to its end (its status)."""
+    call = c.served.channel.stream_stream("/jobwire.v1.WorkerService/Session")(iter(frames))  # type: ignore[attr-defined]
+    return [frame async for frame in call]
+
+
+# A heartbeat whose worker_id is not UTF-8: the frame does not parse, so no call_id can be answered.
+UNPARSED_HEARTBEAT = bytes([(3 << 3) | 2, 4, (1 << 3) | 2, 2, 0xFF, 0xFE])
+# Complete (field 6) with 4 MiB + 1 of inline_result (field 4): past the server's message limit.
+OVERSIZED = worker_pb2.WorkerFrame(complete=worker_pb2.CompleteRequest(inline_result=b"x" * (4 * MiB + 1)))
+
+# A frame's call is refused in its reply (tests/service/test_session.py); these end the stream.
+SESSION = [
+    Bad("Session a frame that does not parse", lambda c: _session(c, UNPARSED_HEARTBEAT), "request"),
+    Bad("Session a frame over 4 MiB", lambda c: _session(c, OVERSIZED.SerializeToString()), None, TOO_BIG, None),
+]
+
 GET_RESULT = _job_no_cases(
     "GetResult",
     lambda c, n: first_message(c.served.jobs.GetResult(job_pb2.GetResultRequest(job_no=n))),  # type: ignore[attr-defined]
@@ -1105,6 +1123,7 @@ MATRIX: dict[str, list[Bad]] = {
     "WorkerService.AwaitReview": AWAIT_REVIEW,
     "WorkerService.UploadResult": UPLOAD_RESULT,
     "WorkerService.RecordEvidence": RECORD_EVIDENCE,
+    "WorkerService.Session": SESSION,
     "ScheduleService.CreateSchedule": CREATE_SCHEDULE,
     "ScheduleService.GetSchedule": _schedule_ref_cases("GetSchedule"),
     "ScheduleService.ListSchedules": LIST_SCHEDULES,

@@ -4,7 +4,7 @@ Anything else that escapes a handler is a server bug: it is logged with its trac
 answered INTERNAL with a plain message, never the trace itself; except NotImplementedError,
 which a generated servicer base raises for a method of its service the server does not
 implement (grpc.health.v1's List): that is UNIMPLEMENTED. jobwire.rpc.handlers applies this
-to every RPC.
+to every RPC, and to every call a worker's Session carries.
 """
 
 from __future__ import annotations
@@ -32,10 +32,6 @@ def status_proto(error: JobwireError) -> status_pb2.Status:
     return status_pb2.Status(code=getattr(code_pb2, error.code), message=error.message, details=details)
 
 
-def to_status(error: JobwireError) -> grpc.Status:
-    return rpc_status.to_status(status_proto(error))
-
-
 def _pack(message: Any) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
@@ -43,12 +39,20 @@ def _pack(message: Any) -> any_pb2.Any:
 
 
 def status_of(exc: Exception) -> grpc.Status:
-    """The status a caller gets for `exc`: its own for a JobwireError, else a logged INTERNAL."""
+    """The status a caller gets for `exc`, as gRPC ends a call with it."""
+    return rpc_status.to_status(status_proto_of(exc))
+
+
+def status_proto_of(exc: Exception) -> status_pb2.Status:
+    """The google.rpc.Status a caller gets for `exc`: its own for a JobwireError, else a logged INTERNAL.
+
+    A call that ends the RPC answers it as `status_of`; a call carried by a stream (a worker
+    Session's frame) answers it in its reply.
+    """
     if isinstance(exc, JobwireError):
-        return to_status(exc)
+        return status_proto(exc)
     if isinstance(exc, NotImplementedError):
         message = "this server does not implement this method; see its reflection for those it does"
-        return rpc_status.to_status(status_pb2.Status(code=code_pb2.UNIMPLEMENTED, message=message))
+        return status_pb2.Status(code=code_pb2.UNIMPLEMENTED, message=message)
     log.exception("unexpected error in %s", type(exc).__name__, exc_info=exc)
-    status = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; the operator's logs have the details")
-    return rpc_status.to_status(status)
+    return status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; the operator's logs have the details")

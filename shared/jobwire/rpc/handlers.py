@@ -10,6 +10,10 @@ Order matters and is fixed: the caller is resolved first (a refusal is answered 
 error), errors are mapped next, and the metrics record the status the caller gets. The
 caller's tenant, the method and the job named by the request are bound for every log line
 of the call (jobwire.observe.logs).
+
+A two-way stream is one call for the wrapper (a worker's Session: authenticated once, when
+it opens); the calls it carries are each run by `answered`, which does for one of them what
+the wrapper does for a unary call once its caller is known.
 """
 
 from __future__ import annotations
@@ -18,16 +22,17 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
+from google.rpc import code_pb2, status_pb2
 
 from jobwire.domain.errors import InvalidArgument
 from jobwire.observe import logs, tracing
-from jobwire.rpc.auth import Authenticator, Principal, set_current
-from jobwire.rpc.errors import status_of
+from jobwire.rpc.auth import Authenticator, Principal, current, set_current
+from jobwire.rpc.errors import status_of, status_proto_of
 from jobwire.rpc.metrics import Metrics
 
 AddToServer = Callable[[Any, Any], None]
@@ -43,8 +48,6 @@ class Wrapping:
         self._metrics = metrics
 
     def handler(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        if handler.unary_unary is None and handler.unary_stream is None and handler.stream_unary is None:
-            return handler  # two-way streams (server reflection): no role, nothing of ours to map
         keyed = False  # the request names a job: its job_no goes on the call's log lines
         if handler.request_deserializer is not None:
             # Only where the wrapper below answers an Undecodable: it never reaches a servicer.
@@ -54,11 +57,13 @@ class Wrapping:
             return handler._replace(unary_unary=self._unary(method, handler.unary_unary, stream=False, keyed=keyed))
         if handler.stream_unary is not None:  # an upload: its chunks are checked as they come (`decoded`)
             return handler._replace(stream_unary=self._unary(method, handler.stream_unary, stream=True))
-        inner = handler.unary_stream
+        # A server stream, or a two-way one (a worker's Session: its requests are a stream, keyed by none).
+        kind = "unary_stream" if handler.unary_stream is not None else "stream_stream"
+        inner = getattr(handler, kind)
         if inspect.isasyncgenfunction(inner):
-            return handler._replace(unary_stream=self._stream(method, inner, keyed=keyed))
-        # A stream that writes with context.write() and returns (grpc's Health.Watch).
-        return handler._replace(unary_stream=self._unary(method, inner, stream=True, keyed=keyed))
+            return handler._replace(**{kind: self._stream(method, inner, keyed=keyed)})
+        # A stream that writes with context.write() and returns (grpc's Health.Watch, a Session).
+        return handler._replace(**{kind: self._unary(method, inner, stream=True, keyed=keyed)})
 
     def _unary(
         self, method: str, behavior: Callable[..., Any], *, stream: bool, keyed: bool = False
@@ -118,16 +123,47 @@ class Wrapping:
         return stream
 
 
+async def answered(
+    method: str, behavior: Callable[[Any, Any], Awaitable[Any]], request: Any, context: Any, metrics: Metrics
+) -> Any:
+    """`behavior(request, context)`'s reply, or the google.rpc.Status its error is: one call a
+    stream carries (a worker Session's frame), run as the unary call `method` once its caller
+    is known (it is the stream's).
+
+    Its log fields and its span, its error mapped as the unary call's would be (a status
+    returned, not raised: the stream goes on), and its metrics under `method`, so a call is
+    counted alike whichever way it came. Cancelled, it is cancelled as the unary call would be.
+    """
+    start, code = time.monotonic(), "OK"
+    with tracing.span(method):
+        try:
+            _bind(method, current().tenant, request, keyed="job_no" in request.DESCRIPTOR.fields_by_name)
+            return await behavior(request, context)
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except Exception as exc:  # noqa: BLE001 - every error must leave as a status
+            status: status_pb2.Status = status_proto_of(exc)
+            code = code_pb2.Code.Name(status.code)
+            return status
+        finally:
+            _ended(method, code, start, metrics)
+
+
 def _begin(method: str, principal: Principal, request: Any, keyed: bool) -> None:
     """The call's caller and log fields, then a request that did not parse is refused."""
     set_current(principal)
     if isinstance(request, Undecodable):
         logs.begin(method=method, tenant=principal.tenant)
         raise request.error()
+    _bind(method, principal.tenant, request, keyed)
+
+
+def _bind(method: str, tenant: str, request: Any, keyed: bool) -> None:
     if keyed and request.job_no:
-        logs.begin(method=method, tenant=principal.tenant, job_no=request.job_no)
+        logs.begin(method=method, tenant=tenant, job_no=request.job_no)
     else:
-        logs.begin(method=method, tenant=principal.tenant)
+        logs.begin(method=method, tenant=tenant)
 
 
 def _ended(method: str, code: str, start: float, metrics: Metrics) -> None:

@@ -20,6 +20,6 @@ def add_worker_service(rt: Runtime) -> None:
         rt.store, rt.blocking, rt.results, leasing,
         max_inline=rt.settings.max_inline_result_bytes, max_bytes=rt.settings.max_result_bytes,
     )  # fmt: skip
-    servicer = WorkerServicer(leasing, rt.settings, kept, rt.transfers)
+    servicer = WorkerServicer(leasing, rt.settings, kept, rt.transfers, rt.host.metrics)
     name = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
     rt.host.add_servicer(worker_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, name)

@@ -17,11 +17,13 @@ from jobwire.domain.stages import validate_plan
 from jobwire.rpc import auth, convert
 from jobwire.rpc.errors import status_proto
 from jobwire.rpc.handlers import decoded
+from jobwire.rpc.metrics import Metrics
 from jobwire.runtime.settings import Settings
 from jobwire.runtime.transfers import Transfers
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
 from jobwire.worker.server.result_uploads import Results
+from jobwire.worker.server.session import WorkerSession, routes
 
 MAX_JOBS_PER_CLAIM = 100
 MAX_WAIT_S = 60.0
@@ -162,11 +164,23 @@ def answer_margin(remaining_s: float) -> float:
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, leasing: Leasing, settings: Settings, kept: Results, transfers: Transfers) -> None:
+    def __init__(
+        self, leasing: Leasing, settings: Settings, kept: Results, transfers: Transfers, metrics: Metrics
+    ) -> None:
         self.leasing = leasing
         self.settings = settings
         self.results = kept
         self.transfers = transfers
+        self.metrics = metrics  # the server's: a Session's calls are counted as their unary calls
+        self.routes = routes(self)
+
+    # Writes with context.write() rather than yielding: a cancelled stream then cancels this
+    # coroutine itself, whose own `finally` ends the session's calls at once (a generator left
+    # while grpc sends would be closed only when collected).
+    async def Session(  # type: ignore[override]
+        self, frames: AsyncIterator[worker_pb2.WorkerFrame], context: grpc.aio.ServicerContext
+    ) -> None:
+        await WorkerSession(self.routes, context, self.metrics).serve(decoded(frames))
 
     async def Claim(
         self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext

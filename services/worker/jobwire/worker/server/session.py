@@ -1,0 +1,200 @@
+"""WorkerService.Session: a worker's calls as frames over one stream, each run as its unary call.
+
+A worker that keeps one stream open pays gRPC's cost of a call (headers, a stream, the
+handler wrapping) once, not per report. Each WorkerFrame names a call and the worker's
+call_id for it; the call runs through the very servicer method of its unary RPC (the same
+decoding, limits, fencing and refusals) and is counted and logged as that RPC
+(jobwire.rpc.handlers `answered`); its ServerFrame leaves as soon as it is done, so a Claim
+waiting for work holds up nothing behind it.
+
+The stream is the session's caller and its lifetime: authenticated once when it opens (the
+handler wrapping), its calls ended with it. A half-close lets the calls in flight finish; a
+cancelled stream cancels them as a unary call's cancellation would, and a Claim whose reply
+was never written hands its leases back (`FrameContext`). What a session learns of its
+worker (its id, its leases) is for the pushes built on it to keep here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf.message import Message
+from google.rpc import status_pb2
+
+from jobwire.domain.errors import InvalidArgument, JobwireError
+from jobwire.rpc import auth
+from jobwire.rpc.errors import status_proto
+from jobwire.rpc.handlers import answered, written
+from jobwire.rpc.metrics import Metrics
+from jobwire.v1 import worker_pb2
+
+if TYPE_CHECKING:
+    from jobwire.worker.server.servicer import WorkerServicer
+
+# Frames of one session read and not yet answered (running, or their answer waiting to be
+# written). Past it the session stops reading its stream until an answer is written, so
+# HTTP/2 flow control holds the worker back, not the server's memory: a worker that sends
+# and never reads is held too, refused frames included.
+MAX_IN_FLIGHT = 64
+SERVICE = "jobwire.v1.WorkerService"
+CALLS = ", ".join(f.name for f in worker_pb2.WorkerFrame.DESCRIPTOR.oneofs_by_name["call"].fields)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a frame's call goes: its unary method and the ServerFrame field of its reply."""
+
+    method: str  # as the unary call is counted and logged: jobwire.v1.WorkerService/Claim
+    behavior: Callable[[Any, Any], Awaitable[Message]]
+    reply: str
+
+    def frame(self, call_id: int, outcome: Message) -> worker_pb2.ServerFrame:
+        frame = worker_pb2.ServerFrame(call_id=call_id)
+        if isinstance(outcome, status_pb2.Status):
+            frame.error.CopyFrom(outcome)
+        else:
+            getattr(frame, self.reply).CopyFrom(outcome)
+        return frame
+
+
+def routes(servicer: WorkerServicer) -> Mapping[str, Route]:
+    """Each call a WorkerFrame may carry (its `call` field), to the servicer's unary method."""
+
+    def to(name: str, behavior: Callable[[Any, Any], Awaitable[Message]], reply: str = "job") -> Route:
+        return Route(f"{SERVICE}/{name}", behavior, reply)
+
+    return {
+        "claim": to("Claim", servicer.Claim, "claim"),
+        "heartbeat": to("Heartbeat", servicer.Heartbeat, "heartbeat"),
+        "report_stage": to("ReportStage", servicer.ReportStage, "report_stage"),
+        "batch_report_stage": to("BatchReportStage", servicer.BatchReportStage, "batch_report_stage"),
+        "complete": to("Complete", servicer.Complete),
+        "fail": to("Fail", servicer.Fail),
+        "confirm_cancel": to("ConfirmCancel", servicer.ConfirmCancel),
+        "release": to("Release", servicer.Release),
+        "await_review": to("AwaitReview", servicer.AwaitReview),
+        "record_evidence": to("RecordEvidence", servicer.RecordEvidence, "record_evidence"),
+    }
+
+
+class FrameContext:
+    """What a servicer method uses of its call's context, for a call a session carries.
+
+    Of grpc.aio's ServicerContext the worker calls use the deadline (Claim answers before
+    it) and done callbacks (Claim hands back leases whose reply did not reach the worker).
+    A frame's call has the stream's deadline. It is done when its reply frame was written,
+    or, cancelled, when the session ended without writing it.
+    """
+
+    def __init__(self, stream: grpc.aio.ServicerContext) -> None:
+        self._stream = stream
+        self._callbacks: list[Callable[[FrameContext], None]] = []
+        self._cancelled = False
+
+    def time_remaining(self) -> float | None:
+        remaining: float | None = self._stream.time_remaining()
+        return remaining
+
+    def add_done_callback(self, callback: Callable[[FrameContext], None]) -> None:
+        self._callbacks.append(callback)
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def done(self, *, delivered: bool) -> None:
+        self._cancelled = not delivered
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+
+Reply = tuple[worker_pb2.ServerFrame, FrameContext | None]  # None: a refused frame, no call ran
+
+
+class WorkerSession:
+    """One Session stream: its caller, its calls in flight, the replies on their way."""
+
+    def __init__(self, routes: Mapping[str, Route], stream: grpc.aio.ServicerContext, metrics: Metrics) -> None:
+        self.caller = auth.current()  # whose stream it is, set by the wrapping when it opened
+        self._routes = routes
+        self._stream = stream
+        self._metrics = metrics
+        self._in_flight: dict[int, asyncio.Task[None]] = {}
+        self._unwritten: set[FrameContext] = set()  # calls begun whose reply was not written
+        self._room = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._replies: asyncio.Queue[Reply | None] = asyncio.Queue()  # None: nothing more will come
+        self._reading = True
+        self._refusal: Exception | None = None  # what ended the reading, when not the worker's half-close
+
+    async def serve(self, frames: AsyncIterator[worker_pb2.WorkerFrame]) -> None:
+        """Answer every frame until the worker half-closes and all are answered, or the stream ends."""
+        reader = asyncio.create_task(self._read(frames))
+        try:
+            while (reply := await self._replies.get()) is not None:
+                frame, call = reply
+                await written(self._stream, frame)
+                self._room.release()
+                if call is not None:
+                    self._done(call, delivered=True)
+            if self._refusal is not None:
+                raise self._refusal
+        finally:
+            # Cancelled (the worker left, the server stops) or refused: no call outlives the stream.
+            calls = list(self._in_flight.values())
+            for task in (reader, *calls):
+                task.cancel()
+            await asyncio.gather(reader, *calls, return_exceptions=True)
+            for call in list(self._unwritten):
+                self._done(call, delivered=False)
+
+    async def _read(self, frames: AsyncIterator[worker_pb2.WorkerFrame]) -> None:
+        try:
+            while True:
+                await self._room.acquire()  # no room: the next frame stays unread; its answer's write gives it back
+                frame = await anext(frames, None)
+                if frame is None:
+                    self._room.release()
+                    return
+                self._take(frame)
+        except Exception as refusal:  # noqa: BLE001 - a frame that did not parse, or the stream broke: the stream's status
+            self._refusal = refusal
+        finally:
+            self._reading = False
+            self._finish_if_idle()
+
+    def _take(self, frame: worker_pb2.WorkerFrame) -> None:
+        kind, call_id = frame.WhichOneof("call"), frame.call_id
+        if kind is None:
+            self._refuse(call_id, InvalidArgument("call", f"a frame carries one call: {CALLS}"))
+        elif call_id in self._in_flight:
+            self._refuse(
+                call_id, InvalidArgument("call_id", f"{call_id} is a call still in flight: number each call anew")
+            )
+        else:
+            call = FrameContext(self._stream)
+            self._unwritten.add(call)
+            task = asyncio.create_task(self._answer(call_id, self._routes[kind], getattr(frame, kind), call))
+            self._in_flight[call_id] = task
+
+    def _refuse(self, call_id: int, error: JobwireError) -> None:
+        self._replies.put_nowait((worker_pb2.ServerFrame(call_id=call_id, error=status_proto(error)), None))
+
+    async def _answer(self, call_id: int, route: Route, request: Message, call: FrameContext) -> None:
+        try:
+            outcome = await answered(route.method, route.behavior, request, call, self._metrics)
+        finally:
+            del self._in_flight[call_id]
+        self._replies.put_nowait((route.frame(call_id, outcome), call))
+        self._finish_if_idle()
+
+    def _done(self, call: FrameContext, *, delivered: bool) -> None:
+        self._unwritten.discard(call)
+        call.done(delivered=delivered)
+
+    def _finish_if_idle(self) -> None:
+        if not self._reading and not self._in_flight:
+            self._replies.put_nowait(None)

@@ -28,6 +28,8 @@ from dataclasses import replace
 import grpc
 import pytest
 from google.protobuf.descriptor_pool import DescriptorPool
+from google.protobuf.message_factory import GetMessageClass
+from google.rpc import status_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -113,11 +115,32 @@ def report_counts() -> object:
     )
 
 
+class FrameRefusal(grpc.RpcError):
+    """A call refused inside a Session's frame, read as the RpcError its unary call raises."""
+
+    def __init__(self, status: status_pb2.Status) -> None:
+        self.status = status
+
+    def code(self) -> grpc.StatusCode:
+        return next(c for c in grpc.StatusCode if c.value[0] == self.status.code)
+
+    def details(self) -> str:
+        return self.status.message
+
+
 def _send(live: LiveServer, service: object, method: object, raws: list[bytes]) -> grpc.RpcError | None:
     """Call `method` with the serialized request (a client stream: every one of `raws`); its error, if any."""
     path = f"/{service.full_name}/{method.name}"  # type: ignore[attr-defined]
     timeout = WAIT_TIMEOUT_S if method.name == "WaitOperation" else CALL_TIMEOUT_S  # type: ignore[attr-defined]
     try:
+        if method.client_streaming and method.server_streaming:  # type: ignore[attr-defined]
+            # A Session: the stream ends OK, each call's refusal comes in its own frame.
+            reply = GetMessageClass(method.output_type)  # type: ignore[attr-defined]
+            frames = live.channel.stream_stream(path, response_deserializer=reply.FromString)(
+                iter(raws), timeout=timeout
+            )
+            refused = [frame.error for frame in frames if frame.HasField("error")]
+            return FrameRefusal(refused[0]) if refused else None
         if method.client_streaming:  # type: ignore[attr-defined]
             live.channel.stream_unary(path)(iter(raws), timeout=timeout)
         elif method.server_streaming:  # type: ignore[attr-defined]

@@ -178,3 +178,17 @@ async def test_a_token_refused_on_the_session_stops_the_worker_as_on_a_claim(
     stream.end(rpc_error(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", "unknown token"))
     with pytest.raises(WorkerRefused, match="does not know this worker's token"):
         await asyncio.wait_for(task, 5)
+
+
+async def test_a_claim_refused_after_a_refused_standing_claim_still_stops_the_worker(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    """The refused standing claim let no claim in: the first Claim's refusal is the first claim's."""
+    from jobwire.worker.sdk import WorkerRefused
+
+    sessions = FakeSessions(fake, standing=False)
+    denied = rpc_error(grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED", "this token may not use queue 'video'")
+    fake.fail_next("Claim", denied)
+    worker = Worker(config, handlers, stub=SessionStub(sessions, grace=30))
+    with pytest.raises(WorkerRefused, match="may not use queue 'video'"):
+        await asyncio.wait_for(worker.run(), 5)

@@ -84,10 +84,7 @@ class Claims:
                 if free <= 0 or (self._standing() and free <= self._owed):
                     await self._wake.wait()
                     continue
-                if self._stands():
-                    await self._stand(free)
-                else:
-                    await self._poll(free)
+                taken = await self._stand(free) if self._stands() else await self._poll(free)
             except grpc.RpcError as exc:
                 refused = (
                     None if claimed else refusal(exc, has_token=bool(self._config.token), queues=self._config.queues)
@@ -100,8 +97,9 @@ class Claims:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 continue
-            backoff.reset()
-            claimed = True
+            if taken:  # not a standing claim refused as a call the server does not know
+                backoff.reset()
+                claimed = True
 
     def _stands(self) -> bool:
         """True when the claim to make is a standing one: on a session that has not refused one."""
@@ -112,7 +110,7 @@ class Claims:
         """True while a standing claim lives on the session's current stream."""
         return self._session is not None and self._stood_on == self._session.generation
 
-    async def _stand(self, free: int) -> None:
+    async def _stand(self, free: int) -> bool:
         assert self._session is not None
         request = self.request(free)
         request.ClearField("wait")
@@ -128,11 +126,14 @@ class Claims:
             if self._no_standing_on < 0:
                 log.info("the server takes no standing claim (%s): long-polling Claims", describe(exc))
             self._no_standing_on = generation
+            return False
+        return True
 
-    async def _poll(self, free: int) -> None:
+    async def _poll(self, free: int) -> bool:
         reply = await self._stub.Claim(self.request(free), timeout=self._config.claim_wait + CALL_TIMEOUT_S)
         for lease in reply.leases:
             self._start(lease)
+        return True
 
     def request(self, free: int) -> worker_pb2.ClaimRequest:
         config = self._config

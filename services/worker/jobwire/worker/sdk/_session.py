@@ -24,7 +24,6 @@ Pushes (call_id 0: leases of a standing claim, a cancel, a lost lease) go to the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable
@@ -39,133 +38,15 @@ from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.sdk import _frames as frames
 from jobwire.worker.sdk._frames import Call
 from jobwire.worker.sdk._rpc import REFUSED, WorkerStub, describe
+from jobwire.worker.sdk._session_stream import NoSession, PushSink, SessionCall, SessionStream
 
 log = logging.getLogger("jobwire.worker")
-
-
-class SessionCall(Protocol):
-    """The part of a grpc.aio Session call (StreamStreamCall) used here; tests pass a fake."""
-
-    async def wait_for_connection(self) -> None: ...
-
-    async def write(self, request: worker_pb2.WorkerFrame) -> None: ...
-
-    async def read(self) -> Any: ...  # a ServerFrame, or grpc.aio.EOF
-
-    async def done_writing(self) -> None: ...
-
-    def cancel(self) -> bool: ...
 
 
 class ChannelStub(WorkerStub, Protocol):
     """A WorkerService stub that can open a Session (WorkerServiceStub; a test's fake)."""
 
     def Session(self) -> SessionCall: ...
-
-
-class PushSink(Protocol):
-    """Who acts on what the server says of its own accord, and on the session's comings and goings."""
-
-    def leased(self, reply: worker_pb2.ClaimResponse) -> None: ...
-
-    def cancel_requested(self, state: worker_pb2.LeaseState) -> None: ...
-
-    def lease_lost(self, state: worker_pb2.LeaseState) -> None: ...
-
-    def opened(self) -> None:
-        """A new stream is open: what lived on the last one (a standing claim) must be sent again."""
-
-    def gone(self) -> None:
-        """No stream for the grace: every lease this worker holds is to be taken as lost."""
-
-
-class _NoSession(Exception):
-    """The server has no Session: make the call unary."""
-
-
-class _Stream:
-    """One Session call: frames written in order by one task, answers matched by call_id."""
-
-    def __init__(self, call: SessionCall, generation: int, sink: PushSink) -> None:
-        self.call, self.generation = call, generation
-        self._sink = sink
-        self._outbox: asyncio.Queue[worker_pb2.WorkerFrame | None] = asyncio.Queue()  # None: half-close
-        self._waiting: dict[int, asyncio.Future[worker_pb2.ServerFrame]] = {}
-        self._failure: BaseException | None = None
-        self.answered = False  # a frame came back: the server has Session
-
-    def send(self, frame: worker_pb2.WorkerFrame) -> asyncio.Future[worker_pb2.ServerFrame]:
-        future = asyncio.get_running_loop().create_future()
-        if self._failure is not None:
-            future.set_exception(self._failure_copy())
-            return future
-        self._waiting[frame.call_id] = future
-        self._outbox.put_nowait(frame)
-        return future
-
-    def forget(self, call_id: int) -> None:
-        self._waiting.pop(call_id, None)
-
-    def retire(self) -> None:
-        """Half-close once the frames queued are written: the calls in flight are answered, then it ends."""
-        self._outbox.put_nowait(None)
-
-    def fail(self, failure: BaseException) -> None:
-        """End every call still waiting with `failure` (a copy each), and any sent later."""
-        self._failure = failure
-        waiting, self._waiting = self._waiting, {}
-        for future in waiting.values():
-            if not future.done():
-                future.set_exception(self._failure_copy())
-
-    def _failure_copy(self) -> BaseException:
-        failure = self._failure
-        return frames.copy(failure) if isinstance(failure, grpc.aio.AioRpcError) else _NoSession()
-
-    async def serve(self) -> grpc.aio.AioRpcError:
-        """Write and read until the stream ends; returns how it ended."""
-        writer = asyncio.create_task(self._write())
-        try:
-            return await self._read()
-        finally:
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
-
-    async def _write(self) -> None:
-        while (frame := await self._outbox.get()) is not None:
-            try:
-                await self.call.write(frame)
-            except Exception:  # noqa: BLE001 - the stream ended; its reader says how
-                self.call.cancel()  # so the reader surely ends, whatever the write's reason
-                return
-        with contextlib.suppress(Exception):  # ended already: the reader says how
-            await self.call.done_writing()
-
-    async def _read(self) -> grpc.aio.AioRpcError:
-        try:
-            while (frame := await self.call.read()) is not grpc.aio.EOF:
-                self._take(frame)
-        except grpc.aio.AioRpcError as exc:
-            return exc
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            return frames.failed(grpc.StatusCode.UNAVAILABLE, "the session stream was cancelled")
-        return frames.failed(grpc.StatusCode.UNAVAILABLE, "the server ended the session")
-
-    def _take(self, frame: worker_pb2.ServerFrame) -> None:
-        self.answered = True
-        kind = frame.WhichOneof("reply")
-        if kind in frames.PUSHES:
-            try:
-                getattr(self._sink, kind)(getattr(frame, kind))
-            except Exception:  # a push acted on badly must not end the session
-                log.exception("the server's %s push could not be acted on", kind)
-            return
-        future = self._waiting.pop(frame.call_id, None)
-        if future is not None and not future.done():
-            future.set_result(frame)
 
 
 class SessionStub:
@@ -182,7 +63,7 @@ class SessionStub:
         self._unary = unary
         self._grace = grace
         self._ids = itertools.count(1)  # 0 is the server's own, for pushes
-        self._stream: _Stream | None = None
+        self._stream: SessionStream | None = None
         self._outage: grpc.aio.AioRpcError | None = None  # why calls fail while no stream is open
         self._settled = asyncio.Event()  # set while there is a stream, an outage, or no session at all
         self._unary_only = False
@@ -251,7 +132,7 @@ class SessionStub:
         call = frames.STANDING_CLAIM
         try:
             answer, generation = await self._framed(call, request, asyncio.get_running_loop().time() + timeout)
-        except _NoSession:
+        except NoSession:
             raise frames.failed(grpc.StatusCode.UNIMPLEMENTED, "the server has no Session") from None
         frames.reply_of(call, answer)
         return generation
@@ -263,7 +144,7 @@ class SessionStub:
         deadline = None if timeout is None else loop.time() + timeout
         try:
             answer, _ = await self._framed(call, request, deadline)
-        except _NoSession:
+        except NoSession:
             assert call.method is not None, "a frame-only call is never made unary"
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
             return await getattr(self._unary, call.method)(request, timeout=remaining)
@@ -288,10 +169,10 @@ class SessionStub:
             log.info("worker transport: session")
         return answer, stream.generation
 
-    async def _current(self) -> _Stream:
+    async def _current(self) -> SessionStream:
         while True:
             if self._unary_only:
-                raise _NoSession
+                raise NoSession
             if self._stream is not None:
                 return self._stream
             if self._outage is not None:
@@ -321,7 +202,7 @@ class SessionStub:
         backoff = Pauses(Backoff(initial=0.25, maximum=5.0, jitter=0.5))
         while True:
             opened = await self._open()
-            if isinstance(opened, _Stream):
+            if isinstance(opened, SessionStream):
                 broken, ended = await self._keep(opened)
                 if ended.code() is grpc.StatusCode.UNIMPLEMENTED and not broken.answered:
                     self._fall_back(broken)
@@ -348,7 +229,7 @@ class SessionStub:
             self._outage = None
             self._settled.clear()
 
-    async def _open(self) -> _Stream | grpc.aio.AioRpcError:
+    async def _open(self) -> SessionStream | grpc.aio.AioRpcError:
         assert self._sink is not None
         call = self._unary.Session()
         try:
@@ -359,9 +240,9 @@ class SessionStub:
             call.cancel()
             raise
         self._generation += 1
-        return _Stream(call, self._generation, self._sink)
+        return SessionStream(call, self._generation, self._sink)
 
-    async def _keep(self, stream: _Stream) -> tuple[_Stream, grpc.aio.AioRpcError]:
+    async def _keep(self, stream: SessionStream) -> tuple[SessionStream, grpc.aio.AioRpcError]:
         """Serve `stream`, moving to a fresh one at each connection change; returns the one that broke, and how.
 
         A fresh stream is opened beside the one serving, so a stream that breaks meanwhile is
@@ -382,7 +263,7 @@ class SessionStub:
                 if serving.done():
                     opening.cancel()
                     await asyncio.gather(opening, return_exceptions=True)
-                    if opening.done() and not opening.cancelled() and isinstance(opening.result(), _Stream):
+                    if opening.done() and not opening.cancelled() and isinstance(opening.result(), SessionStream):
                         opening.result().call.cancel()
                     return stream, serving.result()
                 fresh = opening.result()
@@ -399,7 +280,7 @@ class SessionStub:
             stream.fail(frames.failed(grpc.StatusCode.CANCELLED, "the worker is stopping"))
             raise
 
-    def _install(self, stream: _Stream) -> None:
+    def _install(self, stream: SessionStream) -> None:
         self._stream, self._outage = stream, None
         self._settled.set()
         if self._grace_timer is not None:
@@ -408,7 +289,7 @@ class SessionStub:
         assert self._sink is not None
         self._sink.opened()
 
-    def _fall_back(self, stream: _Stream | None) -> None:
+    def _fall_back(self, stream: SessionStream | None) -> None:
         log.info("worker transport: unary calls (the server has no Session)")
         self._unary_only, self._stream = True, None
         self._settled.set()
@@ -416,7 +297,7 @@ class SessionStub:
             self._grace_timer.cancel()
             self._grace_timer = None
         if stream is not None:
-            stream.fail(_NoSession())  # never run by the server: made unary by their callers
+            stream.fail(NoSession())  # never run by the server: made unary by their callers
 
     def _start_grace(self) -> None:
         if self._grace_timer is None:
@@ -442,7 +323,7 @@ class SessionStub:
             self.rotate()
 
 
-async def _drain(stream: _Stream, serving: asyncio.Task[grpc.aio.AioRpcError]) -> None:
+async def _drain(stream: SessionStream, serving: asyncio.Task[grpc.aio.AioRpcError]) -> None:
     """A stream moved away from: half-closed, its calls answered; any cut short fail as a break fails them."""
     stream.retire()
     try:

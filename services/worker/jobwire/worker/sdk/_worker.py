@@ -152,6 +152,8 @@ class Worker:
         logs.bind(worker_id=self.config.worker_id)  # every task made from here on logs it
         self._announce(session)
         upkeep = [asyncio.create_task(session.run(_Pushes(claims, keeper), channel), name="session")] if session else []
+        for upkept in upkeep:
+            upkept.add_done_callback(_session_ended)
         keeper_task = asyncio.create_task(keeper.run(), name="lease keeper")
         reports_task = asyncio.create_task(reports.run(), name="reports")
         claim_task = asyncio.create_task(self._claim_loop(claims), name="claim loop")
@@ -295,6 +297,13 @@ class Worker:
         if left:
             await asyncio.wait([r.task for r in left], timeout=5.0)
         return bool(left) or self._busy_threads > 0
+
+
+def _session_ended(task: asyncio.Task[None]) -> None:
+    # It ends by itself only once the server turned out to have no Session, or by a bug: say so
+    # loudly, as every call made after it would wait out its timeout.
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the worker's session failed; no call can be made", exc_info=task.exception())
 
 
 @dataclass(frozen=True)

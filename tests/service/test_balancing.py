@@ -67,11 +67,12 @@ async def test_one_clients_gets_reach_both_servers(serve: Any) -> None:
     assert sum(more) == 100 and min(more) > 0, f"Gets per server: {more}"
 
 
-async def test_a_workers_claims_reach_both_servers_and_its_jobs_end(serve: Any, tmp_path: Path) -> None:
+async def test_a_workers_unary_claims_reach_both_servers_and_its_jobs_end(serve: Any, tmp_path: Path) -> None:
     target, servers = await _pair(serve)
+    # Unary calls: a worker on a Session sends every call on its one stream, to one server.
     config = WorkerConfig(
         target=target, worker_id="w-balanced", concurrency=2, claim_wait=0.2, grace_period=2,
-        tmp_root=tmp_path / "tmp",
+        tmp_root=tmp_path / "tmp", transport="unary",
     )  # fmt: skip
     worker = Worker(config, handlers)
     running = asyncio.create_task(worker.run())

@@ -142,7 +142,10 @@ def _warn_plaintext(config: ChannelConfig) -> None:
 
 
 def _options(extra: Sequence[tuple[str, int]] = ()) -> list[tuple[str, int | str]]:
-    return [*KEEPALIVE_OPTIONS, *MESSAGE_LIMIT_OPTIONS, *BALANCING_OPTIONS, *extra]
+    """The defaults above, each of them replaced by an `extra` option of the same name."""
+    chosen: dict[str, int | str] = dict([*KEEPALIVE_OPTIONS, *MESSAGE_LIMIT_OPTIONS, *BALANCING_OPTIONS])
+    chosen.update(extra)
+    return list(chosen.items())
 
 
 def sync_channel(config: ChannelConfig) -> grpc.Channel:
@@ -157,7 +160,8 @@ def sync_channel(config: ChannelConfig) -> grpc.Channel:
 
 
 def aio_channel(config: ChannelConfig, options: Sequence[tuple[str, int]] = ()) -> grpc.aio.Channel:
-    """An asyncio channel for `config` (the worker runtime, the web gateway), with any extra grpc `options`."""
+    """An asyncio channel for `config` (the worker runtime, the web gateway), with extra grpc `options`
+    (which replace the defaults of their names: the worker's shorter keepalive)."""
     if config.uses_tls:
         return grpc.aio.secure_channel(config.target, _tls_credentials(config), options=_options(options))
     interceptors: list[grpc.aio.ClientInterceptor] = []

@@ -116,15 +116,21 @@ def span(name: str, attributes: Mapping[str, str] | None = None) -> contextlib.A
     return started
 
 
+# The interceptor takes every response stream for an async generator; WorkerService.Session
+# writes with context.write() instead, and wrapped it fails each session with a TypeError. A
+# span of it would last as long as its worker, and tell nothing.
+_UNTRACED = "/jobwire.v1.WorkerService/Session"
+
+
 def server_interceptors() -> tuple[Any, ...]:
-    """A span for every RPC a grpc.aio server answers (health checks aside); none when off."""
+    """A span for every RPC a grpc.aio server answers (health checks and worker sessions aside); none when off."""
     provider = _state.provider
     if provider is None:
         return ()
     from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
-    probes = filters.negate(filters.health_check())
-    return (aio_server_interceptor(tracer_provider=provider, filter_=probes),)  # type: ignore[no-untyped-call]
+    traced = filters.all_of(filters.negate(filters.health_check()), filters.negate(filters.full_method_name(_UNTRACED)))
+    return (aio_server_interceptor(tracer_provider=provider, filter_=traced),)  # type: ignore[no-untyped-call]
 
 
 # The codes that are the server's fault, by OpenTelemetry's conventions for gRPC server spans.

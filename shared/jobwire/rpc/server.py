@@ -26,13 +26,14 @@ from jobwire.rpc.metrics import Metrics, MetricsEndpoint
 
 log = logging.getLogger(__name__)
 
-# Keepalive agrees with jobwire.client.channel: clients ping every 30 s, so the server must
-# permit pings that often, or it answers GOAWAY "too_many_pings" and long watches drop.
+# Keepalive agrees with the clients': jobwire.client.channel pings every 30 s, a fleet worker
+# every 5 s (jobwire.worker.sdk._rpc, so it notices a dead server in seconds), so the server
+# must permit pings that often, or it answers GOAWAY "too_many_pings" and drops the streams.
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_time_ms", 60_000),
     ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 4_000),
     ("grpc.http2.max_ping_strikes", 5),
     ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),

@@ -198,3 +198,151 @@ class FakeWorkerService:
 
     async def Release(self, request: worker_pb2.ReleaseRequest, *, timeout: float | None = None) -> job_pb2.Job:
         return await self._end("Release", request)
+
+
+class FakeStream:
+    """One Session stream as a SessionStub sees it (grpc.aio's StreamStreamCall); the test, or
+    FakeSessions, plays the server: it reads `frames` and answers, pushes or ends."""
+
+    def __init__(self, refused: grpc.aio.AioRpcError | None = None) -> None:
+        self.frames: asyncio.Queue[worker_pb2.WorkerFrame] = asyncio.Queue()
+        self._answers: asyncio.Queue[worker_pb2.ServerFrame | BaseException | None] = asyncio.Queue()
+        self._refused = refused
+        self.ended = False
+        self.half_closed = False
+        self.cancelled = False
+
+    async def wait_for_connection(self) -> None:
+        if self._refused is not None:
+            self.ended = True
+            raise self._refused
+
+    async def write(self, frame: worker_pb2.WorkerFrame) -> None:
+        if self.ended or self.half_closed:
+            raise asyncio.InvalidStateError("RPC already finished.")
+        self.frames.put_nowait(frame)
+
+    async def read(self) -> Any:
+        item = await self._answers.get()
+        if item is None:
+            self.ended = True
+            return grpc.aio.EOF
+        if isinstance(item, BaseException):
+            self.ended = True
+            raise item
+        return item
+
+    async def done_writing(self) -> None:
+        self.half_closed = True
+
+    def cancel(self) -> bool:
+        if self.ended:
+            return False
+        self.cancelled = True
+        self._answers.put_nowait(asyncio.CancelledError())  # what grpc.aio's read raises once cancelled
+        return True
+
+    # -- the server's side ---------------------------------------------------------------
+
+    async def next_frame(self) -> worker_pb2.WorkerFrame:
+        return await asyncio.wait_for(self.frames.get(), 5)
+
+    def answer(self, call_id: int, **reply: Any) -> None:
+        self._answers.put_nowait(worker_pb2.ServerFrame(call_id=call_id, **reply))
+
+    def push(self, **reply: Any) -> None:
+        self.answer(0, **reply)
+
+    def end(self, error: BaseException | None = None) -> None:
+        """The stream ends: with `error` (it broke, or was refused), or OK."""
+        self._answers.put_nowait(error)
+
+
+def status_of(error: grpc.aio.AioRpcError) -> status_pb2.Status:
+    """The google.rpc.Status a Session answers a refused frame with: the unary call's error."""
+    return _status_of(error)
+
+
+_UNARY = {
+    "claim": ("Claim", "claim"),
+    "heartbeat": ("Heartbeat", "heartbeat"),
+    "batch_report_stage": ("BatchReportStage", "batch_report_stage"),
+    "complete": ("Complete", "job"),
+    "fail": ("Fail", "job"),
+    "confirm_cancel": ("ConfirmCancel", "job"),
+    "release": ("Release", "job"),
+    "await_review": ("AwaitReview", "job"),
+    "record_evidence": ("RecordEvidence", "record_evidence"),
+}
+
+
+@dataclass
+class FakeSessions:
+    """A WorkerService with Session over a FakeWorkerService: each Session() is a new FakeStream.
+
+    `serving`: every frame is answered by the FakeWorkerService's own method (a server with
+    Session); else the test answers. `standing`: standing claims are taken (answered with an
+    empty claim, recorded in `standing_claims`) or refused INVALID_ARGUMENT as a server without
+    them refuses a call it does not route. `refusals` fail the next opens, in order. Unary calls
+    (a worker without a session, UploadResult) go to the FakeWorkerService.
+    """
+
+    service: FakeWorkerService
+    serving: bool = True
+    standing: bool = True
+    has_session: bool = True
+    refusals: list[grpc.aio.AioRpcError] = field(default_factory=list)
+    opened: list[FakeStream] = field(default_factory=list)
+    standing_claims: list[worker_pb2.ClaimRequest] = field(default_factory=list)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.service, name)
+
+    def Session(self) -> FakeStream:
+        stream = FakeStream(self.refusals.pop(0) if self.refusals else None)
+        self.opened.append(stream)
+        if not self.has_session:
+            stream.end(rpc_error(grpc.StatusCode.UNIMPLEMENTED, None, "Method not found!"))
+        elif self.serving:
+            self._spawn(self._serve(stream))
+        self.service.changed.set()
+        return stream
+
+    async def stream(self, index: int) -> FakeStream:
+        """The index-th stream opened (from 0), once it is."""
+        async with asyncio.timeout(5):
+            while len(self.opened) <= index:
+                self.service.changed.clear()
+                await self.service.changed.wait()
+        return self.opened[index]
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, stream: FakeStream) -> None:
+        while not stream.ended:
+            frame = await stream.frames.get()
+            self._spawn(self._answer(stream, frame))
+
+    async def _answer(self, stream: FakeStream, frame: worker_pb2.WorkerFrame) -> None:
+        kind = frame.WhichOneof("call")
+        request = getattr(frame, kind)
+        if kind == "standing_claim":
+            if not self.standing:
+                refused = rpc_error(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "a frame carries one call")
+                stream.answer(frame.call_id, error=_status_of(refused))
+                return
+            self.standing_claims.append(request)
+            self.service.changed.set()
+            stream.answer(frame.call_id, claim=worker_pb2.ClaimResponse())
+            return
+        method, reply = _UNARY[kind]
+        try:
+            answer = await getattr(self.service, method)(request)
+        except grpc.aio.AioRpcError as exc:
+            stream.answer(frame.call_id, error=_status_of(exc))
+            return
+        stream.answer(frame.call_id, **{reply: answer})

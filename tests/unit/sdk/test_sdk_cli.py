@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobwire.worker.sdk import Handlers
+from jobwire.worker.sdk import Handlers, WorkerConfig
 from jobwire.worker.sdk.cli import build_config, load_handlers, main, parse_args
 
 
@@ -41,6 +41,29 @@ def test_results_url_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> No
     assert build_config(args).results_url == "https://files.example/jobwire/"
 
 
+def test_transport_and_session_grace_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBWIRE_WORKER_TRANSPORT", raising=False)
+    monkeypatch.delenv("JOBWIRE_SESSION_GRACE_SECONDS", raising=False)
+    config = build_config(parse_args(["--handlers", "jobwire.examples:handlers"]))
+    assert (config.transport, config.session_grace) == ("session", 3.0)  # the server's default grace
+    monkeypatch.setenv("JOBWIRE_WORKER_TRANSPORT", "unary")
+    monkeypatch.setenv("JOBWIRE_SESSION_GRACE_SECONDS", "7.5")
+    config = build_config(parse_args(["--handlers", "jobwire.examples:handlers"]))
+    assert (config.transport, config.session_grace) == ("unary", 7.5)
+    args = parse_args(
+        ["--handlers", "jobwire.examples:handlers", "--transport", "session", "--session-grace-seconds", "1"]
+    )
+    assert (build_config(args).transport, build_config(args).session_grace) == ("session", 1.0)
+
+
+def test_a_transport_not_known_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("JOBWIRE_WORKER_TRANSPORT", "grpc-web")
+    assert main(["--handlers", "jobwire.examples:handlers"]) == 2
+    assert "transport must be session or unary, not 'grpc-web'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="session_grace"):
+        WorkerConfig(target="h:1", session_grace=-1)
+
+
 def test_a_relative_results_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--handlers", "jobwire.examples:handlers", "--results-url", "files.example/x"]) == 2
     assert "results_url" in capsys.readouterr().err
@@ -71,6 +94,8 @@ def test_help_lists_every_setting_with_its_environment_variable(capsys: pytest.C
         ("--token-file", "JOBWIRE_TOKEN_FILE"),
         ("--results-dir", "JOBWIRE_RESULTS_DIR"),
         ("--results-url", "JOBWIRE_RESULTS_URL"),
+        ("--transport", "JOBWIRE_WORKER_TRANSPORT"),
+        ("--session-grace-seconds", "JOBWIRE_SESSION_GRACE_SECONDS"),
         ("--log-level", "JOBWIRE_LOG_LEVEL"),
         ("--log-format", "JOBWIRE_LOG_FORMAT"),
     ]:

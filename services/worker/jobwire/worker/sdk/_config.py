@@ -13,6 +13,8 @@ from jobwire.domain import limits
 from jobwire.worker.sdk._result import check_base_url
 
 DEFAULT_LEASE_S = 30.0  # the server's JOBWIRE_LEASE_SECONDS default
+DEFAULT_SESSION_GRACE_S = 3.0  # the server's JOBWIRE_SESSION_GRACE_SECONDS default
+TRANSPORTS = ("session", "unary")
 
 
 def default_worker_id() -> str:
@@ -46,6 +48,11 @@ class WorkerConfig:
             this worker's disk, which only fit a single-machine setup.
         tmp_root: Where per-attempt temporary folders are made; None for the system's.
         report_interval: Minimum seconds between two progress reports in one stage.
+        transport: ``session``: every call as a frame on one WorkerService.Session stream
+            (unary calls when the server has none); ``unary``: one RPC per call.
+        session_grace: Seconds a broken session may take to open again; past them every
+            lease held is taken as lost and its handler stops at its next check. The
+            server's JOBWIRE_SESSION_GRACE_SECONDS, after which it gives the leases away.
     """
 
     target: str
@@ -64,6 +71,8 @@ class WorkerConfig:
     results_url: str | None = None
     tmp_root: Path | None = None
     report_interval: float = 0.25
+    transport: str = "session"
+    session_grace: float = DEFAULT_SESSION_GRACE_S
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -80,6 +89,10 @@ class WorkerConfig:
             raise ValueError("grace_period, claim_wait and report_interval must not be negative")
         if self.claim_wait > 60:
             raise ValueError("claim_wait is at most 60 seconds")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be {' or '.join(TRANSPORTS)}, not {self.transport!r}")
+        if not self.session_grace >= 0:  # nan too
+            raise ValueError("session_grace must not be negative")
         if self.results_url is not None:
             check_base_url(self.results_url)
             if self.results_dir is None:

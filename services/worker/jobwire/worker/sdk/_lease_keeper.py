@@ -57,6 +57,22 @@ class LeaseKeeper:
     def remove(self, job_no: str, token: str) -> None:
         self._held.pop((job_no, token), None)
 
+    def told(self, job_no: str, state: worker_pb2.LeaseState.State.ValueType) -> None:
+        """The server pushed a lease's state (CANCEL_REQUESTED, LOST, TIMED_OUT): acted on as a heartbeat's answer.
+
+        A push names the job only: when this worker holds two tenants' jobs of that number,
+        the next heartbeat, which asks for each lease, tells them apart.
+        """
+        stop = _STATE_STOPS.get(state)
+        held = [h for (no, _), h in self._held.items() if no == job_no]
+        if stop is not None and len(held) == 1:
+            held[0].on_stop(stop)
+
+    def lose_all(self) -> None:
+        """Take every lease held as lost (the session's grace ran out): each handler stops at its next check."""
+        for held in list(self._held.values()):
+            held.on_stop(StopReason.LOST)
+
     @property
     def held(self) -> int:
         return len(self._held)

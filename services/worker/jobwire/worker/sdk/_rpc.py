@@ -25,6 +25,16 @@ log = logging.getLogger("jobwire.worker")
 T = TypeVar("T")
 TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
 CALL_TIMEOUT_S = 10.0
+# The worker's channel pings its server every 5 s and gives up on it 5 s after an unanswered
+# ping, whether calls are in flight or not: a dead server or machine (no RST, no FIN) is
+# noticed within 10 s, its session breaks and the grace starts (jobwire.worker.sdk._session).
+# Other clients ping every 30 s (jobwire.client.channel); the servers accept pings every 4 s
+# (jobwire.rpc.server), or they would answer GOAWAY too_many_pings.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
 
 
 class WorkerStub(Protocol):

@@ -18,16 +18,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import grpc
 
-from jobwire.client import Backoff, Pauses, aio_channel
-from jobwire.codec import stages_to_proto
+from jobwire.client import aio_channel
 from jobwire.observe import logs
 from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.sdk._attempt import StopReason
+from jobwire.worker.sdk._claims import Claims
 from jobwire.worker.sdk._config import WorkerConfig
 from jobwire.worker.sdk._context import JobContext
 from jobwire.worker.sdk._deps import RunnerDeps
@@ -35,8 +34,9 @@ from jobwire.worker.sdk._handlers import Handlers, SyncHandler
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
 from jobwire.worker.sdk._reporter import ReportSender
 from jobwire.worker.sdk._result import ResultStore
-from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerRefused, WorkerStub, call_retrying, describe, refusal
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, CHANNEL_OPTIONS, WorkerRefused, WorkerStub, call_retrying
 from jobwire.worker.sdk._runner import JobRunner
+from jobwire.worker.sdk._session import SessionStub
 from jobwire.worker.sdk._stage_check import check_stages
 
 log = logging.getLogger("jobwire.worker")
@@ -59,7 +59,8 @@ class Worker:
     Args:
         config: Connection, queues, concurrency and timing.
         handlers: The job types this worker runs.
-        stub: A WorkerService stub to use instead of opening a channel (tests).
+        stub: The WorkerStub to use instead of opening a channel (tests): a unary stub or
+            fake, used as it is, or a SessionStub over one.
 
     Raises:
         UndeclaredStage: A handler's source enters a stage its plan does not have (a
@@ -81,7 +82,7 @@ class Worker:
         self._deadline = float("inf")
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
-        self._slot = asyncio.Event()
+        self._claims: Claims | None = None
         self._claims_stopped = asyncio.Event()
         self._busy_threads = 0
         self._busy_lock = threading.Lock()
@@ -114,7 +115,8 @@ class Worker:
             if running.runner is not None:
                 running.runner.request_stop(StopReason.SHUTDOWN)
         self._stop.set()
-        self._slot.set()
+        if self._claims is not None:
+            self._claims.wake()
 
     async def run(self) -> int:
         """Claim and run jobs until `shutdown()`; returns 0 if every job ended cleanly, else 1.
@@ -127,9 +129,10 @@ class Worker:
         channel = None
         stub = self._stub
         if stub is None:
-            channel = aio_channel(self.config.channel_config())
-            stub = worker_pb2_grpc.WorkerServiceStub(channel)
-        assert stub is not None
+            channel = aio_channel(self.config.channel_config(), CHANNEL_OPTIONS)
+            unary = worker_pb2_grpc.WorkerServiceStub(channel)
+            stub = SessionStub(unary, grace=self.config.session_grace) if self.config.transport == "session" else unary
+        session = stub if isinstance(stub, SessionStub) else None
         # Made before the first claim: a folder missing here failed every job it leased
         # (found by the soak), each lease then left to expire.
         for folder in (self.config.tmp_root, self.config.results_dir):
@@ -139,17 +142,27 @@ class Worker:
         keeper = LeaseKeeper(stub, worker_id=self.config.worker_id, default_interval=self.config.heartbeat_interval)
         reports = ReportSender(stub, interval=self.config.report_interval)
         deps = self._deps(stub, keeper, reports, pool)
+        claims = Claims(
+            self.config, self.handlers, stub, session,
+            free=lambda: self.config.concurrency - len(self._running),
+            start=functools.partial(self._start, stub, deps),
+            stop=self._stop,
+        )  # fmt: skip
+        self._claims = claims
         logs.bind(worker_id=self.config.worker_id)  # every task made from here on logs it
-        self._announce()
+        self._announce(session)
+        upkeep = [asyncio.create_task(session.run(_Pushes(claims, keeper), channel), name="session")] if session else []
+        for upkept in upkeep:
+            upkept.add_done_callback(_session_ended)
         keeper_task = asyncio.create_task(keeper.run(), name="lease keeper")
         reports_task = asyncio.create_task(reports.run(), name="reports")
-        claim_task = asyncio.create_task(self._claim_loop(stub, deps), name="claim loop")
+        claim_task = asyncio.create_task(self._claim_loop(claims), name="claim loop")
         try:
             await self._stop.wait()
             abandoned = await self._drain(claim_task)
         finally:
             # Normally all done by now; if run() itself was cancelled, take everything down.
-            tasks = [claim_task, keeper_task, reports_task, *(r.task for r in self._running.values())]
+            tasks = [claim_task, keeper_task, reports_task, *(r.task for r in self._running.values()), *upkeep]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -161,7 +174,9 @@ class Worker:
         log.info("worker %s stopped", self.config.worker_id)
         return 1 if abandoned else 0
 
-    def _announce(self) -> None:
+    def _announce(self, session: SessionStub | None) -> None:
+        if session is None:
+            log.info("worker transport: unary calls (as configured)")
         log.info(
             "worker %s: target %s, queues %s, job types %s, concurrency %d",
             self.config.worker_id,
@@ -200,57 +215,16 @@ class Worker:
             claims_stopped=self._claims_stopped,
         )
 
-    async def _claim_loop(self, stub: WorkerStub, deps: RunnerDeps) -> None:
+    async def _claim_loop(self, claims: Claims) -> None:
         try:
-            await self._claim_until_stopped(stub, deps)
+            await claims.run()
         finally:
             self._claims_stopped.set()
-
-    async def _claim_until_stopped(self, stub: WorkerStub, deps: RunnerDeps) -> None:
-        backoff = Pauses(Backoff(initial=0.5, maximum=10.0, jitter=0.5))
-        claimed = False  # once the token was let in, a later refusal (an auth file reloaded) backs off
-        while not self._stopping:
-            free = self.config.concurrency - len(self._running)
-            if free <= 0:
-                self._slot.clear()
-                await self._slot.wait()
-                continue
-            try:
-                reply = await stub.Claim(self._claim_request(free), timeout=self.config.claim_wait + CALL_TIMEOUT_S)
-            except grpc.RpcError as exc:
-                refused = (
-                    None if claimed else refusal(exc, has_token=bool(self.config.token), queues=self.config.queues)
-                )
-                if refused is not None:
-                    # Nothing this worker does can succeed: stop, so the process exits and
-                    # says why (a pod crash-loops with a reason instead of running idle).
-                    self._refused = refused
-                    self.shutdown(immediate=True)
-                    return
-                delay = backoff.next()
-                log.warning("claim failed (%s); retrying in %.1fs", describe(exc), delay)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), delay)
-                continue
-            backoff.reset()
-            claimed = True
-            for lease in reply.leases:
-                self._start(stub, deps, lease)
-
-    def _claim_request(self, free: int) -> worker_pb2.ClaimRequest:
-        request = worker_pb2.ClaimRequest(
-            worker_id=self.config.worker_id,
-            queues=list(self.config.queues),
-            job_types=[
-                worker_pb2.JobTypeSpec(name=spec.job_type, stages=stages_to_proto(spec.stages))
-                for spec in self.handlers
-            ],
-            max_jobs=free,
-        )
-        request.wait.FromTimedelta(timedelta(seconds=self.config.claim_wait))
-        if self.config.lease_duration is not None:
-            request.lease_duration.FromTimedelta(timedelta(seconds=self.config.lease_duration))
-        return request
+        if claims.refused is not None:
+            # Nothing this worker does can succeed: stop, so the process exits and says why
+            # (a pod crash-loops with a reason instead of running idle).
+            self._refused = claims.refused
+            self.shutdown(immediate=True)
 
     def _start(self, stub: WorkerStub, deps: RunnerDeps, lease: worker_pb2.Lease) -> None:
         log.info(
@@ -276,7 +250,8 @@ class Worker:
 
     def _finished(self, tenant: str, job_no: str, task: asyncio.Task[object]) -> None:
         self._running.pop((tenant, job_no), None)
-        self._slot.set()
+        if self._claims is not None:
+            self._claims.wake()
         if not task.cancelled() and task.exception() is not None:
             # A bug in the runtime itself: say so loudly; the lease expires and the policy decides.
             log.error("job %s: the worker runtime failed", job_no, exc_info=task.exception())
@@ -322,3 +297,34 @@ class Worker:
         if left:
             await asyncio.wait([r.task for r in left], timeout=5.0)
         return bool(left) or self._busy_threads > 0
+
+
+def _session_ended(task: asyncio.Task[None]) -> None:
+    # It ends by itself only once the server turned out to have no Session, or by a bug: say so
+    # loudly, as every call made after it would wait out its timeout.
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the worker's session failed; no call can be made", exc_info=task.exception())
+
+
+@dataclass(frozen=True)
+class _Pushes:
+    """What the session hears, to whom it concerns: leases to the claims, a lease's news to the keeper."""
+
+    claims: Claims
+    keeper: LeaseKeeper
+
+    def leased(self, reply: worker_pb2.ClaimResponse) -> None:
+        self.claims.leased(reply)
+
+    def cancel_requested(self, state: worker_pb2.LeaseState) -> None:
+        self.keeper.told(state.job_no, worker_pb2.LeaseState.CANCEL_REQUESTED)
+
+    def lease_lost(self, state: worker_pb2.LeaseState) -> None:
+        timed_out = state.state == worker_pb2.LeaseState.TIMED_OUT
+        self.keeper.told(state.job_no, worker_pb2.LeaseState.TIMED_OUT if timed_out else worker_pb2.LeaseState.LOST)
+
+    def opened(self) -> None:
+        self.claims.wake()
+
+    def gone(self) -> None:
+        self.keeper.lose_all()

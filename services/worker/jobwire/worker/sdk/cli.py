@@ -5,12 +5,14 @@
 
 Every setting with an environment variable falls back to it (``--help`` lists them):
 JOBWIRE_TARGET, JOBWIRE_TOKEN (the token itself) or JOBWIRE_TOKEN_FILE, JOBWIRE_RESULTS_DIR,
-JOBWIRE_RESULTS_URL, JOBWIRE_LOG_LEVEL, JOBWIRE_LOG_FORMAT (text or json); OTEL_* turn
-tracing on. By default the server keeps each result (inline when small, uploaded
-otherwise) and clients fetch it with GetResult (`jobctl result`). To publish results
-yourself, set --results-dir and --results-url (the URL under which that folder is
-published); --results-dir alone gives file:// URIs of this machine, which only suit a
-single-machine setup. SIGTERM or SIGINT stops claiming and gives running jobs the grace
+JOBWIRE_RESULTS_URL, JOBWIRE_WORKER_TRANSPORT, JOBWIRE_SESSION_GRACE_SECONDS,
+JOBWIRE_LOG_LEVEL, JOBWIRE_LOG_FORMAT (text or json); OTEL_* turn tracing on. The worker
+sends its calls on one WorkerService.Session stream (unary calls against a server without
+one, or with --transport unary) and logs which it uses once. By default the server keeps
+each result (inline when small, uploaded otherwise) and clients fetch it with GetResult
+(`jobctl result`). To publish results yourself, set --results-dir and --results-url (the
+URL under which that folder is published); --results-dir alone gives file:// URIs of this
+machine, which only suit a single-machine setup. SIGTERM or SIGINT stops claiming and gives running jobs the grace
 period to reach a safe point; a second signal ends the grace period.
 
 Exit status:
@@ -39,7 +41,7 @@ from pathlib import Path
 from jobwire.domain.errors import JobwireError
 from jobwire.observe import logs, tracing
 from jobwire.observe.version import add_version_flag
-from jobwire.worker.sdk._config import WorkerConfig, default_worker_id
+from jobwire.worker.sdk._config import DEFAULT_SESSION_GRACE_S, TRANSPORTS, WorkerConfig, default_worker_id
 from jobwire.worker.sdk._handlers import Handlers
 from jobwire.worker.sdk._rpc import WorkerRefused
 from jobwire.worker.sdk._worker import Worker
@@ -55,6 +57,8 @@ environment (a flag given wins):
   JOBWIRE_TOKEN_FILE    --token-file
   JOBWIRE_RESULTS_DIR   --results-dir
   JOBWIRE_RESULTS_URL   --results-url
+  JOBWIRE_WORKER_TRANSPORT  --transport
+  JOBWIRE_SESSION_GRACE_SECONDS  --session-grace-seconds
   JOBWIRE_LOG_LEVEL     --log-level
   JOBWIRE_LOG_FORMAT    --log-format
   OTEL_*                OpenTelemetry tracing, e.g. OTEL_EXPORTER_OTLP_ENDPOINT (off when unset)
@@ -115,6 +119,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         " this machine's disk, fit only for a single-machine setup",
     )
     p.add_argument("--tmp-dir", type=Path, default=None, help="where per-attempt temporary folders go")
+    p.add_argument(
+        "--transport",
+        default=env("JOBWIRE_WORKER_TRANSPORT", "session"),
+        choices=TRANSPORTS,
+        help="session: every call on one WorkerService.Session stream (unary calls when the server has"
+        " none); unary: one RPC per call (env JOBWIRE_WORKER_TRANSPORT; default session)",
+    )
+    p.add_argument(
+        "--session-grace-seconds",
+        type=float,
+        default=env("JOBWIRE_SESSION_GRACE_SECONDS", str(DEFAULT_SESSION_GRACE_S)),  # a string: argparse converts it
+        metavar="S",
+        help="a session broken longer than this: every lease held is taken as lost and its handler stopped"
+        f" at its next check; the server's setting of that name (env JOBWIRE_SESSION_GRACE_SECONDS;"
+        f" default {DEFAULT_SESSION_GRACE_S:g})",
+    )
     p.add_argument("--tls", action="store_true", help="use TLS with the system's roots")
     p.add_argument("--tls-ca", type=Path, default=None, help="CA bundle to trust (turns TLS on)")
     p.add_argument("--tls-cert", type=Path, default=None, help="client certificate for mutual TLS")
@@ -160,6 +180,8 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         results_dir=args.results_dir,
         results_url=args.results_url,
         tmp_root=args.tmp_dir,
+        transport=args.transport,
+        session_grace=args.session_grace_seconds,
     )
 
 

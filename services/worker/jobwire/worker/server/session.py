@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 # and never reads is held too, refused frames included.
 MAX_IN_FLIGHT = 64
 SERVICE = "jobwire.v1.WorkerService"
-CALLS = ", ".join(f.name for f in worker_pb2.WorkerFrame.DESCRIPTOR.oneofs_by_name["call"].fields)
 
 
 @dataclass(frozen=True)
@@ -168,8 +167,11 @@ class WorkerSession:
 
     def _take(self, frame: worker_pb2.WorkerFrame) -> None:
         kind, call_id = frame.WhichOneof("call"), frame.call_id
-        if kind is None:
-            self._refuse(call_id, InvalidArgument("call", f"a frame carries one call: {CALLS}"))
+        route = self._routes.get(kind) if kind is not None else None
+        if kind is None or route is None:
+            # No call, or one this server does not route (a newer worker's): refused alike, and
+            # the session goes on, as a server built before that call was added refuses it.
+            self._refuse(call_id, InvalidArgument("call", f"a frame carries one call: {', '.join(self._routes)}"))
         elif call_id in self._in_flight:
             self._refuse(
                 call_id, InvalidArgument("call_id", f"{call_id} is a call still in flight: number each call anew")
@@ -177,7 +179,7 @@ class WorkerSession:
         else:
             call = FrameContext(self._stream)
             self._unwritten.add(call)
-            task = asyncio.create_task(self._answer(call_id, self._routes[kind], getattr(frame, kind), call))
+            task = asyncio.create_task(self._answer(call_id, route, getattr(frame, kind), call))
             self._in_flight[call_id] = task
 
     def _refuse(self, call_id: int, error: JobwireError) -> None:

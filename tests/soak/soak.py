@@ -1,7 +1,7 @@
 """A soak with a nemesis: the whole system under faults, then a checker that counts every broken promise.
 
     .venv/bin/python tests/soak/soak.py                   # make soak: 4 minutes of faults
-    .venv/bin/python tests/soak/soak.py --seconds 32 --fault-every 5.5  # what `make test` runs (test_soak.py)
+    .venv/bin/python tests/soak/soak.py --seconds 40      # what `make test` runs (tests/soak/test_soak.py)
 
 On one fresh MariaDB database: jobapi and the worker service, two serving processes each
 (a family apiece), three `jobwire-worker` processes running the examples, a submitter

@@ -26,13 +26,21 @@ from jobwire.rpc.metrics import Metrics, MetricsEndpoint
 
 log = logging.getLogger(__name__)
 
-# Keepalive agrees with jobwire.client.channel: clients ping every 30 s, so the server must
-# permit pings that often, or it answers GOAWAY "too_many_pings" and long watches drop.
+# Keepalive (docs/deployment.md, "Keepalive"). The server pings a connection quiet for 10 s
+# and closes it when the ping is not answered within 10 s: a peer gone without a FIN or an
+# RST (its host died, the network parted) is noticed within about 20 s, and a worker's
+# Session then ends, which hands its leases to the disconnect grace
+# (jobwire.worker.server.disconnects) rather than to the lease's end and the stall grace.
+# Pings go on while no data flows (max_pings_without_data 0): an idle connection is probed
+# too. Clients may ping as often as every 2 s (a worker that wants to notice a dead server as
+# fast); more often is a strike, and 5 strikes end the connection with GOAWAY
+# "too_many_pings" (jobwire.client.channel pings every 30 s).
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.keepalive_time_ms", 60_000),
-    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", 2_000),
     ("grpc.http2.max_ping_strikes", 5),
     ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),

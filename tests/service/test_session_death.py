@@ -15,6 +15,7 @@ from service_support import LEASE_LOST, complete_request, events, get, rpc_error
 from session_support import Session, claim_request, ref
 
 from jobwire.v1 import job_pb2, worker_pb2
+from jobwire.worker.server import session as session_module
 
 GRACE_S = 1.0
 
@@ -114,3 +115,18 @@ async def test_a_server_that_stops_marks_nothing(serve) -> None:  # type: ignore
     assert "WORKER_DISCONNECTED" not in [e.kind for e in await events(staying, lease.job_no)]
     beat = worker_pb2.HeartbeatRequest(worker_id="w1", leases=[worker_pb2.LeaseRef(**ref(lease))])
     assert (await staying.workers.Heartbeat(beat)).leases[0].state == worker_pb2.LeaseState.OK
+
+
+async def test_a_session_that_ended_in_silence_leaves_its_leases_to_their_end(serve, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The keepalive closes a stopped worker's connection as a dead host's: a session that
+    heard nothing for the keepalive's span is no evidence of death (here: any span will do)."""
+    monkeypatch.setattr(session_module, "KEEPALIVE_SILENCE_S", 0.0)
+    served = await serve(session_grace_seconds=GRACE_S)
+    session = Session(served)
+    lease = await claimed(served, session, "paused", retry_policy=retry())
+    session.call.cancel()
+    await eventually(disconnected(served, "silent"), what="the silent session's lease left to its end")
+    assert served.runtime.host.metrics.disconnected_leases("marked") == 0
+    assert "WORKER_DISCONNECTED" not in [e.kind for e in await events(served, lease.job_no)]
+    beat = worker_pb2.HeartbeatRequest(worker_id="w1", leases=[worker_pb2.LeaseRef(**ref(lease))])
+    assert (await served.workers.Heartbeat(beat)).leases[0].state == worker_pb2.LeaseState.OK  # resumed, kept

@@ -14,11 +14,13 @@ held. So, from the process that saw it end:
    for those leases alone, with no stall grace: RETRY requeues (a new epoch, the old token
    refused), INSPECT is marked stalled, a pending cancel ends CANCELLED.
 
-A worker stopped without its session ending (SIGSTOP, a hung process, a partition the
-keepalive has not yet noticed) loses its lease at the lease's end and the stall grace, as
-before. A server that stops marks nothing: its sessions end, their workers do not. Should
-this process die between 1 and 2, the chore leader's reaper handles the leases as any
-expired ones, from their shortened end.
+Silence is no such evidence. A worker stopped (SIGSTOP, a debugger) or hung answers no
+keepalive ping, and the server closes its connection 20 s after its last word (as it does
+a vanished host's): a session that heard nothing from its worker for that long when it
+ended is left out, and its leases expire at their end and the stall grace, as before, so a
+stopped worker that resumes in time keeps them. A server that stops marks nothing: its
+sessions end, their workers do not. Should this process die between 1 and 2, the chore
+leader's reaper handles the leases as any expired ones, from their shortened end.
 """
 
 from __future__ import annotations

@@ -189,6 +189,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def Session(  # type: ignore[override]
         self, frames: AsyncIterator[worker_pb2.WorkerFrame], context: grpc.aio.ServicerContext
     ) -> None:
+        await self.pushes.ready()
         await WorkerSession(self.routes, context, self.metrics, self.pushes).serve(decoded(frames))
 
     async def Claim(

@@ -21,6 +21,7 @@ holds when it ends is taken for a dead worker's (jobwire.worker.server.disconnec
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from jobwire.rpc import auth
 from jobwire.rpc.errors import status_proto
 from jobwire.rpc.handlers import answered, written
 from jobwire.rpc.metrics import Metrics
+from jobwire.rpc.server import KEEPALIVE_SILENCE_S
 from jobwire.v1 import worker_pb2
 
 if TYPE_CHECKING:
@@ -146,11 +148,12 @@ class WorkerSession:
         self._replies: asyncio.Queue[Outgoing | None] = asyncio.Queue()  # None: nothing more will come
         self._reading = True
         self._refusal: Exception | None = None  # what ended the reading, when not the worker's half-close
+        self._heard_at = time.monotonic()  # when the last frame was read
+        self._said: str | None = None  # a frame that did not parse ended it
 
     async def serve(self, frames: AsyncIterator[worker_pb2.WorkerFrame]) -> None:
         """Answer every frame until the worker half-closes and all are answered, or the stream ends."""
         reader = asyncio.create_task(self._read(frames))
-        why = "the stream was cancelled or broke"
         try:
             while (out := await self._replies.get()) is not None:
                 await written(self._stream, out.frame)
@@ -158,7 +161,6 @@ class WorkerSession:
                     self._room.release()
                 if out.call is not None:
                     self._done(out.call, delivered=True)
-            why = "the worker half-closed it" if self._refusal is None else "a frame did not parse, or the stream broke"
             if self._refusal is not None:
                 raise self._refusal
         finally:
@@ -170,7 +172,16 @@ class WorkerSession:
             await asyncio.gather(reader, *calls, *([standing] if standing else []), return_exceptions=True)
             for call in list(self._unwritten):
                 self._done(call, delivered=False)
-            self._push.close(why)
+            self._push.close(self._why_ended())
+
+    def _why_ended(self) -> str | None:
+        """How the session ended, for the evidence; None when it may have been the keepalive's
+        doing (nothing heard for its span): a silent worker may be stopped, not dead."""
+        if self._said is not None:
+            return self._said
+        if time.monotonic() - self._heard_at >= KEEPALIVE_SILENCE_S:
+            return None
+        return "its stream ended: half-closed, cancelled, or its connection broke"
 
     def push(self, frame: worker_pb2.ServerFrame, done: Callable[[bool], None] | None = None) -> None:
         """Write a frame of the server's own (call_id 0) after those before it; `done(written)`."""
@@ -185,12 +196,15 @@ class WorkerSession:
             while True:
                 await self._room.acquire()  # no room: the next frame stays unread; its answer's write gives it back
                 frame = await anext(frames, None)
-                if frame is None:
+                if frame is None:  # a half-close, or (seen from here alike) a cancel or a dropped connection
                     self._room.release()
                     return
+                self._heard_at = time.monotonic()
                 self._take(frame)
         except Exception as refusal:  # noqa: BLE001 - a frame that did not parse, or the stream broke: the stream's status
             self._refusal = refusal
+            if isinstance(refusal, JobwireError):
+                self._said = "a frame did not parse"
         finally:
             self._reading = False
             self._finish_if_idle()

@@ -78,9 +78,15 @@ class PushHub:
         self.metrics = metrics
         self.decode = decode  # a ClaimRequest checked as Claim checks it
         self.encode = encode  # a lease as a Claim's answer carries it
+        self._tail = tail
         self._by_job: dict[Name, dict[Held, SessionPush]] = {}
         self._checks: dict[Held, asyncio.Task[None]] = {}
         tail.subscribe(self._deliver, listening=self._holding, prompt=self._holding)
+
+    async def ready(self) -> None:
+        """Wait until the tail has its start position: a session opened after it hears every
+        change to a lease it learns (one before it is the lease's own past)."""
+        await self._tail.ready()
 
     def open(self, outlet: Outlet, tenant: str) -> SessionPush:
         return SessionPush(self, outlet, tenant)
@@ -93,8 +99,11 @@ class PushHub:
         return self.leasing.store.cache.holder(job_no, token)
 
     def index(self, held: Held, session: SessionPush) -> None:
-        if held.tenant != EVERY_TENANT:  # a lease not placed gets no pushes: its worker's calls tell it
-            self._by_job.setdefault((held.tenant, held.job_no), {})[held] = session
+        if held.tenant == EVERY_TENANT:
+            return  # a lease not placed gets no pushes: its worker's calls tell it
+        if not self._by_job:
+            self._tail.wake()  # its pause began idle (a second): from now on it polls promptly
+        self._by_job.setdefault((held.tenant, held.job_no), {})[held] = session
 
     def unindex(self, held: Held) -> None:
         key = (held.tenant, held.job_no)
@@ -207,10 +216,16 @@ class SessionPush:
             self._push(worker_pb2.ServerFrame(lease_lost=worker_pb2.LeaseState(job_no=held.job_no, state=state)),
                        "lease_lost")  # fmt: skip
 
-    def close(self, why: str) -> None:
-        """The session ended: nothing more is pushed; the leases it holds go to the disconnects."""
+    def close(self, why: str | None) -> None:
+        """The session ended (`why`): nothing more is pushed; the leases it holds are taken for
+        a dead worker's (jobwire.worker.server.disconnects). None: it ended in silence, as the
+        keepalive ends a stopped worker's too: they expire at their end and the stall grace."""
         self._closed = True
-        self._hub.disconnects.ended(self.holdings.clear(), why)
+        left = self.holdings.clear()
+        if why is None:
+            self._hub.metrics.disconnected("silent", len(left))
+        else:
+            self._hub.disconnects.ended(left, why)
 
     def _push(self, frame: worker_pb2.ServerFrame, kind: str, done: Callable[[bool], None] | None = None) -> None:
         if self._closed:

@@ -29,15 +29,14 @@ from service_support import (
     FORGED_TOKEN,
     LONG_WAIT_S,
     artifact,
-    duration,
     events,
     rpc_failure,
-    spec,
     stop_server,
     submit,
     when,
     woken,
 )
+from session_support import SESSION, Session, claim_request, claims_waiting, ref
 
 from jobwire.client.status import error_reason
 from jobwire.db.store import Claim
@@ -45,43 +44,7 @@ from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.server import session as session_module
 from jobwire.worker.server.leasing import Leasing
 
-SESSION = "jobwire.v1.WorkerService/Session"
 INVALID = code_pb2.INVALID_ARGUMENT
-
-
-class Session:
-    """A worker's Session stream, written and read by the test."""
-
-    def __init__(self, served: Served, metadata: tuple[tuple[str, str], ...] = ()) -> None:
-        self.call = served.workers.Session(metadata=metadata)
-
-    async def send(self, call_id: int, **call: Message) -> None:
-        await self.call.write(worker_pb2.WorkerFrame(call_id=call_id, **call))
-
-    async def reply(self) -> worker_pb2.ServerFrame:
-        frame = await asyncio.wait_for(self.call.read(), 30)
-        assert frame is not grpc.aio.EOF, "the session ended"
-        return frame  # type: ignore[no-any-return]
-
-    async def ask(self, call_id: int, **call: Message) -> worker_pb2.ServerFrame:
-        await self.send(call_id, **call)
-        reply = await self.reply()
-        assert reply.call_id == call_id
-        return reply
-
-    async def close(self) -> grpc.StatusCode:
-        """Half-close, read to the end: the stream's status code."""
-        await self.call.done_writing()
-        assert await asyncio.wait_for(self.call.read(), 30) is grpc.aio.EOF
-        return await self.call.code()  # type: ignore[no-any-return]
-
-
-def claim_request(job_type: str, wait: float = 0) -> worker_pb2.ClaimRequest:
-    return worker_pb2.ClaimRequest(worker_id="w1", job_types=[spec(job_type)], wait=duration(wait))
-
-
-def ref(lease: worker_pb2.Lease, token: str | None = None) -> dict[str, str]:
-    return {"job_no": lease.job_no, "worker_token": token or lease.worker_token}
 
 
 # -- the table: every call kind, unary and through a session --------------------------------------
@@ -278,8 +241,8 @@ def _code(outcome: Message | status_pb2.Status) -> int:
 
 @pytest.mark.both_databases  # the same answers whatever the store: each call's refusals come from it
 async def test_every_call_answers_through_a_session_as_its_unary_rpc(served, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    calls = {f.name for f in worker_pb2.WorkerFrame.DESCRIPTOR.oneofs_by_name["call"].fields}
-    assert {c.kind for c in CASES} == calls - {"standing_claim"}  # the one call with no unary RPC
+    unary = {f.name for f in worker_pb2.WorkerFrame.DESCRIPTOR.oneofs_by_name["call"].fields} - {"standing_claim"}
+    assert {c.kind for c in CASES} == unary  # a standing claim has no unary call: test_session_push.py
     metrics, session, problems = served.runtime.host.metrics, Session(served), []
     for call_id, case in enumerate(CASES, start=1):
         with monkeypatch.context() as patched:
@@ -308,13 +271,6 @@ async def test_every_call_answers_through_a_session_as_its_unary_rpc(served, mon
 
 
 # -- around the table ---------------------------------------------------------------------------
-
-
-async def claims_waiting(served: Served, n: int = 1) -> None:
-    async def probe() -> bool:
-        return served.runtime.host.metrics.claims_waiting() >= n
-
-    await eventually(probe, what=f"{n} claim(s) waiting for work")
 
 
 async def test_replies_come_as_calls_finish_matched_by_call_id(served) -> None:  # type: ignore[no-untyped-def]

@@ -106,7 +106,7 @@ async def test_a_reply_cancelled_on_its_way_hands_its_leases_back(cancelled: boo
 
     store = SlowStore()
     leasing, commits = _leasing(store)
-    WorkerServicer(leasing, Settings(), None, None, Metrics())._check_delivered(_Ended(cancelled), "t", [LEASE])  # type: ignore[arg-type]
+    WorkerServicer(leasing, Settings(), None, None, Metrics(), None)._check_delivered(_Ended(cancelled), "t", [LEASE])  # type: ignore[arg-type]
     # A release of our own, started after the check: once it and every batch in flight are
     # done, a hand-back the check started (before it) has reached the store too.
     marker = Release(tenant="t", job_no="PT-20261129-999", token="1.marker", note="marker")

@@ -53,10 +53,12 @@ def _polls_reach(tail: EventTail, count: int) -> Callable[[], Awaitable[bool]]:
 
 
 @contextlib.asynccontextmanager
-async def _tailing(reader: CountingReader, listening: Callable[[], bool]) -> AsyncIterator[tuple[EventTail, list[int]]]:
+async def _tailing(
+    reader: CountingReader, listening: Callable[[], bool], prompt: Callable[[], bool] = lambda: False
+) -> AsyncIterator[tuple[EventTail, list[int]]]:
     tail = EventTail(reader, poll_seconds=0.02)  # type: ignore[arg-type]
     delivered: list[int] = []
-    tail.subscribe(lambda rows, seq: delivered.append(len(rows)), listening=listening)
+    tail.subscribe(lambda rows, seq: delivered.append(len(rows)), listening=listening, prompt=prompt)
     task = asyncio.create_task(tail.run())
     try:
         yield tail, delivered
@@ -84,6 +86,17 @@ async def test_a_listener_with_no_news_is_polled_for_at_the_backoff_ceiling() ->
         await eventually(_polls_reach(tail, 6), what="six empty polls")
         quiet = await _polls_in(tail, 1.0)
         assert quiet <= 1.0 / BUSY_BACKOFF_S + 1, quiet
+
+
+async def test_a_subscriber_that_wants_news_within_a_poll_gets_no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker Session holding a lease waits for its cancel: polls follow at the poll interval
+    though none brings a row (a backoff, even doubling from 20 ms, would never reach 25 polls)."""
+    monkeypatch.setattr(tail_module, "BUSY_BACKOFF_S", 3600.0)
+    monkeypatch.setattr(tail_module, "IDLE_POLL_S", 3600.0)
+    reader = CountingReader()
+    async with _tailing(reader, lambda: True, prompt=lambda: True) as (tail, delivered):
+        await eventually(_polls_reach(tail, 25), what="25 empty polls in a row")
+        assert delivered == []
 
 
 async def test_with_nobody_listening_it_polls_once_a_second() -> None:

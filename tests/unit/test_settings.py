@@ -27,6 +27,8 @@ def test_defaults_and_environment() -> None:
     assert Settings.from_env({}).max_schedules_per_tenant == 1000
     assert Settings.from_env({"JOBWIRE_MAX_SCHEDULES_PER_TENANT": "50"}).max_schedules_per_tenant == 50
     assert Settings.from_env({}).chore_lease_seconds == 15.0
+    assert Settings.from_env({}).session_grace_seconds == 3.0
+    assert Settings.from_env({"JOBWIRE_SESSION_GRACE_SECONDS": "0.5"}).session_grace_seconds == 0.5
     assert Settings.from_env({"JOBWIRE_CHORE_LEASE_SECONDS": "2.5"}).chore_lease_seconds == 2.5
 
 
@@ -46,6 +48,9 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_STREAM_IDLE_SECONDS": "nan"}, "JOBWIRE_STREAM_IDLE_SECONDS"),
         ({"JOBWIRE_MAX_RESULT_BYTES": "0"}, "JOBWIRE_MAX_RESULT_BYTES"),
         ({"JOBWIRE_REAPER_INTERVAL_SECONDS": "-1"}, "JOBWIRE_REAPER_INTERVAL_SECONDS"),
+        ({"JOBWIRE_SESSION_GRACE_SECONDS": "-1"}, "JOBWIRE_SESSION_GRACE_SECONDS"),
+        ({"JOBWIRE_SESSION_GRACE_SECONDS": "nan"}, "JOBWIRE_SESSION_GRACE_SECONDS"),
+        ({"JOBWIRE_SESSION_GRACE_SECONDS": "7200"}, "JOBWIRE_SESSION_GRACE_SECONDS"),
         ({"JOBWIRE_CHORE_LEASE_SECONDS": "0"}, "JOBWIRE_CHORE_LEASE_SECONDS"),
         ({"JOBWIRE_CHORE_LEASE_SECONDS": "nan"}, "JOBWIRE_CHORE_LEASE_SECONDS"),
         ({"JOBWIRE_RESULT_SCHEMES": "HTTPS"}, "JOBWIRE_RESULT_SCHEMES"),

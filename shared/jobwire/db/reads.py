@@ -29,6 +29,7 @@ from jobwire.domain.census import Census, JobCount
 from jobwire.domain.commands import EVERY_TENANT, JobFilter, Scope
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import JobEvent
+from jobwire.domain.lease import LeaseState
 from jobwire.domain.states import LEASED, Status
 
 Row = dict[str, Any]
@@ -358,6 +359,22 @@ def lease_held(conn: Connection, tenant: str, job_no: str, token: str) -> bool:
         where.append(job.c.tenant == tenant)
     found = conn.execute(sa.select(job.c.status).where(*where)).first()
     return found is not None and Status(found.status) in LEASED
+
+
+def lease_state(conn: Connection, tenant: str, job_no: str, token: str) -> LeaseState:
+    """What a heartbeat naming `token` would be told of the lease, renewing nothing: held (OK,
+    CANCEL_REQUESTED), revoked for time (TIMED_OUT), or else LOST; a shared fleet's (tenant "*"):
+    of the tenant whose job of that number it is or was a lease of."""
+    where = [job.c.job_no == job_no]
+    if tenant != EVERY_TENANT:
+        where.append(job.c.tenant == tenant)
+    columns = (job.c.status, job.c.worker_token, job.c.ended_token, job.c.ended_kind)
+    for status, held, ended, ended_kind in conn.execute(sa.select(*columns).where(*where)):
+        if held == token and Status(status) in LEASED:
+            return LeaseState.CANCEL_REQUESTED if status == Status.CANCEL_REQUESTED.value else LeaseState.OK
+        if ended == token and ended_kind == LeaseState.TIMED_OUT.value:
+            return LeaseState.TIMED_OUT
+    return LeaseState.LOST
 
 
 def stored_keys(conn: Connection, keys: Sequence[str]) -> set[str]:

@@ -9,6 +9,10 @@ Two steps, each one short transaction for up to BATCH jobs (milliseconds of lock
    (nobody is executing it); RETRY requeues while attempts remain, else FAILED with category
    WORKER_LOST; INSPECT leaves the job RUNNING and stalled for an operator.
 
+A worker's Session that ended while holding a lease (jobwire.db.disconnects) has the same
+two steps run on that lease alone (`token`), at once and with no grace: its worker is
+known gone.
+
 Only the store's clock decides (jobwire.db.clock): each row is read with its time. Every write is guarded by id,
 version, status, token and epoch, and by the lease expiry (a heartbeat renews a lease
 without a new version); rows are read FOR UPDATE SKIP LOCKED on MySQL. So reapers in many
@@ -126,8 +130,10 @@ def overdue(conn: Connection, cutoff: datetime, limit: int) -> list[tuple[str, s
     return [(r.tenant, r.job_no) for r in conn.execute(query)]
 
 
-def leased(row: Row | None) -> bool:
-    return row is not None and row["status"] in _LEASED and row["worker_token"] is not None
+def leased(row: Row | None, token: str | None = None) -> bool:
+    """Whether `row` is a job under lease: any lease, or (`token`) that one."""
+    held = row is not None and row["status"] in _LEASED and row["worker_token"] is not None
+    return held and (token is None or row["worker_token"] == token)  # type: ignore[index]
 
 
 class SweepOp(JobOp[str | None]):
@@ -148,9 +154,10 @@ class MarkStalled(SweepOp):
     job_no: str
     by: str
     lock: str = Lock.SKIP_LOCKED
+    token: str | None = None  # only the lease of this token (a disconnected session's), not whichever is held
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if not leased(row) or row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
+        if not leased(row, self.token) or row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
             return None
         assert row is not None
         clock = row["db_now"]
@@ -172,9 +179,10 @@ class ApplyPolicy(SweepOp):
     grace: timedelta
     by: str
     lock: str = Lock.SKIP_LOCKED
+    token: str | None = None  # as MarkStalled's
 
     def decide(self, row: Row | None, now: datetime) -> Change | None:
-        if not leased(row) or not row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
+        if not leased(row, self.token) or not row["stalled"] or row["lease_expires_at"] is None:  # type: ignore[index]
             return None
         assert row is not None
         cutoff = row["db_now"] - self.grace

@@ -282,6 +282,10 @@ class JobStore:
     def lease_held(self, tenant: str, job_no: str, token: str) -> bool:
         return self.db.read(lambda c: reads.lease_held(c, tenant, job_no, token))
 
+    def lease_state(self, tenant: str, job_no: str, token: str) -> LeaseState:
+        """Where the lease of `token` stands, as a heartbeat would be told, renewing nothing."""
+        return self.db.read(lambda c: reads.lease_state(c, tenant, job_no, token))
+
     def stored_keys(self, keys: Sequence[str]) -> set[str]:
         return self.db.read(lambda c: reads.stored_keys(c, keys))
 

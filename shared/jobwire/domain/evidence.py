@@ -32,6 +32,8 @@ class EventKind(StrEnum):
     REQUEUED = "REQUEUED"  # an operator's Requeue of a stalled job
     LEASE_REVIVED = "LEASE_REVIVED"  # a stalled lease's holder spoke again
     LEASE_EXPIRED = "LEASE_EXPIRED"  # the reaper marked the lease stalled
+    # the holder's Session ended: the lease ends within JOBWIRE_SESSION_GRACE_SECONDS unless named again
+    WORKER_DISCONNECTED = "WORKER_DISCONNECTED"
     LEASE_REVOKED_REQUEUED = "LEASE_REVOKED_REQUEUED"  # RETRY with attempts left
     LEASE_REVOKED_FAILED = "LEASE_REVOKED_FAILED"  # RETRY with no attempts left: FAILED WORKER_LOST
     LEASE_REVOKED_CANCELLED = "LEASE_REVOKED_CANCELLED"  # a cancel was pending: CANCELLED

@@ -89,6 +89,17 @@ class Metrics:
             "1 while this process runs the chores named for all replicas (housekeeping, schedules), else 0.",
             ["chores"], multiprocess_mode="livesum", registry=self.registry,
         )  # fmt: skip
+        self._pushes = Counter(
+            "jobwire_session_pushes",
+            "Frames a worker's Session was sent unasked, by kind: leased, cancel_requested, lease_lost.",
+            ["push"], registry=self.registry,
+        )  # fmt: skip
+        self._disconnected = Counter(
+            "jobwire_session_leases_disconnected",
+            "Leases of Sessions that ended holding them, by step: marked (their end brought near), expired "
+            "(handled as expired at the grace's end), untouched (named again in time, or taken care of elsewhere).",
+            ["step"], registry=self.registry,
+        )  # fmt: skip
         # .labels() takes a lock and builds a key on every call: keep the children.
         self._by_call: dict[tuple[str, str], Any] = {}
         self._by_method: dict[str, tuple[Any, Any]] = {}
@@ -132,6 +143,22 @@ class Metrics:
     def claims_waiting(self) -> float:
         """Claims waiting for work now (this process)."""
         return float(self.registry.get_sample_value("jobwire_claims_waiting") or 0.0)
+
+    def pushed(self, push: str) -> None:
+        """A Session was sent a `push` frame of the server's own accord."""
+        self._pushes.labels(push).inc()
+
+    def pushes(self, push: str) -> float:
+        return float(self.registry.get_sample_value("jobwire_session_pushes_total", {"push": push}) or 0.0)
+
+    def disconnected(self, step: str, leases: int) -> None:
+        """`leases` of ended Sessions went through `step` (marked, expired, untouched)."""
+        if leases:
+            self._disconnected.labels(step).inc(leases)
+
+    def disconnected_leases(self, step: str) -> float:
+        found = self.registry.get_sample_value("jobwire_session_leases_disconnected_total", {"step": step})
+        return float(found or 0.0)
 
     def schedule_fired(self, outcome: str) -> None:
         self._firings.labels(outcome).inc()

@@ -26,14 +26,23 @@ from jobwire.rpc.metrics import Metrics, MetricsEndpoint
 
 log = logging.getLogger(__name__)
 
-# Keepalive agrees with the clients': jobwire.client.channel pings every 30 s, a fleet worker
-# every 5 s (jobwire.worker.sdk._rpc, so it notices a dead server in seconds), so the server
-# must permit pings that often, or it answers GOAWAY "too_many_pings" and drops the streams.
+# Keepalive (docs/deployment.md, "Keepalive"). The server pings a connection quiet for 10 s
+# and closes it when the ping is not answered within 10 s: a peer gone without a FIN or an
+# RST (its host died, the network parted, its process is stopped) is noticed within about
+# 20 s of its last word, and its calls end (a worker's Session stops its standing claim).
+# grpc-core waits for a ping's answer grpc.http2.ping_timeout_ms (60 s unless set: it
+# overrides keepalive_timeout_ms, and a stopped peer took 70 s to drop), so both are set.
+# Pings go on while no data flows (max_pings_without_data 0): an idle connection is probed
+# too. Clients may ping as often as every 2 s (a worker that wants to notice a dead server as
+# fast); more often is a strike, and 5 strikes end the connection with GOAWAY
+# "too_many_pings" (jobwire.client.channel pings every 30 s).
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.keepalive_time_ms", 60_000),
-    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.ping_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 4_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", 2_000),
     ("grpc.http2.max_ping_strikes", 5),
     ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
@@ -46,6 +55,11 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.server.max_pending_requests", 20_000),
     ("grpc.server.max_pending_requests_hard_limit", 40_000),
 )
+_KEEPALIVE = dict(SERVER_OPTIONS)
+# A connection the keepalive closed had received nothing for at least this long (the quiet
+# keepalive time, then the unanswered ping's timeout), less a second of the timers' slack:
+# a call that heard its peer more recently was not ended by the keepalive.
+KEEPALIVE_SILENCE_S = (_KEEPALIVE["grpc.keepalive_time_ms"] + _KEEPALIVE["grpc.http2.ping_timeout_ms"]) / 1000 - 1
 HEALTH_INTERVAL_S = 2.0
 
 

@@ -47,6 +47,9 @@ class Settings:
     # schedules one tenant may keep: a round's work grows with them (CreateSchedule past it: RESOURCE_EXHAUSTED)
     max_schedules_per_tenant: int = 1000
     stall_grace_seconds: float | None = None  # default: one lease
+    # a worker's Session that ends while it holds leases: how long they wait for the worker to
+    # name them again before they are handled as expired, with no stall grace (jobwire.worker.server.disconnects)
+    session_grace_seconds: float = 3.0
     default_attempt_timeout_seconds: float | None = None  # for submits that set no attempt_timeout
     # a QUEUED job whose queue and job type no worker has claimed for this long is NO_WORKER
     no_worker_after_seconds: float = 300.0
@@ -107,6 +110,8 @@ class Settings:
             problems.append("JOBWIRE_TLS_CLIENT_CA needs JOBWIRE_TLS_CERT and JOBWIRE_TLS_KEY")
         if self.reaper_interval_seconds < 0 or (self.stall_grace_seconds or 0) < 0:
             problems.append("JOBWIRE_REAPER_INTERVAL_SECONDS and JOBWIRE_STALL_GRACE_SECONDS must not be negative")
+        if not 0 <= self.session_grace_seconds <= MAX_LEASE_S:
+            problems.append("JOBWIRE_SESSION_GRACE_SECONDS must be between 0 and 3600")
         if not 0 < self.chore_lease_seconds <= MAX_LEASE_S:
             problems.append("JOBWIRE_CHORE_LEASE_SECONDS must be more than 0 and at most 3600")
         if self.schedule_interval_seconds < 0 or self.schedule_misfire_grace_seconds < 0:
@@ -212,6 +217,7 @@ class Settings:
             schedule_misfire_grace_seconds=number("JOBWIRE_SCHEDULE_MISFIRE_GRACE_SECONDS", 60.0),
             max_schedules_per_tenant=int(env.get("JOBWIRE_MAX_SCHEDULES_PER_TENANT", 1000)),
             stall_grace_seconds=float(grace) if grace else None,
+            session_grace_seconds=number("JOBWIRE_SESSION_GRACE_SECONDS", 3.0),
             default_attempt_timeout_seconds=float(attempt_timeout) if attempt_timeout else None,
             no_worker_after_seconds=number("JOBWIRE_NO_WORKER_AFTER", 300.0),
             max_streams=int(env.get("JOBWIRE_MAX_STREAMS", 4000)),

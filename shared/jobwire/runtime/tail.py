@@ -13,7 +13,9 @@ poll follows every `poll_seconds` (50 ms) as long as polls bring rows, and backs
 BUSY_BACKOFF_S when they come back empty; with nobody listening, once a second. A new
 listener, or anything that expects news soon, wakes it at once. So an idle server with
 fifty waiting workers costs the database four polls a second, not twenty, and a change
-under load still reaches a watcher within one poll.
+under load still reaches a watcher within one poll. A subscriber that must hear within a
+poll whatever the quiet (a worker's Session holding a lease waits for its cancel) asks
+for that (`prompt`): no backoff then, twenty polls a second while it asks.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ Deliver = Callable[[Sequence[FeedRow], int], Awaitable[None] | None]
 class _Subscriber:
     deliver: Deliver
     listening: Callable[[], bool]
+    prompt: Callable[[], bool]
+
+
+def _never() -> bool:
+    return False
 
 
 class EventTail:
@@ -57,9 +64,12 @@ class EventTail:
         self._synced: list[tuple[int, asyncio.Future[None]]] = []
         self._quiet = 0  # empty polls in a row
 
-    def subscribe(self, deliver: Deliver, *, listening: Callable[[], bool]) -> None:
-        """Hand every batch to `deliver`; poll fast while `listening()` says someone waits."""
-        self._subscribers.append(_Subscriber(deliver, listening))
+    def subscribe(
+        self, deliver: Deliver, *, listening: Callable[[], bool], prompt: Callable[[], bool] = _never
+    ) -> None:
+        """Hand every batch to `deliver`; poll fast while `listening()` says someone waits, and
+        every `poll_seconds` with no backoff while `prompt()` says news is wanted within a poll."""
+        self._subscribers.append(_Subscriber(deliver, listening, prompt))
 
     def wake(self) -> None:
         """Poll now: news is expected (a stream opened, a claim started waiting)."""
@@ -115,7 +125,12 @@ class EventTail:
 
     async def _pause(self) -> None:
         listening = self._synced or any(s.listening() for s in self._subscribers)
-        pause = min(self._poll_s * 2**self._quiet, BUSY_BACKOFF_S) if listening else IDLE_POLL_S
+        if any(s.prompt() for s in self._subscribers):
+            pause = self._poll_s
+        elif listening:
+            pause = min(self._poll_s * 2**self._quiet, BUSY_BACKOFF_S)
+        else:
+            pause = IDLE_POLL_S
         self._wake.clear()
         # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow the stop's
         # cancellation when the wake comes at the same moment, and the tail would poll on.

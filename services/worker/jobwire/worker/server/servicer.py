@@ -24,6 +24,7 @@ from jobwire.v1 import job_pb2, worker_pb2, worker_pb2_grpc
 from jobwire.worker.server.leasing import Leasing
 from jobwire.worker.server.result_uploads import Results
 from jobwire.worker.server.session import WorkerSession, routes
+from jobwire.worker.server.session_push import PushHub
 
 MAX_JOBS_PER_CLAIM = 100
 MAX_WAIT_S = 60.0
@@ -101,7 +102,8 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
     return claimant, request.max_jobs or 1, wait
 
 
-def _lease(lease: Lease) -> worker_pb2.Lease:
+def lease_proto(lease: Lease) -> worker_pb2.Lease:
+    """A lease as a Claim's answer (or a standing claim's push) carries it."""
     return worker_pb2.Lease(
         job_no=lease.job_no,
         tenant=lease.tenant,
@@ -165,13 +167,20 @@ def answer_margin(remaining_s: float) -> float:
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def __init__(
-        self, leasing: Leasing, settings: Settings, kept: Results, transfers: Transfers, metrics: Metrics
+        self,
+        leasing: Leasing,
+        settings: Settings,
+        kept: Results,
+        transfers: Transfers,
+        metrics: Metrics,
+        pushes: PushHub,
     ) -> None:
         self.leasing = leasing
         self.settings = settings
         self.results = kept
         self.transfers = transfers
         self.metrics = metrics  # the server's: a Session's calls are counted as their unary calls
+        self.pushes = pushes  # what Sessions are sent unasked, and what they hold
         self.routes = routes(self)
 
     # Writes with context.write() rather than yielding: a cancelled stream then cancels this
@@ -180,7 +189,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def Session(  # type: ignore[override]
         self, frames: AsyncIterator[worker_pb2.WorkerFrame], context: grpc.aio.ServicerContext
     ) -> None:
-        await WorkerSession(self.routes, context, self.metrics).serve(decoded(frames))
+        await self.pushes.ready()
+        await WorkerSession(self.routes, context, self.metrics, self.pushes).serve(decoded(frames))
 
     async def Claim(
         self, request: worker_pb2.ClaimRequest, context: grpc.aio.ServicerContext
@@ -194,7 +204,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             # Leased but never heard of: a reply that did not reach the worker (it hung up,
             # its deadline passed, the connection broke) hands its leases back at once.
             context.add_done_callback(lambda done: self._check_delivered(done, who.tenant, leases))
-        return worker_pb2.ClaimResponse(leases=[_lease(lease) for lease in leases])
+        return worker_pb2.ClaimResponse(leases=[lease_proto(lease) for lease in leases])
 
     def _check_delivered(self, context: grpc.aio.ServicerContext, tenant: str, leases: list[Lease]) -> None:
         if context.cancelled():

@@ -10,13 +10,18 @@ waiting for work holds up nothing behind it.
 The stream is the session's caller and its lifetime: authenticated once when it opens (the
 handler wrapping), its calls ended with it. A half-close lets the calls in flight finish; a
 cancelled stream cancels them as a unary call's cancellation would, and a Claim whose reply
-was never written hands its leases back (`FrameContext`). What a session learns of its
-worker (its id, its leases) is for the pushes built on it to keep here.
+was never written hands its leases back (`FrameContext`).
+
+The server also writes frames of its own accord (call_id 0: jobwire.worker.server.session_push):
+a standing claim's leases, cancels, lost leases. They take no room of the frames read, and
+they learn, as every answer written does, which leases the session holds; what it still
+holds when it ends is taken for a dead worker's (jobwire.worker.server.disconnects).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,10 +35,12 @@ from jobwire.rpc import auth
 from jobwire.rpc.errors import status_proto
 from jobwire.rpc.handlers import answered, written
 from jobwire.rpc.metrics import Metrics
+from jobwire.rpc.server import KEEPALIVE_SILENCE_S
 from jobwire.v1 import worker_pb2
 
 if TYPE_CHECKING:
     from jobwire.worker.server.servicer import WorkerServicer
+    from jobwire.worker.server.session_push import PushHub
 
 # Frames of one session read and not yet answered (running, or their answer waiting to be
 # written). Past it the session stops reading its stream until an answer is written, so
@@ -41,6 +48,7 @@ if TYPE_CHECKING:
 # and never reads is held too, refused frames included.
 MAX_IN_FLIGHT = 64
 SERVICE = "jobwire.v1.WorkerService"
+STANDING_CLAIM = f"{SERVICE}/StandingClaim"  # no unary call: counted and logged under this name
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,8 @@ class Route:
 
 
 def routes(servicer: WorkerServicer) -> Mapping[str, Route]:
-    """Each call a WorkerFrame may carry (its `call` field), to the servicer's unary method."""
+    """Each call a WorkerFrame may carry (its `call` field), to the servicer's unary method;
+    a standing claim, which has none, is the session's own (`SessionPush.standing_claim`)."""
 
     def to(name: str, behavior: Callable[[Any, Any], Awaitable[Message]], reply: str = "job") -> Route:
         return Route(f"{SERVICE}/{name}", behavior, reply)
@@ -111,56 +120,90 @@ class FrameContext:
             callback(self)
 
 
-Reply = tuple[worker_pb2.ServerFrame, FrameContext | None]  # None: a refused frame, no call ran
+@dataclass(frozen=True)
+class Outgoing:
+    """A frame to write: an answer (of a frame read: `room` it gives back) or a push."""
+
+    frame: worker_pb2.ServerFrame
+    call: FrameContext | None  # done once written; None: a refused frame, no call ran
+    room: bool = True
 
 
 class WorkerSession:
     """One Session stream: its caller, its calls in flight, the replies on their way."""
 
-    def __init__(self, routes: Mapping[str, Route], stream: grpc.aio.ServicerContext, metrics: Metrics) -> None:
+    def __init__(
+        self, routes: Mapping[str, Route], stream: grpc.aio.ServicerContext, metrics: Metrics, pushes: PushHub
+    ) -> None:
         self.caller = auth.current()  # whose stream it is, set by the wrapping when it opened
-        self._routes = routes
         self._stream = stream
         self._metrics = metrics
+        self._push = pushes.open(self, self.caller.tenant)
+        standing = Route(STANDING_CLAIM, self._push.standing_claim, "claim")
+        self._routes = {**routes, "standing_claim": standing}
         self._in_flight: dict[int, asyncio.Task[None]] = {}
-        self._unwritten: set[FrameContext] = set()  # calls begun whose reply was not written
+        self._unwritten: set[FrameContext] = set()  # calls begun (and pushes) whose frame was not written
         self._room = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self._replies: asyncio.Queue[Reply | None] = asyncio.Queue()  # None: nothing more will come
+        self._replies: asyncio.Queue[Outgoing | None] = asyncio.Queue()  # None: nothing more will come
         self._reading = True
         self._refusal: Exception | None = None  # what ended the reading, when not the worker's half-close
+        self._heard_at = time.monotonic()  # when the last frame was read
+        self._said: str | None = None  # a frame that did not parse ended it
 
     async def serve(self, frames: AsyncIterator[worker_pb2.WorkerFrame]) -> None:
         """Answer every frame until the worker half-closes and all are answered, or the stream ends."""
         reader = asyncio.create_task(self._read(frames))
         try:
-            while (reply := await self._replies.get()) is not None:
-                frame, call = reply
-                await written(self._stream, frame)
-                self._room.release()
-                if call is not None:
-                    self._done(call, delivered=True)
+            while (out := await self._replies.get()) is not None:
+                await written(self._stream, out.frame)
+                if out.room:
+                    self._room.release()
+                if out.call is not None:
+                    self._done(out.call, delivered=True)
             if self._refusal is not None:
                 raise self._refusal
         finally:
             # Cancelled (the worker left, the server stops) or refused: no call outlives the stream.
             calls = list(self._in_flight.values())
+            standing = self._push.stop_standing()
             for task in (reader, *calls):
                 task.cancel()
-            await asyncio.gather(reader, *calls, return_exceptions=True)
+            await asyncio.gather(reader, *calls, *([standing] if standing else []), return_exceptions=True)
             for call in list(self._unwritten):
                 self._done(call, delivered=False)
+            self._push.close(self._why_ended())
+
+    def _why_ended(self) -> str | None:
+        """How the session ended, for the evidence; None when it may have been the keepalive's
+        doing (nothing heard for its span): a silent worker may be stopped, not dead."""
+        if self._said is not None:
+            return self._said
+        if time.monotonic() - self._heard_at >= KEEPALIVE_SILENCE_S:
+            return None
+        return "its stream ended: half-closed, cancelled, or its connection broke"
+
+    def push(self, frame: worker_pb2.ServerFrame, done: Callable[[bool], None] | None = None) -> None:
+        """Write a frame of the server's own (call_id 0) after those before it; `done(written)`."""
+        call = FrameContext(self._stream)
+        if done is not None:
+            call.add_done_callback(lambda pushed: done(not pushed.cancelled()))
+        self._unwritten.add(call)
+        self._replies.put_nowait(Outgoing(frame, call, room=False))
 
     async def _read(self, frames: AsyncIterator[worker_pb2.WorkerFrame]) -> None:
         try:
             while True:
                 await self._room.acquire()  # no room: the next frame stays unread; its answer's write gives it back
                 frame = await anext(frames, None)
-                if frame is None:
+                if frame is None:  # a half-close, or (seen from here alike) a cancel or a dropped connection
                     self._room.release()
                     return
+                self._heard_at = time.monotonic()
                 self._take(frame)
         except Exception as refusal:  # noqa: BLE001 - a frame that did not parse, or the stream broke: the stream's status
             self._refusal = refusal
+            if isinstance(refusal, JobwireError):
+                self._said = "a frame did not parse"
         finally:
             self._reading = False
             self._finish_if_idle()
@@ -179,18 +222,22 @@ class WorkerSession:
         else:
             call = FrameContext(self._stream)
             self._unwritten.add(call)
-            task = asyncio.create_task(self._answer(call_id, route, getattr(frame, kind), call))
-            self._in_flight[call_id] = task
+            request = getattr(frame, kind)
+            self._push.holdings.starting(kind, request)
+            self._in_flight[call_id] = asyncio.create_task(self._answer(call_id, kind, request, call))
 
     def _refuse(self, call_id: int, error: JobwireError) -> None:
-        self._replies.put_nowait((worker_pb2.ServerFrame(call_id=call_id, error=status_proto(error)), None))
+        self._replies.put_nowait(Outgoing(worker_pb2.ServerFrame(call_id=call_id, error=status_proto(error)), None))
 
-    async def _answer(self, call_id: int, route: Route, request: Message, call: FrameContext) -> None:
+    async def _answer(self, call_id: int, kind: str, request: Message, call: FrameContext) -> None:
+        route = self._routes[kind]
         try:
             outcome = await answered(route.method, route.behavior, request, call, self._metrics)
         finally:
             del self._in_flight[call_id]
-        self._replies.put_nowait((route.frame(call_id, outcome), call))
+        holdings = self._push.holdings
+        call.add_done_callback(lambda done: holdings.answered(kind, request, outcome, delivered=not done.cancelled()))
+        self._replies.put_nowait(Outgoing(route.frame(call_id, outcome), call))
         self._finish_if_idle()
 
     def _done(self, call: FrameContext, *, delivered: bool) -> None:

@@ -1,0 +1,238 @@
+"""What a worker Session is sent unasked: a standing claim's leases, cancels, lost leases.
+
+`PushHub` is the process's one: it knows every session here and the leases each holds
+(jobwire.worker.server.holdings), and hears every job's changes from the event tail
+(jobwire.runtime.tail), whichever replica made them. While some session here holds a lease
+the tail polls every 50 ms with no backoff (`prompt`: twenty statements a second per
+process), so a cancel requested anywhere reaches the worker within a poll (bench/session_push.py:
+p50 55 ms), not at its next heartbeat:
+
+- a job a session holds went CANCEL_REQUESTED: `cancel_requested`, at once;
+- a job a session holds left its lease (requeued, revoked, timed out, ended by someone
+  else): `lease_lost`, once a read confirms the token no longer holds it, so a change the
+  tail delivers late (the QUEUED version of a job the session has since claimed) or the
+  session's own ending in flight pushes nothing.
+
+`SessionPush` is one session's side: its holdings, its standing claim (one task claiming
+through Leasing.claim as a Claim does, with the same fencing, shares, limits and wake-ups,
+pushing `leased` until max_jobs have gone out; a new standing claim replaces it), and its
+end: what it still holds goes to jobwire.worker.server.disconnects, unless the session
+ended in silence (jobwire.worker.server.session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from jobwire.db.feed import FeedRow
+from jobwire.domain.commands import EVERY_TENANT, Claimant
+from jobwire.domain.evidence import EventKind
+from jobwire.domain.job import Name
+from jobwire.domain.lease import Lease, LeaseState
+from jobwire.domain.states import LEASED, Status
+from jobwire.rpc.metrics import Metrics
+from jobwire.runtime.blocking import Blocking
+from jobwire.runtime.tail import EventTail
+from jobwire.v1 import worker_pb2
+from jobwire.worker.server.disconnects import Disconnects
+from jobwire.worker.server.holdings import Held, Holdings
+from jobwire.worker.server.leasing import Leasing
+
+log = logging.getLogger(__name__)
+
+# A standing claim's long poll: as long as a Claim may wait; an empty one looks again at once.
+STANDING_WAIT_S = 60.0
+RETRY_AFTER_S = 1.0  # a standing claim refused on the way (an outage, no room to wait) claims again after this
+_LOST = {LeaseState.LOST: worker_pb2.LeaseState.LOST, LeaseState.TIMED_OUT: worker_pb2.LeaseState.TIMED_OUT}
+
+Decode = Callable[[worker_pb2.ClaimRequest], tuple[Claimant, int, float]]
+EncodeLease = Callable[[Lease], worker_pb2.Lease]
+
+
+class Outlet(Protocol):
+    """Where a session's pushes go: its stream, after the answers before them."""
+
+    def push(self, frame: worker_pb2.ServerFrame, done: Callable[[bool], None] | None = None) -> None:
+        """Write `frame`; `done(written)` once it was, or once the session ended without it."""
+
+
+class PushHub:
+    """Every worker Session of this process, and the leases each holds, for the tail's news."""
+
+    def __init__(
+        self,
+        tail: EventTail,
+        leasing: Leasing,
+        disconnects: Disconnects,
+        *,
+        blocking: Blocking,
+        metrics: Metrics,
+        decode: Decode,
+        encode: EncodeLease,
+    ) -> None:
+        self.leasing = leasing
+        self.disconnects = disconnects
+        self.blocking = blocking
+        self.metrics = metrics
+        self.decode = decode  # a ClaimRequest checked as Claim checks it
+        self.encode = encode  # a lease as a Claim's answer carries it
+        self._tail = tail
+        self._by_job: dict[Name, dict[Held, SessionPush]] = {}
+        self._checks: dict[Held, asyncio.Task[None]] = {}
+        tail.subscribe(self._deliver, listening=self._holding, prompt=self._holding)
+
+    async def ready(self) -> None:
+        """Wait until the tail has its start position: a session opened after it hears every
+        change to a lease it learns (one before it is the lease's own past)."""
+        await self._tail.ready()
+
+    def open(self, outlet: Outlet, tenant: str) -> SessionPush:
+        return SessionPush(self, outlet, tenant)
+
+    def now(self) -> datetime:
+        return self.leasing.store.now()
+
+    def place(self, job_no: str, token: str) -> Name | None:
+        """Whose job of this number the lease `token` is, if this process has its row (a shared fleet's call)."""
+        return self.leasing.store.cache.holder(job_no, token)
+
+    def index(self, held: Held, session: SessionPush) -> None:
+        if held.tenant == EVERY_TENANT:
+            return  # a lease not placed gets no pushes: its worker's calls tell it
+        if not self._by_job:
+            self._tail.wake()  # its pause began idle (a second): from now on it polls promptly
+        self._by_job.setdefault((held.tenant, held.job_no), {})[held] = session
+
+    def unindex(self, held: Held) -> None:
+        key = (held.tenant, held.job_no)
+        holders = self._by_job.get(key)
+        if holders is not None:
+            holders.pop(held, None)
+            if not holders:
+                del self._by_job[key]
+
+    def _holding(self) -> bool:
+        return bool(self._by_job)
+
+    def _deliver(self, rows: Sequence[FeedRow], seq: int) -> None:
+        for row in rows:
+            holders = self._by_job.get((row.tenant, row.job_no))
+            if not holders:
+                continue
+            if row.kind == EventKind.CANCEL_REQUESTED and row.to_status == Status.CANCEL_REQUESTED:
+                for held, session in list(holders.items()):
+                    session.tell_cancel(held)
+            elif row.to_status not in LEASED:
+                for held, session in list(holders.items()):
+                    if not held.endings and held not in self._checks:
+                        self._check(held, session)
+
+    def _check(self, held: Held, session: SessionPush) -> None:
+        """Read where the lease stands; push lease_lost if it is gone."""
+
+        async def check() -> None:
+            try:
+                state = await self.blocking(self.leasing.store.lease_state, held.tenant, held.job_no, held.token)
+            except Exception:  # the worker's next call tells it instead
+                log.warning("session push: cannot read the lease of %s", held.job_no, exc_info=True)
+                return
+            finally:
+                self._checks.pop(held, None)
+            if state in _LOST:
+                session.tell_lost(held, _LOST[state])
+
+        self._checks[held] = asyncio.get_running_loop().create_task(check())
+
+
+class SessionPush:
+    """One session's leases, its standing claim, and the frames pushed to it."""
+
+    def __init__(self, hub: PushHub, outlet: Outlet, tenant: str) -> None:
+        self._hub = hub
+        self._outlet = outlet
+        self.holdings = Holdings(
+            tenant, now=hub.now, place=hub.place, on_hold=lambda held: hub.index(held, self), on_drop=hub.unindex
+        )
+        self._standing: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def standing_claim(self, request: worker_pb2.ClaimRequest, context: Any) -> worker_pb2.ClaimResponse:
+        """A StandingClaim frame's call: checked as a Claim, answered at once, then pushed to."""
+        who, max_jobs, _ = self._hub.decode(request)  # its wait is ignored
+        self.stop_standing()
+        self._standing = asyncio.get_running_loop().create_task(self._claim_standing(who, max_jobs))
+        return worker_pb2.ClaimResponse()
+
+    def stop_standing(self) -> asyncio.Task[None] | None:
+        """End the standing claim (a claim in its transaction hands its leases back); the task, to wait for."""
+        standing, self._standing = self._standing, None
+        if standing is not None:
+            standing.cancel()
+        return standing
+
+    async def _claim_standing(self, who: Claimant, max_jobs: int) -> None:
+        left = max_jobs
+        while left > 0:
+            try:
+                leases = await self._hub.leasing.claim(who, left, STANDING_WAIT_S)
+            except Exception:  # a standing claim outlasts an outage, a full server, a bug in one round
+                log.warning("standing claim of %s: claim failed; again in %g s", who.worker_id, RETRY_AFTER_S,
+                            exc_info=True)  # fmt: skip
+                await asyncio.sleep(RETRY_AFTER_S)
+                continue
+            if leases:
+                left -= len(leases)
+                if not await self._push_leases(who.tenant, leases):
+                    return
+
+    async def _push_leases(self, tenant: str, leases: list[Lease]) -> bool:
+        """Push `leases`; whether they were written (not written, they are handed back as an
+        undelivered Claim's are)."""
+        written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        frame = worker_pb2.ServerFrame(leased=worker_pb2.ClaimResponse(leases=[self._hub.encode(x) for x in leases]))
+
+        def done(delivered: bool) -> None:
+            if delivered:
+                self.holdings.delivered(frame.leased.leases)
+            else:
+                self._hub.leasing.hand_back(tenant, leases, "the session ended before they were pushed")
+            if not written.done():
+                written.set_result(delivered)
+
+        self._push(frame, "leased", done)
+        return await written
+
+    def tell_cancel(self, held: Held) -> None:
+        if not held.cancel_told:
+            held.cancel_told = True
+            state = worker_pb2.LeaseState(job_no=held.job_no, state=worker_pb2.LeaseState.CANCEL_REQUESTED)
+            self._push(worker_pb2.ServerFrame(cancel_requested=state), "cancel_requested")
+
+    def tell_lost(self, held: Held, state: worker_pb2.LeaseState.State.ValueType) -> None:
+        if held in self.holdings and not held.endings:
+            self.holdings.drop(held)
+            self._push(worker_pb2.ServerFrame(lease_lost=worker_pb2.LeaseState(job_no=held.job_no, state=state)),
+                       "lease_lost")  # fmt: skip
+
+    def close(self, why: str | None) -> None:
+        """The session ended (`why`): nothing more is pushed; the leases it holds are taken for
+        a dead worker's (jobwire.worker.server.disconnects). None: it ended in silence, as the
+        keepalive ends a stopped worker's too: they expire at their end and the stall grace."""
+        self._closed = True
+        left = self.holdings.clear()
+        if why is None:
+            self._hub.metrics.disconnected("silent", len(left))
+        else:
+            self._hub.disconnects.ended(left, why)
+
+    def _push(self, frame: worker_pb2.ServerFrame, kind: str, done: Callable[[bool], None] | None = None) -> None:
+        if self._closed:
+            if done is not None:
+                done(False)
+            return
+        self._hub.metrics.pushed(kind)
+        self._outlet.push(frame, done)

@@ -1,0 +1,155 @@
+"""What a worker's Session is sent unasked (call_id 0): a standing claim's leases, a cancel
+requested for a job it holds (through any replica), a lease it held that is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+
+import grpc
+from google.rpc import code_pb2
+from served import Served, eventually, housekeeping_round
+from service_support import duration, events, spec, submit, when
+from session_support import Session, claim_request, claims_waiting, ref
+
+from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
+from jobwire.worker.server import session as session_module
+
+INVALID = code_pb2.INVALID_ARGUMENT
+
+
+def standing(job_type: str, max_jobs: int) -> worker_pb2.ClaimRequest:
+    return worker_pb2.ClaimRequest(worker_id="w1", job_types=[spec(job_type)], max_jobs=max_jobs, wait=duration(9))
+
+
+async def held(served: Served, session: Session, job_type: str, **fields: Any) -> worker_pb2.Lease:
+    """A job submitted and claimed through `session`: its lease, which the session now holds."""
+    await submit(served, job_type, **fields)
+    (lease,) = (await session.ask(1, claim=claim_request(job_type))).claim.leases
+    return lease
+
+
+async def test_a_standing_claim_pushes_jobs_as_they_come_up_to_max_jobs(served) -> None:  # type: ignore[no-untyped-def]
+    session = Session(served)
+    answer = await session.ask(1, standing_claim=standing("later", 2))
+    assert answer.WhichOneof("reply") == "claim" and list(answer.claim.leases) == []  # answered at once, empty
+    await claims_waiting(served)
+    first = await submit(served, "later")
+    pushed = await session.pushed()
+    assert [lease.job_no for lease in pushed.leased.leases] == [first.job_no]
+    more = [await submit(served, "later") for _ in range(2)]
+    second = await session.pushed()
+    assert [lease.job_no for lease in second.leased.leases] == [more[0].job_no]  # two pushed: no more
+
+    async def ended() -> bool:
+        return served.runtime.host.metrics.claims_waiting() == 0
+
+    await eventually(ended, what="the standing claim ended after max_jobs")
+    beat = await session.ask(2, heartbeat=worker_pb2.HeartbeatRequest(worker_id="w1"))  # no push came before it
+    assert beat.WhichOneof("reply") == "heartbeat"
+    assert (await served.jobs.Get(job_pb2.GetRequest(job_no=more[1].job_no))).status == job_pb2.Job.QUEUED
+    # A new standing claim replaces the last and counts again from nothing.
+    assert (await session.ask(3, standing_claim=standing("later", 1))).WhichOneof("reply") == "claim"
+    third = await session.pushed()
+    assert [lease.job_no for lease in third.leased.leases] == [more[1].job_no]
+    assert served.runtime.host.metrics.pushes("leased") == 3
+    assert await session.close() == grpc.StatusCode.OK
+
+
+async def test_a_standing_claim_is_refused_as_a_claim_would_be(served) -> None:  # type: ignore[no-untyped-def]
+    session = Session(served)
+    refused = await session.ask(4, standing_claim=worker_pb2.ClaimRequest(worker_id="w1"))
+    unary = await session.ask(5, claim=worker_pb2.ClaimRequest(worker_id="w1"))
+    assert refused.error.code == INVALID and refused.error == unary.error
+    session.call.cancel()
+
+
+async def test_a_push_the_session_never_wrote_hands_its_lease_back(served, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    held_up, write = asyncio.Event(), session_module.written
+
+    async def withheld(context: Any, frame: worker_pb2.ServerFrame) -> None:
+        if frame.leased.leases:
+            held_up.set()
+            await asyncio.Event().wait()  # never written: the session ends first
+        await write(context, frame)
+
+    monkeypatch.setattr(session_module, "written", withheld)
+    session = Session(served)
+    await session.ask(1, standing_claim=standing("unwritten", 1))
+    job = await submit(served, "unwritten")
+    await asyncio.wait_for(held_up.wait(), 10)
+    session.call.cancel()
+    back = await eventually(when(served, job.job_no, lambda j: j.status == job_pb2.Job.QUEUED and j.attempt == 1))
+    assert back.status == job_pb2.Job.QUEUED
+    trail = [(e.kind, e.detail) for e in await events(served, job.job_no)]
+    assert trail[-1] == ("RELEASED", "claim not delivered: the session ended before they were pushed"), trail
+
+
+async def cancel_pushed(
+    session: Session, jobs: Served, lease: worker_pb2.Lease
+) -> tuple[worker_pb2.ServerFrame, float]:
+    """Cancel the job through `jobs`: the frame its holder's session is pushed, and how long it took."""
+    start = time.monotonic()
+    await jobs.jobs.Cancel(job_pb2.CancelRequest(job_no=lease.job_no))
+    frame = await session.pushed()
+    return frame, time.monotonic() - start
+
+
+async def test_a_cancel_is_pushed_to_the_session_holding_the_job(served) -> None:  # type: ignore[no-untyped-def]
+    session = Session(served)
+    lease = await held(served, session, "cancelled")
+    frame, took = await cancel_pushed(session, served, lease)
+    assert frame.cancel_requested == worker_pb2.LeaseState(
+        job_no=lease.job_no, state=worker_pb2.LeaseState.CANCEL_REQUESTED
+    ), took
+    # The job's QUEUED version, which the tail may bring after the claim, pushed no lease_lost.
+    assert served.runtime.host.metrics.pushes("lease_lost") == 0
+    done = await session.ask(2, confirm_cancel=worker_pb2.ConfirmCancelRequest(**ref(lease)))
+    assert done.job.status == job_pb2.Job.CANCELLED
+    await served.runtime.tail.sync()  # every event so far delivered: its own ending pushed nothing
+    assert served.runtime.host.metrics.pushes("lease_lost") == 0
+    assert await session.close() == grpc.StatusCode.OK
+
+
+async def test_a_cancel_through_another_replica_is_pushed(serve) -> None:  # type: ignore[no-untyped-def]
+    jobapi_side, worker_side = await serve(), await serve()
+    session = Session(worker_side)
+    lease = await held(worker_side, session, "elsewhere")
+    frame, took = await cancel_pushed(session, jobapi_side, lease)
+    assert frame.cancel_requested.state == worker_pb2.LeaseState.CANCEL_REQUESTED, took
+    session.call.cancel()
+
+
+async def test_a_resumed_lease_is_pushed_its_cancel(served) -> None:  # type: ignore[no-untyped-def]
+    """A lease named in a Heartbeat (a worker back on a new session) is held as a claimed one."""
+    await submit(served, "resumed")
+    (lease,) = (await served.workers.Claim(claim_request("resumed"))).leases
+    session = Session(served)
+    beat = worker_pb2.HeartbeatRequest(worker_id="w1", leases=[worker_pb2.LeaseRef(**ref(lease))])
+    assert (await session.ask(1, heartbeat=beat)).heartbeat.leases[0].state == worker_pb2.LeaseState.OK
+    frame, _ = await cancel_pushed(session, served, lease)
+    assert frame.cancel_requested.job_no == lease.job_no
+    session.call.cancel()
+
+
+async def test_lease_lost_is_pushed_when_an_operator_requeues_the_job(served) -> None:  # type: ignore[no-untyped-def]
+    session = Session(served)
+    lease = await held(served, session, "requeued")
+    served.clock.advance(timedelta(seconds=31))  # the lease has run out: an operator may requeue it
+    await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=lease.job_no, reason="stuck"))
+    frame = await session.pushed()
+    assert frame.lease_lost == worker_pb2.LeaseState(job_no=lease.job_no, state=worker_pb2.LeaseState.LOST)
+    session.call.cancel()
+
+
+async def test_lease_lost_is_pushed_timed_out_when_the_attempt_runs_out(serve) -> None:  # type: ignore[no-untyped-def]
+    served = await serve(reaper_interval_seconds=0)  # housekeeping runs only when the test runs a round
+    session = Session(served)
+    lease = await held(served, session, "slow", timeouts=job_pb2.Timeouts(attempt_timeout=duration(10)))
+    served.clock.advance(timedelta(seconds=11))
+    await housekeeping_round(served)
+    frame = await session.pushed()
+    assert frame.lease_lost == worker_pb2.LeaseState(job_no=lease.job_no, state=worker_pb2.LeaseState.TIMED_OUT)
+    session.call.cancel()

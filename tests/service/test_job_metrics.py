@@ -52,7 +52,7 @@ async def test_each_move_counts_once_and_the_gauges_match_the_database(metered) 
     (second,) = await moved_by_one(metered, claim(metered), "jobwire_jobs_claimed_total")
     await moved_by_one(metered, fail(metered, second), "jobwire_jobs_failed_total")
 
-    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_jobs", **QUEUE, status="FAILED") == 1)
+    samples = await scrape_until(metered, 1, "jobwire_jobs", **QUEUE, status="FAILED")
     assert sample(samples, "jobwire_queue_depth", **QUEUE) == 3
     by_status = {
         status: sample(samples, "jobwire_jobs", **QUEUE, status=status) for status in ("QUEUED", "READY", "FAILED")
@@ -74,10 +74,9 @@ async def test_each_move_counts_once_and_the_gauges_match_the_database(metered) 
 
 async def test_a_queue_emptied_shows_zero_not_its_last_depth(metered) -> None:  # type: ignore[no-untyped-def]
     await submit(metered)
-    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_queue_depth", **QUEUE) == 1)
-    assert sample(samples, "jobwire_queue_depth", **QUEUE) == 1
+    await scrape_until(metered, 1, "jobwire_queue_depth", **QUEUE)
     await claim(metered)
-    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_jobs", **QUEUE, status="QUEUED") == 0)
+    samples = await scrape_until(metered, 0, "jobwire_jobs", **QUEUE, status="QUEUED")
     assert ("jobwire_jobs", frozenset({**QUEUE, "status": "QUEUED"}.items())) in samples  # shown as 0, not dropped
     assert sample(samples, "jobwire_queue_depth", **QUEUE) == 0
     assert sample(samples, "jobwire_jobs", **QUEUE, status="RUNNING") == 1

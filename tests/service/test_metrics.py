@@ -11,7 +11,6 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -63,12 +62,16 @@ def sample(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-async def scrape_until(served, check: Callable[[Samples], bool], timeout: float = 10.0) -> Samples:  # type: ignore[no-untyped-def]
+async def scrape_until(served, value: float, name: str, *, timeout: float = 10.0, **labels: str) -> Samples:  # type: ignore[no-untyped-def]
+    """Scrape until series `name` with `labels` shows `value` (a missing series shows 0), or fail."""
     deadline = time.monotonic() + timeout
     while True:
         samples = await scrape(served)
-        if check(samples) or time.monotonic() > deadline:
+        seen = sample(samples, name, **labels)
+        if seen == value:
             return samples
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name}{labels} not {value} within {timeout}s: last scrape showed {seen}")
         await asyncio.sleep(0.05)
 
 
@@ -98,8 +101,7 @@ async def test_calls_counted_by_method_and_final_code(metered) -> None:  # type:
 
 
 async def test_health_state_is_exposed(metered) -> None:  # type: ignore[no-untyped-def]
-    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_up") == 1)
-    assert sample(samples, "jobwire_up") == 1
+    samples = await scrape_until(metered, 1, "jobwire_up")
     assert sample(samples, "jobwire_database_up") == 1
 
 
@@ -114,9 +116,8 @@ async def test_stream_is_open_until_it_ends_then_counted(metered) -> None:  # ty
     (lease,) = await claim(metered, job.job_type)
     await complete(metered, lease)
     await read_to_end(call)
-    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_rpc_total", method=WATCH, code="OK") == 1)
+    samples = await scrape_until(metered, 1, "jobwire_rpc_total", method=WATCH, code="OK")
     assert sample(samples, "jobwire_streams_open", method=WATCH) == 0
-    assert sample(samples, "jobwire_rpc_total", method=WATCH, code="OK") == 1
     assert sample(samples, "jobwire_rpc_seconds_count", method=WATCH) == 1
 
 
@@ -126,8 +127,7 @@ async def test_stream_the_caller_leaves_is_counted_cancelled(metered) -> None:  
     assert (await next_job(call)) is not None
     assert sample(await scrape(metered), "jobwire_streams_open", method=WATCH) == 1
     call.cancel()
-    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_streams_open", method=WATCH) == 0)
-    assert sample(samples, "jobwire_streams_open", method=WATCH) == 0
+    samples = await scrape_until(metered, 0, "jobwire_streams_open", method=WATCH)
     assert sample(samples, "jobwire_rpc_total", method=WATCH, code="CANCELLED") == 1
 
 
@@ -139,8 +139,7 @@ async def test_a_waiting_claim_is_counted_until_it_returns(metered) -> None:  # 
     assert sample(parse(body), "jobwire_claims_waiting") == 0
 
     waiting = asyncio.create_task(claim(metered, "frames", wait=LONG_WAIT_S))
-    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_claims_waiting") == 1)
-    assert sample(samples, "jobwire_claims_waiting") == 1, "the waiting claim is not counted"
+    await scrape_until(metered, 1, "jobwire_claims_waiting")  # the waiting claim is counted
     assert not waiting.done()
     job = await submit(metered, "frames")
     leases = await woken(waiting)
@@ -153,11 +152,10 @@ async def test_a_waiting_claim_is_counted_until_it_returns(metered) -> None:  # 
     request = worker_pb2.ClaimRequest(worker_id="w2", job_types=[worker_pb2.JobTypeSpec(name="frames")])
     request.wait.FromSeconds(int(LONG_WAIT_S))
     call = metered.workers.Claim(request)
-    await scrape_until(metered, lambda s: sample(s, "jobwire_claims_waiting") == 1)
+    await scrape_until(metered, 1, "jobwire_claims_waiting")
     assert metered.runtime.host.metrics.claims_waiting() == 1
     call.cancel()
-    samples = await scrape_until(metered, lambda s: sample(s, "jobwire_claims_waiting") == 0)
-    assert sample(samples, "jobwire_claims_waiting") == 0, "a claim whose caller left is still counted"
+    await scrape_until(metered, 0, "jobwire_claims_waiting")  # a claim whose caller left is no longer counted
 
 
 async def test_only_get_is_answered_and_an_idle_client_holds_up_nothing(metered) -> None:  # type: ignore[no-untyped-def]

@@ -135,7 +135,7 @@ class JobMetrics:
             gauge.labels(*labels).set(0)  # its rows are gone
         for labels, value in values.items():
             gauge.labels(*labels).set(value)
-        shown |= values.keys()
+        shown.update(values)  # in place: `shown |= values.keys()` would bind a new set, not grow this one
 
 
 class SeriesCap:

@@ -59,6 +59,20 @@ async def test_a_failed_heartbeat_is_retried_sooner(fake: FakeWorkerService) -> 
     assert await keeper.beat() == 5.0
 
 
+async def test_renew_now_beats_at_once_not_at_the_interval(fake: FakeWorkerService) -> None:
+    keeper = LeaseKeeper(fake, worker_id="w1", default_interval=60.0)
+    keeper.add("A", "t-A", interval=60.0, on_stop=lambda r: None)
+    task = asyncio.create_task(keeper.run())
+    try:
+        keeper.renew_now()  # a new session opened: its leases are named on it now
+        (beat,) = await fake.wait_for("Heartbeat", 1, timeout=2.0)
+        assert [(ref.job_no, ref.worker_token) for ref in beat.leases] == [("A", "t-A")]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def test_no_leases_no_heartbeats(fake: FakeWorkerService) -> None:
     keeper = LeaseKeeper(fake, worker_id="w1", default_interval=0.05)
     task = asyncio.create_task(keeper.run())

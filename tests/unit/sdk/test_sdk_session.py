@@ -282,9 +282,16 @@ def test_the_workers_channel_notices_a_dead_server_in_seconds_and_the_server_let
     from jobwire.rpc.server import SERVER_OPTIONS
 
     worker, server = dict(CHANNEL_OPTIONS), dict(SERVER_OPTIONS)
-    assert worker["grpc.keepalive_time_ms"] + worker["grpc.keepalive_timeout_ms"] <= 10_000
+    # grpc-core waits for a ping's answer ping_timeout_ms (60 s unless set), not keepalive_timeout_ms.
+    noticed_within = worker["grpc.keepalive_time_ms"] + max(
+        worker["grpc.keepalive_timeout_ms"], worker.get("grpc.http2.ping_timeout_ms", 60_000)
+    )
+    # A worker cut off in silence notices before its server's pings may close the connection
+    # (its ping_timeout after the last word) and take the session for dead, graces alike.
+    assert noticed_within < server["grpc.http2.ping_timeout_ms"]
     assert worker["grpc.keepalive_time_ms"] >= server["grpc.http2.min_ping_interval_without_data_ms"]
     assert worker["grpc.keepalive_permit_without_calls"] == 1
+    assert worker["grpc.http2.max_pings_without_data"] == 0  # an idle worker is probed too
 
 
 def test_a_channels_extra_options_replace_the_defaults_of_their_names() -> None:
@@ -293,7 +300,7 @@ def test_a_channels_extra_options_replace_the_defaults_of_their_names() -> None:
     options = _options(CHANNEL_OPTIONS)
     names = [name for name, _ in options]
     assert len(names) == len(set(names))
-    assert dict(options)["grpc.keepalive_time_ms"] == 5_000
+    assert dict(options)["grpc.keepalive_time_ms"] == 4_000
 
 
 @pytest.fixture(autouse=True)

@@ -153,6 +153,22 @@ async def test_past_the_grace_without_a_session_every_lease_is_lost(
     assert "PT-1 attempt 1: lease lost" in caplog.text and "PT-2 attempt 1: lease lost" in caplog.text
 
 
+async def test_a_new_stream_names_every_lease_held_at_once(config: WorkerConfig, fake: FakeWorkerService) -> None:
+    """The server takes the broken stream's leases for a dead worker's unless they are named
+    again within its grace: a heartbeat on the new stream, not when the next falls due."""
+    sessions = FakeSessions(fake)
+    async with running(config, sessions):
+        stream = await sessions.stream(0)
+        await eventually(until(lambda: sessions.standing_claims), what="a standing claim")
+        stream.push(leased=worker_pb2.ClaimResponse(leases=[make_lease("PT-1", "endless", heartbeat_s=60)]))
+        await fake.wait_for("ReportStage")
+        assert fake.of("Heartbeat") == []
+        stream.end(unavailable())
+        await sessions.stream(1)
+        (beat,) = await fake.wait_for("Heartbeat", timeout=2.0)
+    assert [ref.job_no for ref in beat.leases] == ["PT-1"]
+
+
 async def test_against_a_server_without_session_the_worker_runs_on_unary_calls(
     config: WorkerConfig, fake: FakeWorkerService, caplog: pytest.LogCaptureFixture
 ) -> None:

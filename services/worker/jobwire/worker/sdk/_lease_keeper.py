@@ -10,6 +10,7 @@ helps: the lease lasts three intervals, so one missed beat costs nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ class LeaseKeeper:
         self._default_interval = default_interval
         self._held: dict[Ref, _Held] = {}
         self._changed = asyncio.Event()
+        self._due = asyncio.Event()  # beat now, not at the interval's end
         self._backoff = Pauses(Backoff(initial=0.5, maximum=default_interval, jitter=0.5))
 
     def add(self, job_no: str, token: str, *, interval: float, on_stop: Callable[[StopReason], None]) -> None:
@@ -67,6 +69,12 @@ class LeaseKeeper:
         held = [h for (no, _), h in self._held.items() if no == job_no]
         if stop is not None and len(held) == 1:
             held[0].on_stop(stop)
+
+    def renew_now(self) -> None:
+        """Heartbeat at once (a new session opened): a session that ended holding leases has
+        them taken for a dead worker's unless they are named again within the server's grace
+        (JOBWIRE_SESSION_GRACE_SECONDS, 3 s), sooner than the next beat may fall due."""
+        self._due.set()
 
     def lose_all(self) -> None:
         """Take every lease held as lost (the session's grace ran out): each handler stops at its next check."""
@@ -89,8 +97,11 @@ class LeaseKeeper:
                 # Nothing to renew: sleep until a lease arrives, then give it one interval.
                 self._changed.clear()
                 await self._changed.wait()
+                self._due.clear()
                 delay = self.interval()
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._due.wait(), delay)
+            self._due.clear()  # a renew_now during the beat below ends the next wait at once
             delay = await self.beat()
 
     async def beat(self) -> float:

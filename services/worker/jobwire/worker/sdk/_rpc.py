@@ -25,15 +25,25 @@ log = logging.getLogger("jobwire.worker")
 T = TypeVar("T")
 TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
 CALL_TIMEOUT_S = 10.0
-# The worker's channel pings its server every 5 s and gives up on it 5 s after an unanswered
-# ping, whether calls are in flight or not: a dead server or machine (no RST, no FIN) is
-# noticed within 10 s, its session breaks and the grace starts (jobwire.worker.sdk._session).
-# Other clients ping every 30 s (jobwire.client.channel); the servers accept pings every 4 s
+# The worker's channel pings its server every 4 s and gives up on it 4 s after an unanswered
+# ping, whether calls are in flight or not: a dead server or machine, or a network parted in
+# silence (no RST, no FIN), is noticed within 8 s, its session breaks and the grace starts
+# (jobwire.worker.sdk._session). Within 8 s, because a server's own pings may close a silent
+# connection 10 s after its last word (jobwire.rpc.server) and then take the session for a
+# dead worker's at its grace's end: a worker cut off must stop its handlers first, and with
+# both graces alike it does.
+# grpc-core waits for a ping's answer grpc.http2.ping_timeout_ms, 60 s unless set, whatever
+# keepalive_timeout_ms says: without it a worker cut off in silence ran its handler on for
+# over a minute while its job ran elsewhere (tests/e2e/test_session_processes.py). Pings go on
+# while the worker sends no data (max_pings_without_data 0; grpc-core stops after 2).
+# Other clients ping every 30 s (jobwire.client.channel); the servers accept pings every 2 s
 # (jobwire.rpc.server), or they would answer GOAWAY too_many_pings.
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.keepalive_time_ms", 5_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_time_ms", 4_000),
+    ("grpc.keepalive_timeout_ms", 4_000),
+    ("grpc.http2.ping_timeout_ms", 4_000),
     ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
 )
 
 

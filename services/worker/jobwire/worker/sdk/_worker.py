@@ -325,6 +325,7 @@ class _Pushes:
 
     def opened(self) -> None:
         self.claims.wake()
+        self.keeper.renew_now()  # a worker back within the grace names its leases in time
 
     def gone(self) -> None:
         self.keeper.lose_all()

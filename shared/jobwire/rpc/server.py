@@ -56,10 +56,12 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.server.max_pending_requests_hard_limit", 40_000),
 )
 _KEEPALIVE = dict(SERVER_OPTIONS)
-# A connection the keepalive closed had received nothing for at least this long (the quiet
-# keepalive time, then the unanswered ping's timeout), less a second of the timers' slack:
-# a call that heard its peer more recently was not ended by the keepalive.
-KEEPALIVE_SILENCE_S = (_KEEPALIVE["grpc.keepalive_time_ms"] + _KEEPALIVE["grpc.http2.ping_timeout_ms"]) / 1000 - 1
+# A connection the keepalive closed had received nothing for at least the unanswered ping's
+# timeout, less a second of the timers' slack: a call that heard its peer more recently was
+# not ended by the keepalive. Not the quiet time plus the timeout: the keepalive timer runs
+# from its last ping, not from the peer's last word, so its next ping may leave right after
+# that word (a stopped worker's connection was closed 10.1 s after its last frame).
+KEEPALIVE_SILENCE_S = _KEEPALIVE["grpc.http2.ping_timeout_ms"] / 1000 - 1
 HEALTH_INTERVAL_S = 2.0
 
 

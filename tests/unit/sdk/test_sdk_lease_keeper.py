@@ -7,9 +7,11 @@ import contextlib
 
 from sdk_support import FakeWorkerService, unavailable
 
+from jobwire.rpc.server import KEEPALIVE_SILENCE_S
 from jobwire.v1 import worker_pb2
 from jobwire.worker.sdk._attempt import StopReason
 from jobwire.worker.sdk._lease_keeper import LeaseKeeper
+from jobwire.worker.sdk._session import SESSION_BEAT_S
 
 
 async def test_one_heartbeat_carries_every_lease(fake: FakeWorkerService) -> None:
@@ -49,6 +51,20 @@ async def test_the_interval_is_the_shortest_a_lease_asks_for(fake: FakeWorkerSer
     assert keeper.interval() == 2.0
     keeper.remove("B", "t-B")
     assert keeper.interval() == 5.0
+
+
+async def test_on_a_session_a_heartbeat_goes_at_least_every_beat_whatever_the_lease(fake: FakeWorkerService) -> None:
+    keeper = LeaseKeeper(fake, worker_id="w1", default_interval=10.0, most=SESSION_BEAT_S)
+    keeper.add("A", "t-A", interval=20.0, on_stop=lambda r: None)  # a minute's lease asks for 20 s
+    assert keeper.interval() == SESSION_BEAT_S
+    keeper.add("B", "t-B", interval=1.0, on_stop=lambda r: None)
+    assert keeper.interval() == 1.0
+
+
+def test_a_session_worker_speaks_more_often_than_the_servers_take_a_silent_session_for_a_stopped_one() -> None:
+    # A killed worker's session that ended SESSION_BEAT_S (and a heartbeat's trip) after its
+    # last word must read as a dead worker's, not as one the keepalive closed.
+    assert SESSION_BEAT_S + 2 < KEEPALIVE_SILENCE_S
 
 
 async def test_a_failed_heartbeat_is_retried_sooner(fake: FakeWorkerService) -> None:

@@ -42,10 +42,11 @@ class _Held:
 class LeaseKeeper:
     """Renews all of a worker's leases in one call every heartbeat interval."""
 
-    def __init__(self, stub: WorkerStub, *, worker_id: str, default_interval: float) -> None:
+    def __init__(self, stub: WorkerStub, *, worker_id: str, default_interval: float, most: float | None = None) -> None:
         self._stub = stub
         self._worker_id = worker_id
         self._default_interval = default_interval
+        self._most = most  # the longest interval whatever a lease asks for (on a Session)
         self._held: dict[Ref, _Held] = {}
         self._changed = asyncio.Event()
         self._due = asyncio.Event()  # beat now, not at the interval's end
@@ -86,8 +87,9 @@ class LeaseKeeper:
         return len(self._held)
 
     def interval(self) -> float:
-        """The shortest interval any held lease asks for."""
-        return min((h.interval for h in self._held.values()), default=self._default_interval)
+        """The shortest interval any held lease asks for (and at most `most`)."""
+        shortest = min((h.interval for h in self._held.values()), default=self._default_interval)
+        return shortest if self._most is None else min(shortest, self._most)
 
     async def run(self) -> None:
         """Heartbeat until cancelled."""

@@ -40,6 +40,12 @@ from jobwire.worker.sdk._frames import Call
 from jobwire.worker.sdk._rpc import REFUSED, WorkerStub, describe
 from jobwire.worker.sdk._session_stream import NoSession, PushSink, SessionCall, SessionStream
 
+# A worker holding leases says something on its session at least this often (a heartbeat
+# when it has nothing else to say): a session that ends soon after its worker last spoke is
+# taken for a dead worker's at once, and one silent as long as the servers' keepalive lets a
+# connection be (jobwire.rpc.server.KEEPALIVE_SILENCE_S, 9 s) may be a stopped worker's.
+SESSION_BEAT_S = 4.0
+
 log = logging.getLogger("jobwire.worker")
 
 

@@ -36,7 +36,7 @@ from jobwire.worker.sdk._reporter import ReportSender
 from jobwire.worker.sdk._result import ResultStore
 from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, CHANNEL_OPTIONS, WorkerRefused, WorkerStub, call_retrying
 from jobwire.worker.sdk._runner import JobRunner
-from jobwire.worker.sdk._session import SessionStub
+from jobwire.worker.sdk._session import SESSION_BEAT_S, SessionStub
 from jobwire.worker.sdk._stage_check import check_stages
 
 log = logging.getLogger("jobwire.worker")
@@ -139,7 +139,10 @@ class Worker:
             if folder is not None:
                 folder.mkdir(parents=True, exist_ok=True)
         pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="jobwire-handler")
-        keeper = LeaseKeeper(stub, worker_id=self.config.worker_id, default_interval=self.config.heartbeat_interval)
+        keeper = LeaseKeeper(
+            stub, worker_id=self.config.worker_id, default_interval=self.config.heartbeat_interval,
+            most=SESSION_BEAT_S if session is not None else None,
+        )  # fmt: skip
         reports = ReportSender(stub, interval=self.config.report_interval)
         deps = self._deps(stub, keeper, reports, pool)
         claims = Claims(

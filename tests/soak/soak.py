@@ -4,7 +4,8 @@
     .venv/bin/python tests/soak/soak.py --seconds 40      # what `make test` runs (tests/soak/test_soak.py)
 
 On one fresh MariaDB database: jobapi and the worker service, two serving processes each
-(a family apiece), three `jobwire-worker` processes running the examples, a submitter
+(a family apiece), three `jobwire-worker` processes running the examples (one on unary
+calls, two on a Session each), a submitter
 (every Submit recorded as ok, failed or indeterminate; an idempotency key each, retried
 as a careful client would), a canceller, and a watcher on every acknowledged job. A
 nemesis takes turns:
@@ -160,25 +161,28 @@ def children(pid: int) -> list[int]:
 
 
 class Workers:
-    """The fleet: `jobwire-worker` processes running the examples, replaced when killed."""
+    """The fleet: `jobwire-worker` processes running the examples, replaced when killed. The
+    first talks unary calls, the others a Session each (the SDK's default): the checks hold
+    for both transports, and for the two side by side."""
 
     def __init__(self, target: str, workdir: Path, count: int) -> None:
         self.target, self.workdir = target, workdir
-        self.procs: list[subprocess.Popen[bytes]] = [self._start() for _ in range(count)]
+        self.procs: list[subprocess.Popen[bytes]] = [self._start(i) for i in range(count)]
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self, index: int) -> subprocess.Popen[bytes]:
         worker_id = f"soak-{uuid.uuid4().hex[:6]}"
+        transport = "unary" if index == 0 else "session"
         log = (self.workdir / f"{worker_id}.log").open("ab")
         return subprocess.Popen(
             [str(Path(sys.executable).parent / "jobwire-worker"), "--target", self.target, "--handlers",
              "jobwire.examples:handlers", "--concurrency", "3", "--lease-seconds", str(LEASE_S), "--claim-wait", "2",
              "--worker-id", worker_id, "--results-dir", str(self.workdir / "results"),
-             "--tmp-dir", str(self.workdir / "tmp"), "--grace-seconds", "5"],
+             "--tmp-dir", str(self.workdir / "tmp"), "--grace-seconds", "5", "--transport", transport],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
     def replace(self, index: int) -> None:
-        self.procs[index] = self._start()
+        self.procs[index] = self._start(index)
 
     def stop(self) -> None:
         for proc in self.procs:

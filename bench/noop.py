@@ -10,7 +10,9 @@ Submits come from 8 concurrent callers, as backends would send them. Two workers
 * SDK: a `jobwire-worker` process (`--concurrency 8`, bench/noop_handlers.py): the runtime
   as users run it, with its defaults: the JSON result hashed and handed to the server
   inline with Complete (the server keeps it), the attempt's temporary folder made and
-  removed, the DELIVERING stage reported only if the hand-over lasts.
+  removed, the DELIVERING stage reported only if the hand-over lasts. Run once per
+  transport (`--transport session`, the default: every call a frame of one Session, jobs
+  pushed by a standing claim; `--transport unary`: one RPC per call, Claims long-polled).
 
 Every job is real: each change is durably committed with its event.
 """
@@ -40,7 +42,11 @@ SUBMITTERS = 8
 CONCURRENCY = 8
 READY_TIMEOUT_S = 120.0
 RAW_NAME = "jobwire, plain gRPC worker"
-SDK_NAME = "jobwire SDK worker"
+TRANSPORTS = ("session", "unary")
+
+
+def sdk_name(transport: str) -> str:
+    return f"jobwire SDK worker, {transport}"
 
 
 def run_raw(port: int, database: str, jobs: int) -> PeerResult:
@@ -92,13 +98,13 @@ async def _complete(stub: worker_pb2_grpc.WorkerServiceStub, lease: worker_pb2.L
     )
 
 
-def run_jobwire(port: int, database: str, jobs: int, workdir: Path) -> PeerResult:
+def run_jobwire(port: int, database: str, jobs: int, workdir: Path, transport: str) -> PeerResult:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
     with open(workdir / "noop-worker.log", "ab") as out:
         worker = subprocess.Popen(
             [str(VENV_BIN / "jobwire-worker"), "--target", f"127.0.0.1:{port}", "--handlers",
              "noop_handlers:handlers", "--concurrency", str(CONCURRENCY), "--claim-wait", "5",
-             "--log-level", "WARNING"],
+             "--transport", transport, "--log-level", "WARNING"],
             cwd=BENCH, env=env, stdout=out, stderr=out,
         )  # fmt: skip
     conn = connect(database)
@@ -114,7 +120,7 @@ def run_jobwire(port: int, database: str, jobs: int, workdir: Path) -> PeerResul
         _until_ready(conn, before + jobs + 1, JOB_TYPE)
         t1 = time.monotonic()
         cpu = CpuMeter.delta(cpu0, meter.sample()).get("worker", float("nan"))
-        return PeerResult(SDK_NAME, jobs, jobs / (t1 - t0), jobs / (t_enq - t0), cpu * 1000 / jobs)
+        return PeerResult(sdk_name(transport), jobs, jobs / (t1 - t0), jobs / (t_enq - t0), cpu * 1000 / jobs)
     finally:
         worker.terminate()
         worker.wait(timeout=30)

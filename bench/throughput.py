@@ -10,8 +10,10 @@ the ratio jobwire/raw paired run by run:
       database (bench/e2e.py): Submit, Claim (batch, long poll), 3 ReportStage, Complete;
   (c) grpcio unary echo (bench/echo.py), the RPC ceiling (--skip-echo to leave out);
   (d) unless --skip-peers: --peer-jobs no-op jobs through jobwire (a plain gRPC worker
-      and the SDK worker, bench/noop.py) and through RQ SimpleWorker and Celery solo on
-      Redis (bench/peers.py; pip install -r bench/requirements.txt), timed the same way.
+      and the SDK worker over a Session and over unary calls, bench/noop.py) and through
+      RQ SimpleWorker and Celery solo on Redis (bench/peers.py; pip install -r
+      bench/requirements.txt), timed the same way; the SDK worker / Celery solo ratio is
+      paired run by run (issue 25's target: at least 1.0 over the Session).
 
 Usage: python bench/throughput.py [--clients 1,8,32] [--runs 3] [--seconds 5] [--jobs N]
 Everything is on loopback; every loop is bounded by --seconds and --jobs; it stops itself.
@@ -20,6 +22,7 @@ Everything is on loopback; every loop is bounded by --seconds and --jobs; it sto
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import secrets
@@ -151,9 +154,11 @@ def measure(args: argparse.Namespace, results: Results, workdir: Path) -> None:
                 log(line + (f"  errors {r.errors[:1]} {j.errors}" if r.errors or j.errors else ""))
             runners: list[Callable[[], peers.PeerResult]] = []
             if not args.skip_peers:
+                transports = noop.TRANSPORTS if run % 2 else noop.TRANSPORTS[::-1]
+                runners += [lambda: noop.run_raw(server.port, jw_db, args.peer_jobs)]
                 runners += [
-                    lambda: noop.run_raw(server.port, jw_db, args.peer_jobs),
-                    lambda: noop.run_jobwire(server.port, jw_db, args.peer_jobs, workdir),
+                    functools.partial(noop.run_jobwire, server.port, jw_db, args.peer_jobs, workdir, t)
+                    for t in transports
                 ]
             if not args.skip_peers and not peer_skip:
                 runners += [
@@ -372,19 +377,29 @@ def report(args: argparse.Namespace, results: Results, machine: list[str], elaps
         lines += [
             "",
             f"| peer ({args.peer_jobs} no-op jobs, worker already running) | jobs/s | reference "
-            f"| enqueue/s | worker CPU ms/job | jobwire SDK no-op / this | jobwire lifecycle ({best} clients) / this |",
+            f"| enqueue/s | worker CPU ms/job | jobwire SDK no-op, session · unary / this"
+            f" | jobwire lifecycle ({best} clients) / this |",
             "|---|---|---|---|---|---|---|",
         ]
-        sdk = results.peers.get(noop.SDK_NAME)
+        sdks = [results.peers.get(noop.sdk_name(t), []) for t in noop.TRANSPORTS]
         for name, items in results.peers.items():
             rate = med(items, lambda p: p.jobs_per_s)
             lines.append(
                 f"| {name} | {spread([p.jobs_per_s for p in items])} | {REFERENCE.get(name, '–')} "
                 f"| {fmt(med(items, lambda p: p.enqueue_per_s))} "
                 f"| {fmt(med(items, lambda p: p.worker_cpu_ms_per_job), 2)} "
-                f"| {fmt(med(sdk, lambda p: p.jobs_per_s) / rate, 3) if sdk else '–'} "
+                f"| {' · '.join(fmt(med(sdk, lambda p: p.jobs_per_s) / rate, 3) if sdk else '–' for sdk in sdks)} "
                 f"| {fmt(best_jw / rate, 3)} |"
             )
+        celery = results.peers.get("Celery solo")
+        if celery:
+            paired = [
+                f"{t} {fmt(median(s.jobs_per_s / c.jobs_per_s for s, c in zip(sdk, celery, strict=False)), 3)}"
+                for t, sdk in zip(noop.TRANSPORTS, sdks, strict=True)
+                if sdk
+            ]
+            target = "no-op jobs, paired per run (target ≥ 1.0)"
+            lines += ["", f"**SDK worker / Celery solo**, {target}: {', '.join(paired)}"]
     notes = [f"{n} (×{k})" if k > 1 else n for n, k in Counter(results.notes).items()]
     problems = problems_seen(results)
     lines += ["", *[f"- {n}" for n in notes + problems]] if notes or problems else []

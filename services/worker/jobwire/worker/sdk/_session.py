@@ -199,10 +199,14 @@ class SessionStub:
         try:
             await self._upkeep()
         finally:
-            for task in (*self._retired, *([watch] if watch is not None else [])):
+            ending = [*self._retired, *([watch] if watch is not None else [])]
+            for task in ending:
                 task.cancel()
             if self._grace_timer is not None:
                 self._grace_timer.cancel()
+            # Waited for, not only cancelled: a channel watch left pending outlived the loop
+            # and grpc then wrote "Event loop is closed" for each of its callbacks.
+            await asyncio.gather(*ending, return_exceptions=True)
 
     async def _upkeep(self) -> None:
         backoff = Pauses(Backoff(initial=0.25, maximum=5.0, jitter=0.5))

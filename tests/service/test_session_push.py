@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 from google.rpc import code_pb2
 from served import Served, eventually, housekeeping_round
-from service_support import duration, events, spec, submit, when
+from service_support import claim, duration, events, spec, submit, when
 from session_support import Session, claim_request, claims_waiting, ref
 
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
@@ -56,6 +56,24 @@ async def test_a_standing_claim_pushes_jobs_as_they_come_up_to_max_jobs(served) 
     assert [lease.job_no for lease in third.leased.leases] == [more[1].job_no]
     assert served.runtime.host.metrics.pushes("leased") == 3
     assert await session.close() == grpc.StatusCode.OK
+
+
+async def test_a_release_ends_the_standing_claim_so_the_job_goes_to_another_worker(served) -> None:  # type: ignore[no-untyped-def]
+    stopping = Session(served)
+    await stopping.ask(1, standing_claim=standing("handed", 2))
+    await claims_waiting(served)
+    job = await submit(served, "handed")
+    (lease,) = (await stopping.pushed()).leased.leases
+    await claims_waiting(served)  # the standing claim waits for its second job
+    release = worker_pb2.ReleaseRequest(job_no=lease.job_no, worker_token=lease.worker_token, note="stopping")
+    assert (await stopping.ask(2, release=release)).job.status == job_pb2.Job.QUEUED
+    # Not pushed back to the worker that let it go: the next claim, anyone's, takes it.
+    [again] = await claim(served, "handed")
+    assert (again.job_no, again.attempt) == (job.job_no, 2)
+    beat = await stopping.ask(3, heartbeat=worker_pb2.HeartbeatRequest(worker_id="w1"))  # no push came before it
+    assert beat.WhichOneof("reply") == "heartbeat"
+    assert served.runtime.host.metrics.pushes("leased") == 1
+    assert await stopping.close() == grpc.StatusCode.OK
 
 
 async def test_a_standing_claim_is_refused_as_a_claim_would_be(served) -> None:  # type: ignore[no-untyped-def]

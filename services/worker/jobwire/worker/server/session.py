@@ -223,6 +223,11 @@ class WorkerSession:
             call = FrameContext(self._stream)
             self._unwritten.add(call)
             request = getattr(frame, kind)
+            if kind == "release":
+                # A worker handing a job back (most often as it stops) wants nothing pushed in
+                # its place: its standing claim took the released job again at once, pushed to a
+                # worker about to close its session. It asks anew when it wants more.
+                self._push.stop_standing()
             self._push.holdings.starting(kind, request)
             self._in_flight[call_id] = asyncio.create_task(self._answer(call_id, kind, request, call))
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from google.protobuf import message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from jobwire.v1 import job_pb2, worker_pb2
+from jobwire.worker.sdk import Worker
 
 
 def rpc_error(
@@ -346,3 +348,15 @@ class FakeSessions:
             stream.answer(frame.call_id, error=_status_of(exc))
             return
         stream.answer(frame.call_id, **{reply: answer})
+
+
+@asynccontextmanager
+async def worker_running(worker: Worker) -> AsyncIterator[tuple[Worker, asyncio.Task[int]]]:
+    """`worker` running until the block ends, then shut down at once (if it has not stopped)."""
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker, task
+    finally:
+        if not task.done():
+            worker.shutdown(immediate=True)
+            await asyncio.wait_for(task, 5)

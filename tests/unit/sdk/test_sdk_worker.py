@@ -7,15 +7,15 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from sdk_support import FakeWorkerService, make_lease, rpc_error, unavailable
+from sdk_support import FakeWorkerService, make_lease, rpc_error, unavailable, worker_running
 from served import eventually
 
 from jobwire.v1 import job_pb2, worker_pb2
@@ -86,16 +86,10 @@ async def resume(ctx: JobContext) -> Result:
     return Result.from_bytes(repr(ctx.last_checkpoint).encode())
 
 
-@asynccontextmanager
-async def running(config: WorkerConfig, fake: FakeWorkerService) -> AsyncIterator[tuple[Worker, asyncio.Task[int]]]:
-    worker = Worker(config, registry, stub=fake)
-    task = asyncio.create_task(worker.run())
-    try:
-        yield worker, task
-    finally:
-        if not task.done():
-            worker.shutdown(immediate=True)
-            await asyncio.wait_for(task, 5)
+def running(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> AbstractAsyncContextManager[tuple[Worker, asyncio.Task[int]]]:
+    return worker_running(Worker(config, registry, stub=fake))
 
 
 def _no_job_running(worker: Worker) -> Callable[[], Awaitable[bool]]:

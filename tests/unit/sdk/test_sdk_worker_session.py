@@ -5,13 +5,13 @@ unary calls against a server without Session."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
 import grpc
 import pytest
-from sdk_support import FakeSessions, FakeWorkerService, make_lease, rpc_error, unavailable
+from sdk_support import FakeSessions, FakeWorkerService, make_lease, rpc_error, unavailable, worker_running
 from served import eventually
 
 from jobwire.v1 import worker_pb2
@@ -36,18 +36,10 @@ def endless(ctx: JobContext) -> Result:
         ctx.sleep(0.01)
 
 
-@asynccontextmanager
-async def running(
+def running(
     config: WorkerConfig, sessions: FakeSessions, *, grace: float = 30.0
-) -> AsyncIterator[tuple[Worker, asyncio.Task[int]]]:
-    worker = Worker(config, handlers, stub=SessionStub(sessions, grace=grace))
-    task = asyncio.create_task(worker.run())
-    try:
-        yield worker, task
-    finally:
-        if not task.done():
-            worker.shutdown(immediate=True)
-            await asyncio.wait_for(task, 5)
+) -> AbstractAsyncContextManager[tuple[Worker, asyncio.Task[int]]]:
+    return worker_running(Worker(config, handlers, stub=SessionStub(sessions, grace=grace)))
 
 
 def endings(fake: FakeWorkerService) -> list[str]:

@@ -35,19 +35,25 @@ def alembic_config(db: Database) -> Config:
 
 def upgrade(db: Database, revision: str = "head") -> None:
     config = alembic_config(db)
-    with db.engine.begin() as conn:
-        lock = _lock_name(db)
+    lock = _lock_name(db)
+    with db.engine.connect() as conn:
         if (
             lock is not None
             and conn.execute(sa.text("SELECT GET_LOCK(:n, :s)"), {"n": lock, "s": LOCK_WAIT_S}).scalar() != 1
         ):
             raise SchemaNotCurrent(f"another upgrade of this database held its lock for {LOCK_WAIT_S} s")
+        conn.commit()  # a named lock is the session's: it outlives the transaction
         try:
-            config.attributes["connection"] = conn
-            command.upgrade(config, revision)
+            # Committed before the lock is let go: released first, the last revision's
+            # alembic_version update was still uncommitted, and an upgrade waiting on the lock
+            # read the revision before it and ran that migration again ("Duplicate column").
+            with conn.begin():
+                config.attributes["connection"] = conn
+                command.upgrade(config, revision)
         finally:
             if lock is not None:
                 conn.execute(sa.text("SELECT RELEASE_LOCK(:n)"), {"n": lock})
+                conn.commit()
 
 
 def check_current(db: Database) -> None:

@@ -5,6 +5,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# Python's default, whatever the shell says: with PYTHONDONTWRITEBYTECODE set, every test
+# process and every server or worker a test starts compiled the project (and pytest rewrote
+# every test module's asserts) from source again: ~5 s of each pytest process's start.
+unexport PYTHONDONTWRITEBYTECODE
 STAMP := $(VENV)/.installed
 PROTOS := $(wildcard protos/jobwire/v1/*.proto)
 GENERATED := shared/jobwire/v1/.generated
@@ -52,7 +56,7 @@ demo: install
 
 # The inner loop, under a minute: lint, types, and the unit and store tests on SQLite.
 check: lint typecheck
-	JOBWIRE_REQUIRE_MYSQL= $(PY) -m pytest -q -n $(TEST_PROCESSES) -m "not mysql" tests/unit tests/store $(PYTEST_ARGS)
+	JOBWIRE_REQUIRE_MYSQL= $(PY) -m pytest -q -n $(TEST_PROCESSES) --dist worksteal -m "not mysql" tests/unit tests/store $(PYTEST_ARGS)
 
 # The whole suite (CI runs it): first what can share the machine, spread over processes
 # (unit, store, service, e2e and fuzz tests each on their own ports and databases), then
@@ -61,7 +65,7 @@ check: lint typecheck
 TEST_PROCESSES ?= 4
 test: install
 	@start=$$(date +%s); \
-	$(PY) -m pytest -n $(TEST_PROCESSES) -m "not alone" $(PYTEST_ARGS) \
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist worksteal -m "not alone" $(PYTEST_ARGS) \
 	  && $(PY) -m pytest -m alone $(PYTEST_ARGS); status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s, exit $$status"; exit $$status
 

@@ -11,27 +11,33 @@ test reads it) and `up` for jobs that exist, and each alert's runbook section ex
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
 import pydantic
 import pytest
 import yaml
-from cloudcoil.models.keda.v1alpha1 import ScaledObject
-from cloudcoil.models.prometheus_operator.v1 import PrometheusRule, ServiceMonitor
 from test_dashboard import metric_names, registered
 from test_deploy_files import ROOT, assert_known_settings
 from test_k8s_manifests import COMPONENTS, CUSTOM_KINDS, GATEWAY, K8S, SERVERS, container, manifests, of
 
-MODELS: dict[str, type[pydantic.BaseModel]] = {
-    "ServiceMonitor": ServiceMonitor, "PrometheusRule": PrometheusRule, "ScaledObject": ScaledObject,
-}  # fmt: skip
 RUNBOOK = (ROOT / "docs/runbook.md").read_text()
 # Alerts every deployment needs, by the series each must watch.
 WATCHED = {
     "jobwire_queue_oldest_runnable_seconds", "jobwire_jobs_lease_expired_total", "jobwire_queue_no_worker",
     "jobwire_jobs_failed_total", "jobwire_jobs_completed_total", "jobwire_database_up", "up",
 }  # fmt: skip
+
+
+@functools.cache
+def _models() -> dict[str, type[pydantic.BaseModel]]:
+    """The CRD models, imported when a test needs them: cloudcoil's take ~3 s of CPU to import,
+    paid otherwise by every pytest process that merely collects this module."""
+    from cloudcoil.models.keda.v1alpha1 import ScaledObject
+    from cloudcoil.models.prometheus_operator.v1 import PrometheusRule, ServiceMonitor
+
+    return {"ServiceMonitor": ServiceMonitor, "PrometheusRule": PrometheusRule, "ScaledObject": ScaledObject}
 
 
 def _component(name: str) -> list[tuple[str, dict[str, Any]]]:
@@ -67,11 +73,12 @@ def test_each_component_is_a_component_of_every_file_in_its_folder_and_off_by_de
 
 @pytest.mark.parametrize("name", COMPONENTS)
 def test_custom_resources_fit_their_crds_schemas(name: str) -> None:
-    assert MODELS.keys() == CUSTOM_KINDS
-    custom = [(file, doc) for file, doc in _component(name) if doc["kind"] in MODELS]
+    models = _models()
+    assert models.keys() == CUSTOM_KINDS
+    custom = [(file, doc) for file, doc in _component(name) if doc["kind"] in models]
     assert custom or name == "ingress"
     for file, doc in custom:
-        model = MODELS[doc["kind"]]
+        model = models[doc["kind"]]
         try:
             parsed = model.model_validate(doc)
         except pydantic.ValidationError as exc:

@@ -61,7 +61,7 @@ check: lint typecheck
 # The whole suite (CI runs it): first what can share the machine, spread over processes
 # (unit, store, service, e2e and fuzz tests each on their own ports and databases), then
 # alone what cannot (tests marked `alone`: what restarts the shared MariaDB, load tests with
-# latency bounds, the soak, the browser). The run time is the last line.
+# latency bounds, the soak). The run time is the last line.
 TEST_PROCESSES ?= 4
 test: install
 	@start=$$(date +%s); \

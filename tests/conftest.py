@@ -6,6 +6,7 @@ MySQL tests skip on a laptop without a server, but fail when JOBWIRE_REQUIRE_MYS
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,20 @@ def _mysql_reachable() -> str | None:
         return None
     except Exception as exc:  # noqa: BLE001 - any failure means "no server here"
         return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_as_it_was() -> Iterator[None]:
+    """The root logger's handlers and level put back after each test. A test that runs a CLI's
+    `main` in-process (logs.configure) leaves a handler writing to its captured stderr, closed
+    once the test ends; every later line of the process printed a "Logging error" traceback
+    instead, and Python 3.11 parses source to draw those tracebacks, which raced a test's own
+    `ast.parse` in another thread (SystemError: AST constructor recursion depth mismatch)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

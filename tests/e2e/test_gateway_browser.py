@@ -39,7 +39,7 @@ from processes import ServerProcess, start_server_process
 from jobwire.client import JobClient
 from jobwire.v1 import job_pb2, schedule_pb2, schedule_pb2_grpc, worker_pb2, worker_pb2_grpc
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.alone]  # a browser and a server: timing it keeps to itself
+pytestmark = pytest.mark.timeout(180)
 
 CHROMIUM = Path("/usr/bin/chromium")
 BIN = Path(sys.executable).parent

@@ -8,6 +8,7 @@ finds the schema current.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -33,7 +34,22 @@ def alembic_config(db: Database) -> Config:
     return config
 
 
+@functools.cache
+def head_revision() -> str | None:
+    """This code's head revision: its scripts read once per process, not at every start."""
+    head: str | None = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    return head
+
+
+def current_revision(db: Database) -> str | None:
+    with db.engine.connect() as conn:
+        current: str | None = MigrationContext.configure(conn).get_current_revision()
+    return current
+
+
 def upgrade(db: Database, revision: str = "head") -> None:
+    if revision == "head" and current_revision(db) == head_revision():
+        return  # current already (every start but the first): no lock taken, no Alembic run
     config = alembic_config(db)
     lock = _lock_name(db)
     with db.engine.connect() as conn:
@@ -58,9 +74,7 @@ def upgrade(db: Database, revision: str = "head") -> None:
 
 def check_current(db: Database) -> None:
     """Raise SchemaNotCurrent unless the database is at this code's head revision."""
-    head = ScriptDirectory.from_config(alembic_config(db)).get_current_head()
-    with db.engine.connect() as conn:
-        current = MigrationContext.configure(conn).get_current_revision()
+    head, current = head_revision(), current_revision(db)
     if current != head:
         raise SchemaNotCurrent(
             f"the database schema is at revision {current or 'none'} and this server needs {head}: "

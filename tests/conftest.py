@@ -125,8 +125,13 @@ _FOLDER_MARKS = {"e2e": ("e2e",), "fault": ("fault",), "soak": ("slow", "alone")
 _TESTS = Path(__file__).resolve().parent
 
 
-# The folders whose tests take longest (real processes, wheels built, the fuzzers) go first:
-# pytest-xdist hands tests out in this order, and a long test started last is the run's tail.
+# The folders whose tests take longest (real processes, wheels built, the fuzzers) go first,
+# since a long test started last is the run's tail. `--dist worksteal` gives each process a
+# contiguous slice of this order and an idle one steals the end of another's, so the files
+# are dealt round the processes like cards (each to the hand with the fewest tests, a file's
+# tests together to share their module's fixtures): each slice starts with its share of the
+# slow tests and ends with quick ones to steal. (Sorted only, the first process held every
+# slow test, the others stole them last, and the run ended with one running e2e tests alone.)
 _SLOW_FIRST = {"e2e": 0, "fuzz": 0, "fault": 1, "soak": 1, "service": 2, "store": 3, "unit": 4}
 
 
@@ -142,6 +147,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for mark in _FOLDER_MARKS.get(_folder(item), ()):
             item.add_marker(mark)
     items.sort(key=lambda item: _SLOW_FIRST.get(_folder(item), 5))  # stable: file order kept inside a folder
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # set in each xdist process
+    if processes > 1:
+        items[:] = _dealt(items, processes)
+
+
+def _dealt(items: list[pytest.Item], processes: int) -> list[pytest.Item]:
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+    hands: list[list[pytest.Item]] = [[] for _ in range(processes)]
+    for tests in files.values():
+        min(hands, key=len).extend(tests)
+    return [item for hand in hands for item in hand]
 
 
 # -- CI guard: a run that requires MySQL must have passed at least one MySQL test -----------

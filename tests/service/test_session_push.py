@@ -16,6 +16,8 @@ from session_support import Session, claim_request, claims_waiting, ref
 
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 from jobwire.worker.server import session as session_module
+from jobwire.worker.server.leasing import Leasing
+from jobwire.worker.server.session_push import SessionPush
 
 INVALID = code_pb2.INVALID_ARGUMENT
 
@@ -103,6 +105,45 @@ async def test_a_push_the_session_never_wrote_hands_its_lease_back(served, monke
     assert back.status == job_pb2.Job.QUEUED
     trail = [(e.kind, e.detail) for e in await events(served, job.job_no)]
     assert trail[-1] == ("RELEASED", "claim not delivered: the session ended before they were pushed"), trail
+
+
+async def test_a_half_close_during_a_standing_claims_transaction_pushes_its_lease_not_hands_it_back(
+    served, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A worker moving to a new stream half-closes the old one: its standing claim waits no
+    more, and a claim already in its transaction is pushed there, read by the worker before
+    the stream's end, rather than handed back and claimed a second time."""
+    wound, wind_down, claim_once = asyncio.Event(), SessionPush.wind_down, Leasing._claim_once
+
+    def winding(self: SessionPush) -> Any:
+        try:
+            return wind_down(self)
+        finally:
+            wound.set()
+
+    async def after_the_half_close(self: Leasing, who: Any, work: Any) -> Any:
+        if "wound" in who.plans and not wound.is_set() and work_wanted.is_set():
+            in_transaction.set()
+            await wound.wait()  # the half-close is read while this claim's transaction runs
+        return await claim_once(self, who, work)
+
+    in_transaction, work_wanted = asyncio.Event(), asyncio.Event()
+    monkeypatch.setattr(SessionPush, "wind_down", winding)
+    monkeypatch.setattr(Leasing, "_claim_once", after_the_half_close)
+    session = Session(served)
+    await session.ask(1, standing_claim=standing("wound", 1))
+    await claims_waiting(served)
+    work_wanted.set()
+    job = await submit(served, "wound")
+    await asyncio.wait_for(in_transaction.wait(), 10)
+    await session.call.done_writing()
+    (lease,) = (await session.pushed()).leased.leases
+    assert lease.job_no == job.job_no
+    assert await asyncio.wait_for(session.call.read(), 30) is grpc.aio.EOF
+    assert await session.call.code() == grpc.StatusCode.OK
+    kinds = [e.kind for e in await events(served, job.job_no)]
+    # Claimed once, never handed back; the session ended holding it, as one moving away does.
+    assert kinds == ["SUBMITTED", "CLAIMED", "WORKER_DISCONNECTED"], kinds
 
 
 async def cancel_pushed(

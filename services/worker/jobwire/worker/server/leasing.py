@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from jobwire.db.changes import JobOp
@@ -80,11 +80,21 @@ class Leasing:
         self._kinds_written: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._handing_back: set[asyncio.Future[Any]] = set()
 
-    async def claim(self, who: Claimant, max_jobs: int, wait_s: float) -> list[Lease]:
-        """Leases for up to `max_jobs` jobs, waiting up to `wait_s` for the first."""
+    async def claim(
+        self, who: Claimant, max_jobs: int, wait_s: float, *, stop: asyncio.Event | None = None
+    ) -> list[Lease]:
+        """Leases for up to `max_jobs` jobs, waiting up to `wait_s` for the first.
+
+        `stop` ends the wait (answered empty) but never a claim's transaction: what that one
+        commits is answered, where a cancel would hand it back, and its job would be claimed
+        twice (a worker's session moving to a new connection ends its standing claim so)."""
         deadline = time.monotonic() + wait_s
         woken: Waiter | None = None
         while True:
+            if stop is not None and stop.is_set():
+                if woken is not None:
+                    self.wakeup.pass_on(woken)  # the work it was woken for still needs a claim
+                return []
             if who.shared and self.store.turns_due(who.queues):
                 # Whose turn it is needs to know who has work: listed by a read of its own,
                 # never inside the claim's transaction (jobwire.process_state.turns).
@@ -103,7 +113,10 @@ class Leasing:
                 return leases
             timeout = min(remaining, POLL_INTERVAL_S, *(_recheck_s(b) for b in work.held.values()))
             with self.waiting.hold(who.tenant, TooManyWaitingClaims), self.metrics.claim_waiting():
-                woken = await self.wakeup.wait(who.tenant, who.queues, who.plans, timeout, held=work.held)
+                waiting = self.wakeup.wait(who.tenant, who.queues, who.plans, timeout, held=work.held)
+                woken = await _unless(stop, waiting)
+            if woken is None:  # stopped
+                return []
             if woken.woken_by is None and time.monotonic() >= deadline:
                 # Nothing came: the caller's next Claim looks at once, so a last look now would
                 # only repeat it (one query per idle worker and wait, bench/idle.py).
@@ -230,3 +243,19 @@ def _recheck_s(held: Budget) -> float:
     """How long a claim held back by `held` waits at most before it looks again by itself."""
     token = held.retry_after_s()
     return HELD_RECHECK_S if token is None else min(token + TOKEN_MARGIN_S, HELD_RECHECK_S)
+
+
+async def _unless(stop: asyncio.Event | None, waiting: Coroutine[Any, Any, Waiter]) -> Waiter | None:
+    """`waiting`'s waiter, or None once `stop` is set before it ends."""
+    if stop is None:
+        return await waiting
+    wait = asyncio.ensure_future(waiting)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({wait, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not wait.done():
+            wait.cancel()
+        await asyncio.gather(wait, stopping, return_exceptions=True)
+    return None if wait.cancelled() else wait.result()

@@ -8,7 +8,8 @@ decoding, limits, fencing and refusals) and is counted and logged as that RPC
 waiting for work holds up nothing behind it.
 
 The stream is the session's caller and its lifetime: authenticated once when it opens (the
-handler wrapping), its calls ended with it. A half-close lets the calls in flight finish; a
+handler wrapping), its calls ended with it. A half-close lets the calls in flight finish
+(and a standing claim's transaction: its leases are pushed, not handed back); a
 cancelled stream cancels them as a unary call's cancellation would, and a Claim whose reply
 was never written hands its leases back (`FrameContext`).
 
@@ -149,6 +150,8 @@ class WorkerSession:
         self._refusal: Exception | None = None  # what ended the reading, when not the worker's half-close
         self._heard_at = time.monotonic()  # when the last frame was read
         self._said: str | None = None  # a frame that did not parse ended it
+        self._winding: asyncio.Task[None] | None = None  # the standing claim ending after a half-close
+        self._finished = False  # the end of the replies is queued
 
     async def serve(self, frames: AsyncIterator[worker_pb2.WorkerFrame]) -> None:
         """Answer every frame until the worker half-closes and all are answered, or the stream ends."""
@@ -197,6 +200,7 @@ class WorkerSession:
                 frame = await anext(frames, None)
                 if frame is None:  # a half-close, or (seen from here alike) a cancel or a dropped connection
                     self._room.release()
+                    self._wind_down()
                     return
                 self._heard_at = time.monotonic()
                 self._take(frame)
@@ -249,6 +253,15 @@ class WorkerSession:
         self._unwritten.discard(call)
         call.done(delivered=delivered)
 
+    def _wind_down(self) -> None:
+        """The worker asks for nothing more: the standing claim ends, its last leases written first."""
+        standing = self._push.wind_down()
+        if standing is not None and not standing.done():
+            self._winding = standing
+            standing.add_done_callback(lambda _: self._finish_if_idle())
+
     def _finish_if_idle(self) -> None:
-        if not self._reading and not self._in_flight:
+        winding = self._winding is not None and not self._winding.done()
+        if not self._reading and not self._in_flight and not winding and not self._finished:
+            self._finished = True
             self._replies.put_nowait(None)

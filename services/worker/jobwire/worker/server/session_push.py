@@ -23,6 +23,7 @@ ended in silence (jobwire.worker.server.session).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -158,13 +159,15 @@ class SessionPush:
             tenant, now=hub.now, place=hub.place, on_hold=lambda held: hub.index(held, self), on_drop=hub.unindex
         )
         self._standing: asyncio.Task[None] | None = None
+        self._winding = asyncio.Event()  # the standing claim's: claim no more once set
         self._closed = False
 
     async def standing_claim(self, request: worker_pb2.ClaimRequest, context: Any) -> worker_pb2.ClaimResponse:
         """A StandingClaim frame's call: checked as a Claim, answered at once, then pushed to."""
         who, max_jobs, _ = self._hub.decode(request)  # its wait is ignored
         self.stop_standing()
-        self._standing = asyncio.get_running_loop().create_task(self._claim_standing(who, max_jobs))
+        self._winding = asyncio.Event()
+        self._standing = asyncio.get_running_loop().create_task(self._claim_standing(who, max_jobs, self._winding))
         return worker_pb2.ClaimResponse()
 
     def stop_standing(self) -> asyncio.Task[None] | None:
@@ -174,15 +177,24 @@ class SessionPush:
             standing.cancel()
         return standing
 
-    async def _claim_standing(self, who: Claimant, max_jobs: int) -> None:
+    def wind_down(self) -> asyncio.Task[None] | None:
+        """The worker half-closed (it moves to a new stream, or stops): the standing claim waits
+        no more, but a claim in its transaction ends and its leases are pushed, where a cancel
+        would hand them back and their jobs be claimed twice. The task, to write those before
+        the session ends."""
+        self._winding.set()
+        return self._standing
+
+    async def _claim_standing(self, who: Claimant, max_jobs: int, winding: asyncio.Event) -> None:
         left = max_jobs
-        while left > 0:
+        while left > 0 and not winding.is_set():
             try:
-                leases = await self._hub.leasing.claim(who, left, STANDING_WAIT_S)
+                leases = await self._hub.leasing.claim(who, left, STANDING_WAIT_S, stop=winding)
             except Exception:  # a standing claim outlasts an outage, a full server, a bug in one round
                 log.warning("standing claim of %s: claim failed; again in %g s", who.worker_id, RETRY_AFTER_S,
                             exc_info=True)  # fmt: skip
-                await asyncio.sleep(RETRY_AFTER_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(winding.wait(), RETRY_AFTER_S)
                 continue
             if leases:
                 left -= len(leases)

@@ -8,18 +8,21 @@ finds the schema current.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
 from jobwire.db.engine import Database
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 MIGRATIONS = Path(__file__).with_name("migrations")
+# The newest revision under migrations/versions, which the code needs: a start compares it
+# with the database's without importing Alembic (~150 ms of every process's start);
+# tests/unit/test_migration_head.py keeps it Alembic's head.
+HEAD = "0019"
 LOCK_WAIT_S = 120  # an upgrade of a large table may take this long; a waiting one gives up after
 
 
@@ -28,28 +31,29 @@ class SchemaNotCurrent(Exception):
 
 
 def alembic_config(db: Database) -> Config:
+    from alembic.config import Config  # Alembic loads only when a schema changes
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["database"] = db
     return config
 
 
-@functools.cache
-def head_revision() -> str | None:
-    """This code's head revision: its scripts read once per process, not at every start."""
-    head: str | None = ScriptDirectory(str(MIGRATIONS)).get_current_head()
-    return head
-
-
 def current_revision(db: Database) -> str | None:
+    """The database's revision, or None before its first migration (no alembic_version yet)."""
     with db.engine.connect() as conn:
-        current: str | None = MigrationContext.configure(conn).get_current_revision()
-    return current
+        try:
+            found = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
+        except sa.exc.DBAPIError:  # no such table: never migrated (any other trouble, the upgrade meets it)
+            return None
+    return found[0] if len(found) == 1 else None
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
-    if revision == "head" and current_revision(db) == head_revision():
+    if revision == "head" and current_revision(db) == HEAD:
         return  # current already (every start but the first): no lock taken, no Alembic run
+    from alembic import command
+
     config = alembic_config(db)
     lock = _lock_name(db)
     with db.engine.connect() as conn:
@@ -74,7 +78,7 @@ def upgrade(db: Database, revision: str = "head") -> None:
 
 def check_current(db: Database) -> None:
     """Raise SchemaNotCurrent unless the database is at this code's head revision."""
-    head, current = head_revision(), current_revision(db)
+    head, current = HEAD, current_revision(db)
     if current != head:
         raise SchemaNotCurrent(
             f"the database schema is at revision {current or 'none'} and this server needs {head}: "

@@ -85,7 +85,7 @@ bench: install
 	set -e; for b in $(BENCHES); do $(PY) bench/$$b.py; done
 
 # The nemesis soak (tests/soak/soak.py) at length: 4 minutes of faults on MariaDB, then the
-# checker's table; `make test` runs a 40-second one. SOAK_ARGS="--seconds 600" for longer.
+# checker's table; `make test` runs a 32-second one. SOAK_ARGS="--seconds 600" for longer.
 SOAK_ARGS ?=
 soak: install
 	$(PY) tests/soak/soak.py $(SOAK_ARGS)

@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 # `make bench BENCHES=throughput` runs one.
 BENCHES ?= throughput fleet idle claims submit watch cancel_storm
 
-.PHONY: install proto dist run serve demo check test lint typecheck migrate bench soak clean
+.PHONY: install proto dist run serve demo check test lint typecheck migrate bench soak fuzz clean
 
 install: $(STAMP) $(GENERATED)
 
@@ -89,6 +89,11 @@ bench: install
 SOAK_ARGS ?=
 soak: install
 	$(PY) tests/soak/soak.py $(SOAK_ARGS)
+
+# The fuzzers at length (tests/fuzz): 300 random requests per RPC and 200 model runs, ~15 min;
+# `make test` runs 20 and 25 (the same deterministic start of each).
+fuzz: install
+	JOBWIRE_FUZZ_EXAMPLES=300 JOBWIRE_MODEL_EXAMPLES=200 $(PY) -m pytest -q tests/fuzz $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) var dist shared/jobwire/v1/*_pb2* $(GENERATED)

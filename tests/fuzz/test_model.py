@@ -43,7 +43,7 @@ STAGES = ("PREPARING", "PROCESSING", "VERIFYING", "DELIVERING")  # the default p
 CANCELLABLE = {1, 2, 3}
 SHA = "ab" * 32
 LOST = (grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST")
-EXAMPLES = int(os.environ.get("JOBWIRE_MODEL_EXAMPLES", "50"))
+EXAMPLES = int(os.environ.get("JOBWIRE_MODEL_EXAMPLES", "25"))  # `make fuzz`: 200
 MAX_JOBS = 6  # few jobs, many calls on each: the rules meet in every state
 SEEN: Counter[str] = Counter()  # what the examples reached, printed at the end
 F = TypeVar("F", bound=Callable[..., Any])

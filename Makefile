@@ -61,10 +61,12 @@ check: lint typecheck
 # The whole suite (CI runs it): first what can share the machine, spread over processes
 # (unit, store, service, e2e and fuzz tests each on their own ports and databases), then
 # alone what cannot (tests marked `alone`: what restarts the shared MariaDB, load tests with
-# latency bounds, the soak). The run time is the last line.
+# latency bounds, the soak). The run time is the last line. The project is byte-compiled
+# first, once, rather than by each test process at once.
 TEST_PROCESSES ?= 4
 test: install
 	@start=$$(date +%s); \
+	$(PY) -m compileall -q shared services; \
 	$(PY) -m pytest -n $(TEST_PROCESSES) --dist worksteal -m "not alone" $(PYTEST_ARGS) \
 	  && $(PY) -m pytest -m alone $(PYTEST_ARGS); status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s, exit $$status"; exit $$status

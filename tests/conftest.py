@@ -6,6 +6,7 @@ MySQL tests skip on a laptop without a server, but fail when JOBWIRE_REQUIRE_MYS
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -150,6 +151,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # set in each xdist process
     if processes > 1:
         items[:] = _dealt(items, processes)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What is collected (modules, fixtures, test items) lives to the end of the run: frozen,
+    # Python's collector stops walking it at each full collection, ~5 % of a test process's
+    # CPU (four service test files: 14.0 s of user time against 13.2-13.5 s).
+    gc.collect()
+    gc.freeze()
 
 
 def _dealt(items: list[pytest.Item], processes: int) -> list[pytest.Item]:

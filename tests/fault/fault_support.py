@@ -21,6 +21,18 @@ MARIADBD = "/usr/sbin/mariadbd"
 SHA = "ab" * 32
 
 
+async def claim_all(server: Server, count: int, *, lease: float = 30.0) -> list[worker_pb2.Lease]:
+    """`count` leases of "frames" jobs, claimed until all are taken (or 10 s passed): on MariaDB a
+    claim skips rows another transaction holds locked (SKIP LOCKED: a housekeeping round's), as a
+    worker's next claim takes them."""
+    leases: list[worker_pb2.Lease] = []
+    deadline = time.monotonic() + 10
+    while len(leases) < count and time.monotonic() < deadline:
+        request = claim_request(lease=lease, max_jobs=count - len(leases))
+        leases += (await server.workers.Claim(request)).leases
+    return leases
+
+
 def claim_request(job_type: str = "frames", *, worker_id: str = "w1", lease: float = 30.0, max_jobs: int = 1,
                   wait: float = 0.0) -> worker_pb2.ClaimRequest:  # fmt: skip
     request = worker_pb2.ClaimRequest(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from fault_support import claim_request
+from fault_support import claim_all
 from served import eventually
 
 from jobwire.db.changes import JobOp
@@ -60,7 +60,7 @@ async def test_two_reapers_handle_each_expired_lease_exactly_once(servers, datab
         for _ in range(EACH):
             submitted = await a.jobs.Submit(job_pb2.SubmitRequest(job_type="frames", retry_policy=policy(group)))
             groups[submitted.job.job_no] = group
-    leases = (await b.workers.Claim(claim_request(lease=1.0, max_jobs=len(groups)))).leases
+    leases = await claim_all(b, len(groups), lease=1.0)
     assert len(leases) == len(groups)
     for job_no, group in groups.items():
         if group == "cancel":
@@ -102,7 +102,8 @@ async def test_the_guarded_update_alone_lets_one_of_many_reapers_act(servers, da
         (await s.jobs.Submit(job_pb2.SubmitRequest(job_type="frames", retry_policy=policy))).job.job_no
         for _ in range(5)
     ]
-    leases = (await s.workers.Claim(claim_request(lease=1.0, max_jobs=5))).leases
+    leases = await claim_all(s, 5, lease=1.0)
+    assert len(leases) == 5
     store = s.runtime.store
     expiry = max(lease.lease_expires_at.ToDatetime() for lease in leases)
 

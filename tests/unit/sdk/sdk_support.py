@@ -207,7 +207,7 @@ class FakeStream:
     FakeSessions, plays the server: it reads `frames` and answers, pushes or ends."""
 
     def __init__(self, refused: grpc.aio.AioRpcError | None = None) -> None:
-        self.frames: asyncio.Queue[worker_pb2.WorkerFrame] = asyncio.Queue()
+        self.frames: asyncio.Queue[worker_pb2.WorkerFrame | None] = asyncio.Queue()  # None: half-closed
         self._answers: asyncio.Queue[worker_pb2.ServerFrame | BaseException | None] = asyncio.Queue()
         self._refused = refused
         self.ended = False
@@ -236,6 +236,7 @@ class FakeStream:
 
     async def done_writing(self) -> None:
         self.half_closed = True
+        self.frames.put_nowait(None)
 
     def cancel(self) -> bool:
         if self.ended:
@@ -247,7 +248,9 @@ class FakeStream:
     # -- the server's side ---------------------------------------------------------------
 
     async def next_frame(self) -> worker_pb2.WorkerFrame:
-        return await asyncio.wait_for(self.frames.get(), 5)
+        frame = await asyncio.wait_for(self.frames.get(), 5)
+        assert frame is not None, "the worker half-closed the stream"
+        return frame
 
     def answer(self, call_id: int, **reply: Any) -> None:
         self._answers.put_nowait(worker_pb2.ServerFrame(call_id=call_id, **reply))
@@ -325,9 +328,18 @@ class FakeSessions:
         task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, stream: FakeStream) -> None:
+        answering: set[asyncio.Task[None]] = set()
         while not stream.ended:
             frame = await stream.frames.get()
-            self._spawn(self._answer(stream, frame))
+            if frame is None:  # half-closed: the calls in flight are answered, then it ends OK
+                await asyncio.gather(*answering, return_exceptions=True)
+                stream.end()
+                return
+            task = asyncio.ensure_future(self._answer(stream, frame))
+            answering.add(task)
+            task.add_done_callback(answering.discard)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, stream: FakeStream, frame: worker_pb2.WorkerFrame) -> None:
         kind = frame.WhichOneof("call")

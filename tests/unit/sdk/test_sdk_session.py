@@ -259,6 +259,29 @@ async def test_a_connection_change_moves_new_calls_to_a_fresh_stream_and_lets_th
         assert [lease.job_no for lease in (await waiting).leases] == ["PT-1"]
 
 
+async def test_close_reads_the_half_closed_stream_to_its_end_and_later_calls_go_unary(
+    fake: FakeWorkerService,
+) -> None:
+    """A worker stopping half-closes: a lease the server pushes before the end still reaches
+    it (to be handed back, unary), and no stream opens again."""
+    sessions = manual(fake)
+    async with session(sessions) as (stub, sink):
+        stream = await sessions.stream(0)
+        closing = asyncio.ensure_future(stub.close(5))
+
+        async def half_closed() -> bool:
+            return stream.half_closed
+
+        await eventually(half_closed, what="the stream half-closed")
+        stream.push(leased=worker_pb2.ClaimResponse(leases=[make_lease("PT-9")]))
+        stream.end()
+        await asyncio.wait_for(closing, 5)
+        assert sink.of("leased") == [["PT-9"]]
+        await stub.Heartbeat(BEAT, timeout=5)
+        assert [c.method for c in fake.calls] == ["Heartbeat"] and len(sessions.opened) == 1
+        assert not stream.cancelled
+
+
 async def test_upload_result_stays_a_unary_call(fake: FakeWorkerService) -> None:
     uploaded: list[object] = []
 

@@ -24,6 +24,7 @@ Pushes (call_id 0: leases of a standing claim, a cancel, a lost lease) go to the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable
@@ -45,6 +46,9 @@ from jobwire.worker.sdk._session_stream import NoSession, PushSink, SessionCall,
 # taken for a dead worker's at once, and one silent as long as the servers' keepalive lets a
 # connection be (jobwire.rpc.server.KEEPALIVE_SILENCE_S, 9 s) may be a stopped worker's.
 SESSION_BEAT_S = 4.0
+# A stopping worker reads its half-closed stream to the end for at most this long: the server
+# answers the calls in flight and the standing claim's last transaction, then ends it.
+SESSION_CLOSE_S = 5.0
 
 log = logging.getLogger("jobwire.worker")
 
@@ -79,6 +83,8 @@ class SessionStub:
         self._grace_timer: asyncio.TimerHandle | None = None
         self._sink: PushSink | None = None
         self._retired: set[asyncio.Task[None]] = set()  # streams moved away from, finishing their calls
+        self._closing = False  # the worker stops: calls go unary, no stream opens again
+        self._ended = asyncio.Event()  # the upkeep (`run`) is over
 
     @property
     def generation(self) -> int:
@@ -130,6 +136,21 @@ class SessionStub:
     ) -> Awaitable[worker_pb2.UploadResultResponse]:
         return self._unary.UploadResult(request_iterator, timeout=timeout)
 
+    async def close(self, timeout: float) -> None:
+        """The worker stops: half-close the stream and read it to its end (up to `timeout`).
+
+        A lease the server pushed in the session's last moments (its standing claim's last
+        transaction) then reaches the worker, which hands it back, rather than staying with a
+        session that is gone until the grace. Calls from here on (those hand-backs) are unary.
+        """
+        self._closing = True
+        stream = self._stream
+        if stream is None:
+            return
+        stream.retire()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ended.wait(), timeout)
+
     async def stand(self, request: worker_pb2.ClaimRequest, *, timeout: float) -> int:
         """Send a standing claim; returns the generation of the stream it stands on.
 
@@ -177,7 +198,7 @@ class SessionStub:
 
     async def _current(self) -> SessionStream:
         while True:
-            if self._unary_only:
+            if self._unary_only or self._closing:
                 raise NoSession
             if self._stream is not None:
                 return self._stream
@@ -199,6 +220,7 @@ class SessionStub:
         try:
             await self._upkeep()
         finally:
+            self._ended.set()
             ending = [*self._retired, *([watch] if watch is not None else [])]
             for task in ending:
                 task.cancel()
@@ -210,10 +232,14 @@ class SessionStub:
 
     async def _upkeep(self) -> None:
         backoff = Pauses(Backoff(initial=0.25, maximum=5.0, jitter=0.5))
-        while True:
+        while not self._closing:
             opened = await self._open()
             if isinstance(opened, SessionStream):
                 broken, ended = await self._keep(opened)
+                if self._closing:  # it ended as asked: read to its end
+                    self._stream = None
+                    broken.fail(_call_failure(ended))
+                    return
                 if ended.code() is grpc.StatusCode.UNIMPLEMENTED and not broken.answered:
                     self._fall_back(broken)
                     return

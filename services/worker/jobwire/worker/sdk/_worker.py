@@ -36,7 +36,7 @@ from jobwire.worker.sdk._reporter import ReportSender
 from jobwire.worker.sdk._result import ResultStore
 from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, CHANNEL_OPTIONS, WorkerRefused, WorkerStub, call_retrying
 from jobwire.worker.sdk._runner import JobRunner
-from jobwire.worker.sdk._session import SESSION_BEAT_S, SessionStub
+from jobwire.worker.sdk._session import SESSION_BEAT_S, SESSION_CLOSE_S, SessionStub
 from jobwire.worker.sdk._stage_check import check_stages
 
 log = logging.getLogger("jobwire.worker")
@@ -163,6 +163,9 @@ class Worker:
         try:
             await self._stop.wait()
             abandoned = await self._drain(claim_task)
+            if session is not None:
+                await session.close(SESSION_CLOSE_S)
+                await self._hand_backs_sent()
         finally:
             # Normally all done by now; if run() itself was cancelled, take everything down.
             tasks = [claim_task, keeper_task, reports_task, *(r.task for r in self._running.values()), *upkeep]
@@ -280,6 +283,12 @@ class Worker:
                     lambda: stub.Fail(request_f, timeout=CALL_TIMEOUT_S), what="Fail", give_up_at=give_up
                 )
         return None
+
+    async def _hand_backs_sent(self) -> None:
+        """Wait (a call's time at most) for the leases pushed as the session closed to be handed back."""
+        backs = {running.task for running in self._running.values()}
+        if backs:
+            await asyncio.wait(backs, timeout=CALL_TIMEOUT_S)
 
     async def _drain(self, claim_task: asyncio.Task[None]) -> bool:
         """Wait for the claim loop and running jobs until the deadline; True if any were abandoned."""

@@ -36,7 +36,7 @@ from auth_files import Token, write_auth_file
 from gateway_support import running_gateway
 from processes import ServerProcess, start_server_process
 
-from jobwire.client import JobClient
+from jobwire.client import AdminClient, JobClient
 from jobwire.v1 import job_pb2, schedule_pb2, schedule_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(180)
@@ -262,6 +262,12 @@ def test_the_language_link_switches_the_labels_to_zh_cn(page: Any, stack: Stack)
 
 
 def test_evidence_refuses_a_client_token_and_shows_an_admin_the_trail(page: Any, stack: Stack, tmp_path: Path) -> None:
+    stack.start_worker()  # the page lists workers: one known to the server, whichever test ran before
+    with AdminClient.connect(stack.server.target, token=ADMIN.secret, timeout=10) as admin:
+        deadline = time.monotonic() + 60
+        while not list(admin.list_workers()):
+            assert time.monotonic() < deadline, "the fleet worker never claimed"
+            time.sleep(0.1)
     with stack.client() as client:
         job_no = client.submit("frames", queue="nobody-serves-this", title="Nightly invoice export").job.job_no
         client.cancel(job_no)

@@ -78,10 +78,10 @@ def upgrade(db: Database, revision: str = "head") -> None:
 
 def check_current(db: Database) -> None:
     """Raise SchemaNotCurrent unless the database is at this code's head revision."""
-    head, current = HEAD, current_revision(db)
-    if current != head:
+    current = current_revision(db)
+    if current != HEAD:
         raise SchemaNotCurrent(
-            f"the database schema is at revision {current or 'none'} and this server needs {head}: "
+            f"the database schema is at revision {current or 'none'} and this server needs {HEAD}: "
             "run `python -m jobwire migrate` (or start with JOBWIRE_MIGRATE=1)"
         )
 

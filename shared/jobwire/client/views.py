@@ -309,6 +309,7 @@ class Finding(View[admin_pb2.Finding]):
     progress_at = moment()
     job_type = plain(str)
     worker_claimed_at = moment()  # NO_WORKER: when a worker last claimed for it; None: never
+    title = plain(str)  # the job's title; empty: none
 
 
 class WorkerInfo(View[admin_pb2.WorkerInfo]):

@@ -1623,7 +1623,8 @@ def test_submit_depends_on_waits_for_its_dependency(stack: Stack) -> None:
 def test_batch_submit_get_watch_and_cancel(stack: Stack) -> None:
     job_type = fresh_type("batch")
     jobs = stack.root / f"{job_type}.jsonl"
-    jobs.write_text("".join(json.dumps({"job_type": job_type, "payload": {"page": n}}) + "\n" for n in range(3)))
+    lines = ({"job_type": job_type, "payload": {"page": n}, "title": f"Page {n} · 第{n}页"} for n in range(3))
+    jobs.write_text("".join(json.dumps(line) + "\n" for line in lines))
     made = stack.jobctl("--json", "batch", "submit", str(jobs), "--idempotency-key", f"{job_type}-key")
     assert made.code == 0, made
     batch_id, numbers = made.json()["batch_id"], [j["job_no"] for j in made.json()["jobs"]]
@@ -1637,6 +1638,9 @@ def test_batch_submit_get_watch_and_cancel(stack: Stack) -> None:
     assert cancelled.code == 0 and "3/3 finished (100%)" in cancelled.out and "cancelled 2" in cancelled.out
     assert watching.finish() == 0
     assert "3/3 finished" in watching.text, watching.text
+    shown = watching.text.splitlines()
+    for n in (1, 2):  # a line as `jobctl watch` prints it: the title first
+        assert any(line.startswith(f"Page {n} · 第{n}页  {numbers[n]} Cancelled") for line in shown), watching.text
     assert {stack.get(n).status for n in numbers} == {Job.READY, Job.CANCELLED}
     assert_clean_error(stack.jobctl("batch", "get", batch_id, token=OTHER_CLIENT), 4, "NOT_FOUND")
     assert_usage_error(stack.jobctl("batch", "submit", str(stack.root / "absent.jsonl")), "absent.jsonl")

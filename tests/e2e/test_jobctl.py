@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1713,7 +1714,11 @@ def test_schedule_create_get_list_pause_resume_and_delete(stack: Stack) -> None:
     job_no = wait_for("a firing", fired)
     assert (stack.jobs.get(job_no).job_type, stack.jobs.get(job_no).title) == (job_type, "Daily report")
     listed = stack.jobctl("schedule", "list")
-    assert listed.code == 0 and f"{job_type}-every" in listed.out and f"{job_type}-cron" in listed.out, listed
+    assert listed.code == 0, listed
+    titles = {row["schedule"]: row["title"] for row in table(textwrap.dedent(listed.out))}  # each row one edge space in
+    assert (titles[f"{job_type}-every"], titles[f"{job_type}-cron"]) == ("Daily report", "-"), listed
+    got = stack.jobctl("schedule", "get", f"{job_type}-every")
+    assert got.out.splitlines()[:2] == ["Daily report", f"{job_type}-every: every 2s, active"], got
     assert len(stack.jobctl("--json", "schedule", "list", "--limit", "1").out.splitlines()) == 1
     paused = stack.jobctl("--json", "schedule", "pause", f"{job_type}-every")
     assert paused.json()["paused"] is True and "next_fire_time" not in paused.json(), paused

@@ -1172,7 +1172,7 @@ def test_events_and_checkpoint_show_what_the_handler_left(stack: Stack, tmp_path
 
 def test_events_shows_the_evidence_trail(stack: Stack) -> None:
     job_type = fresh_type("events")
-    job_no = stack.submit(job_type)
+    job_no = stack.submit(job_type, title="Import <customers> 客户")
     lease = stack.worker.claim(job_type)
     stack.worker.report(lease, "PROCESSING", 1, 2)
     stack.worker.complete(lease)
@@ -1185,7 +1185,9 @@ def test_events_shows_the_evidence_trail(stack: Stack) -> None:
     assert events[1]["worker_id"] == stack.worker.worker_id
     assert (events[-1]["from_status"], events[-1]["to_status"]) == ("RUNNING", "READY")
     text = stack.jobctl("events", job_no, token=ADMIN)
-    rows = table(text.out)
+    heading, trail = text.out.split("\n", 1)
+    assert heading == "Import <customers> 客户", text  # the job's title, above its trail
+    rows = table(trail)
     assert [row["KIND"] for row in rows] == kinds, text
     assert rows[-1]["TRANSITION"] == "RUNNING → READY" and rows[0]["TRANSITION"] == "QUEUED"
     limited = stack.jobctl("--json", "events", job_no, "--limit", "2", token=ADMIN).json()

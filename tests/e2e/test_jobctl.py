@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1171,7 +1172,7 @@ def test_events_and_checkpoint_show_what_the_handler_left(stack: Stack, tmp_path
 
 def test_events_shows_the_evidence_trail(stack: Stack) -> None:
     job_type = fresh_type("events")
-    job_no = stack.submit(job_type)
+    job_no = stack.submit(job_type, title="Import <customers> 客户")
     lease = stack.worker.claim(job_type)
     stack.worker.report(lease, "PROCESSING", 1, 2)
     stack.worker.complete(lease)
@@ -1184,7 +1185,9 @@ def test_events_shows_the_evidence_trail(stack: Stack) -> None:
     assert events[1]["worker_id"] == stack.worker.worker_id
     assert (events[-1]["from_status"], events[-1]["to_status"]) == ("RUNNING", "READY")
     text = stack.jobctl("events", job_no, token=ADMIN)
-    rows = table(text.out)
+    heading, trail = text.out.split("\n", 1)
+    assert heading == "Import <customers> 客户", text  # the job's title, above its trail
+    rows = table(trail)
     assert [row["KIND"] for row in rows] == kinds, text
     assert rows[-1]["TRANSITION"] == "RUNNING → READY" and rows[0]["TRANSITION"] == "QUEUED"
     limited = stack.jobctl("--json", "events", job_no, "--limit", "2", token=ADMIN).json()
@@ -1623,7 +1626,8 @@ def test_submit_depends_on_waits_for_its_dependency(stack: Stack) -> None:
 def test_batch_submit_get_watch_and_cancel(stack: Stack) -> None:
     job_type = fresh_type("batch")
     jobs = stack.root / f"{job_type}.jsonl"
-    jobs.write_text("".join(json.dumps({"job_type": job_type, "payload": {"page": n}}) + "\n" for n in range(3)))
+    lines = ({"job_type": job_type, "payload": {"page": n}, "title": f"Page {n} · 第{n}页"} for n in range(3))
+    jobs.write_text("".join(json.dumps(line) + "\n" for line in lines))
     made = stack.jobctl("--json", "batch", "submit", str(jobs), "--idempotency-key", f"{job_type}-key")
     assert made.code == 0, made
     batch_id, numbers = made.json()["batch_id"], [j["job_no"] for j in made.json()["jobs"]]
@@ -1637,6 +1641,9 @@ def test_batch_submit_get_watch_and_cancel(stack: Stack) -> None:
     assert cancelled.code == 0 and "3/3 finished (100%)" in cancelled.out and "cancelled 2" in cancelled.out
     assert watching.finish() == 0
     assert "3/3 finished" in watching.text, watching.text
+    shown = watching.text.splitlines()
+    for n in (1, 2):  # a line as `jobctl watch` prints it: the title first
+        assert any(line.startswith(f"Page {n} · 第{n}页  {numbers[n]} Cancelled") for line in shown), watching.text
     assert {stack.get(n).status for n in numbers} == {Job.READY, Job.CANCELLED}
     assert_clean_error(stack.jobctl("batch", "get", batch_id, token=OTHER_CLIENT), 4, "NOT_FOUND")
     assert_usage_error(stack.jobctl("batch", "submit", str(stack.root / "absent.jsonl")), "absent.jsonl")
@@ -1709,7 +1716,11 @@ def test_schedule_create_get_list_pause_resume_and_delete(stack: Stack) -> None:
     job_no = wait_for("a firing", fired)
     assert (stack.jobs.get(job_no).job_type, stack.jobs.get(job_no).title) == (job_type, "Daily report")
     listed = stack.jobctl("schedule", "list")
-    assert listed.code == 0 and f"{job_type}-every" in listed.out and f"{job_type}-cron" in listed.out, listed
+    assert listed.code == 0, listed
+    titles = {row["schedule"]: row["title"] for row in table(textwrap.dedent(listed.out))}  # each row one edge space in
+    assert (titles[f"{job_type}-every"], titles[f"{job_type}-cron"]) == ("Daily report", "-"), listed
+    got = stack.jobctl("schedule", "get", f"{job_type}-every")
+    assert got.out.splitlines()[:2] == ["Daily report", f"{job_type}-every: every 2s, active"], got
     assert len(stack.jobctl("--json", "schedule", "list", "--limit", "1").out.splitlines()) == 1
     paused = stack.jobctl("--json", "schedule", "pause", f"{job_type}-every")
     assert paused.json()["paused"] is True and "next_fire_time" not in paused.json(), paused

@@ -148,6 +148,8 @@ async def test_async_admin_client(fake: Fake) -> None:
         assert (await admin.inspect(stalled_after=5))[0].kind == admin_pb2.Finding.STALLED
         assert [e.version async for e in admin.list_events(JOB_NO)] == [1, 2]
         assert [e.version async for e in admin.list_events(JOB_NO, limit=1)] == [1]
+        pages = [(p.title, [e.version for e in p.events]) async for p in admin.list_event_pages(JOB_NO)]
+        assert pages == [("Import customers-2026-11.csv", [1]), ("Import customers-2026-11.csv", [2])]
         assert [w.worker_id async for w in admin.list_workers()] == ["w-7"]
         fake.admin.fail_requeue = [grpc.StatusCode.UNAVAILABLE]
         with pytest.raises(UnavailableError):  # an operator's decision is never repeated blindly

@@ -17,7 +17,7 @@ from service_support import LEASE_LOST, rpc_error, rpc_failure, stop_server
 from jobwire.client.status import error_reason
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(90)]  # events and bytes each database stores
 
 CLIENT = Token("checkpoint-client", tenant="acme")
 WORKER = Token("checkpoint-worker", tenant="acme", role="worker")

@@ -225,9 +225,10 @@ class FakeAdmin(admin_pb2_grpc.AdminServiceServicer):
                 version=2, kind="CLAIMED", from_status=Job.QUEUED, to_status=Job.RUNNING, worker_id="w-7", attempt=1
             ),
         ]
+        title = "Import customers-2026-11.csv"  # the job's, on every page
         if not request.page_token:
-            return admin_pb2.ListEventsResponse(events=events[:1], next_page_token="1")
-        return admin_pb2.ListEventsResponse(events=events[1:])
+            return admin_pb2.ListEventsResponse(events=events[:1], next_page_token="1", title=title)
+        return admin_pb2.ListEventsResponse(events=events[1:], title=title)
 
     def Requeue(self, request: admin_pb2.RequeueRequest, context: Any) -> Job:
         self.calls["Requeue"] += 1
@@ -396,6 +397,8 @@ def test_admin_client(fake: Fake) -> None:
     with AdminClient.connect(fake.target, retry=FAST) as admin:
         assert admin.inspect(stalled_after=5)[0].kind == admin_pb2.Finding.STALLED
         assert [e.version for e in admin.list_events(JOB_NO)] == [1, 2]
+        pages = [(p.title, [e.version for e in p.events]) for p in admin.list_event_pages(JOB_NO)]
+        assert pages == [("Import customers-2026-11.csv", [1]), ("Import customers-2026-11.csv", [2])]
         assert [w.worker_id for w in admin.list_workers()] == ["w-7"]
         fake.admin.fail_requeue = [grpc.StatusCode.UNAVAILABLE]
         with pytest.raises(UnavailableError):  # an operator's decision is never repeated blindly

@@ -212,7 +212,7 @@ async def test_labels_follow_accept_language_and_the_language_link(served: Serve
 
 
 async def test_evidence_is_refused_for_a_client_token_and_shown_to_an_admin(served: Served, gateway: str) -> None:
-    job = await _submit(served, ACME)
+    job = await _submit(served, ACME, title='Re-import <Q4> & "late" rows')
     async with signed_in(gateway, ACME) as client:
         refused = await client.get("/evidence")
         assert refused.status_code == 403
@@ -233,10 +233,13 @@ async def test_evidence_is_refused_for_a_client_token_and_shown_to_an_admin(serv
 
         served.clock.advance(timedelta(seconds=31))  # the lease has run out, whatever the machine's pace
 
-        async def stalled() -> bool:
-            return "Lease expired" in (await client.get("/evidence")).text
+        async def stalled() -> str | None:
+            text = (await client.get("/evidence")).text
+            return text if "Lease expired" in text else None
 
-        await eventually(stalled, what="the expired lease shows as a STALLED finding")
+        findings = await eventually(stalled, what="the expired lease shows as a STALLED finding")
+        row = findings.split(f'<tr data-job="{job.job_no}">', 1)[1].split("</tr>", 1)[0]
+        assert row.lstrip().startswith('<td class="title">Re-import &lt;Q4&gt; &amp; &#34;late&#34; rows</td>')
         done = await client.post(f"/evidence/{job.job_no}/requeue", data=form)
         assert done.status_code == 303, done.text
         trail = (await client.get(done.headers["location"])).text

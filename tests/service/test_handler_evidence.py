@@ -18,7 +18,7 @@ from jobwire.domain.handler_evidence import MAX_ENTRIES_PER_ATTEMPT, MAX_ENTRIES
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.sdk import Handlers, JobContext, Result, Worker, WorkerConfig
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(60)]  # a per-attempt bound held under racing calls
 
 PAYMENT = ("payment_request_id", "pi_3NxQ2fLkdIwHu7ix0a1b2c3d")
 OCR = ("ocr.request", "req-7781 page 3")

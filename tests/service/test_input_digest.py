@@ -22,7 +22,7 @@ from jobwire.db.migrate import upgrade
 from jobwire.db.tables import job
 from jobwire.v1 import job_pb2
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.both_databases, pytest.mark.timeout(90)]  # columns and a migration of stored rows
 
 ACME = Token("digest-acme-client", tenant="acme")
 GLOBEX = Token("digest-globex-client", tenant="globex")

@@ -34,6 +34,7 @@ from jobwire.client.status import error_reason, status_info
 from jobwire.client.views import (
     Batch,
     Display,
+    EventPage,
     Finding,
     Job,
     JobError,
@@ -59,6 +60,7 @@ __all__ = [
     "Display",
     "DisplayAction",
     "ErrorCategory",
+    "EventPage",
     "FailedPreconditionError",
     "Finding",
     "FindingKind",

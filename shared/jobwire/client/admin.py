@@ -69,10 +69,14 @@ class AdminClient(BaseClient):
         """
         return self._call(_inspect(stalled_after, queue, kinds))
 
+    def list_event_pages(self, job_no: str, *, page_size: int = 0) -> Iterator[views.EventPage]:
+        """Pages of a job's evidence trail, oldest first, each with the job's title; fetched as it advances."""
+        return map(views.EventPage, self._pages(self._stub.ListEvents, _events_request(job_no, page_size)))
+
     def list_events(self, job_no: str, *, page_size: int = 0, limit: int | None = None) -> Iterator[views.JobEvent]:
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
-        pages = self._pages(self._stub.ListEvents, _events_request(job_no, page_size))
-        return convert.at_most(map(views.JobEvent, chain.from_iterable(page.events for page in pages)), limit)
+        pages = self.list_event_pages(job_no, page_size=page_size)
+        return convert.at_most(chain.from_iterable(page.events for page in pages), limit)
 
     def checkpoint(self, job_no: str) -> views.Checkpoint:
         """The latest checkpoint the job's worker saved (at most 64 KiB): its bytes, size and sha256."""
@@ -138,12 +142,17 @@ class AsyncAdminClient(AsyncBaseClient):
         """Findings: STALLED leases, and invariant breaks that must never appear."""
         return await self._call(_inspect(stalled_after, queue, kinds))
 
+    async def list_event_pages(self, job_no: str, *, page_size: int = 0) -> AsyncIterator[views.EventPage]:
+        """Pages of a job's evidence trail, each with the job's title, fetched one at a time."""
+        async for page in self._pages(self._stub.ListEvents, _events_request(job_no, page_size)):
+            yield views.EventPage(page)
+
     def list_events(
         self, job_no: str, *, page_size: int = 0, limit: int | None = None
     ) -> AsyncIterator[views.JobEvent]:
         """A job's evidence trail, oldest first, across pages, at most `limit` events."""
-        pages = self._pages(self._stub.ListEvents, _events_request(job_no, page_size))
-        return convert.async_at_most(self._each(pages, lambda page: map(views.JobEvent, page.events)), limit)
+        pages = self.list_event_pages(job_no, page_size=page_size)
+        return convert.async_at_most(self._each(pages, lambda page: page.events), limit)
 
     async def checkpoint(self, job_no: str) -> views.Checkpoint:
         """The latest checkpoint the job's worker saved (at most 64 KiB): its bytes, size and sha256."""

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from itertools import chain
 
-from jobwire.client import render
+from jobwire.client import convert, render
 from jobwire.client.commands import EXIT_OK, Context, show_job
 
 
@@ -22,11 +23,15 @@ def cmd_inspect(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_events(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.admin() as admin:
-        events = list(admin.list_events(args.job_no, limit=args.limit))
+        pages = admin.list_event_pages(args.job_no)
+        first = next(pages)  # ListEvents answers with a page (its title on each) or raises
+        events = list(convert.at_most(chain.from_iterable(page.events for page in chain([first], pages)), args.limit))
     if ctx.as_json:
         ctx.emit([render.to_json(e.raw) for e in events])
-    else:
-        ctx.out.print(render.events_table(e.raw for e in events))
+        return EXIT_OK
+    if first.title:  # the trail's heading, as on the evidence page
+        ctx.out.print(first.title, markup=False, highlight=False)
+    ctx.out.print(render.events_table(e.raw for e in events))
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from jobwire.client import render, views
 from jobwire.client.commands import EXIT_OK, Context, UsageError
 from jobwire.client.jobs import JobClient
+from jobwire.client.live import plain_line
 
 # What a line of a batch file may say: `submit`'s arguments that a file can hold.
 LINE_KEYS = frozenset({
@@ -74,13 +75,14 @@ def cmd_batch_watch(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _follow(ctx: Context, client: JobClient, batch_id: str) -> int:
-    """A line per change until every job of the batch has ended (watch_batch ends then); then the batch."""
+    """A line per change, as `jobctl watch` prints one (title first), until every job of the batch has
+    ended (watch_batch ends then); then the batch."""
     try:
         for job in client.watch_batch(batch_id):
             if ctx.as_json:
                 ctx.emit(render.to_json(job.raw))
             else:
-                ctx.out.print(f"{job.job_no} {job.display.detail}", markup=False, highlight=False)
+                ctx.out.print(plain_line(job.raw, ctx.locale), markup=False, highlight=False)
     except KeyboardInterrupt:
         ctx.err.print("stopped watching; the batch keeps running", highlight=False)
     _show(ctx, client.get_batch(batch_id))

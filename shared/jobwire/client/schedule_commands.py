@@ -59,10 +59,10 @@ def cmd_schedule_list(ctx: Context, args: argparse.Namespace) -> int:
         for one in found:
             ctx.emit(render.to_json(one))
         return EXIT_OK
-    table = Table("schedule", "when", "job type", "state", "next fire (UTC)", "last job", box=None)
+    table = Table("title", "schedule", "when", "job type", "state", "next fire (UTC)", "last job", box=None)
     for one in found:
-        table.add_row(one.schedule_id, when(one), one.template.job_type, _state(one),
-                      render.fmt_time(one.next_fire_time), one.last_job_no or "-")  # fmt: skip
+        table.add_row(one.template.title or render.DASH, one.schedule_id, when(one), one.template.job_type,
+                      _state(one), render.fmt_time(one.next_fire_time), one.last_job_no or render.DASH)  # fmt: skip
     ctx.out.print(table)
     return EXIT_OK
 
@@ -82,7 +82,9 @@ def _show(ctx: Context, one: schedule_pb2.Schedule) -> None:
     if ctx.as_json:
         ctx.emit(render.to_json(one))
         return
-    lines = [
+    # The title its jobs are given first, as `jobctl get` shows a job's; none, no line.
+    lines = [one.template.title] if one.template.title else []
+    lines += [
         f"{one.schedule_id}: {when(one)}, {_state(one)}",
         f"  job: {one.template.job_type} on queue {one.template.queue or 'default'}",
         f"  overlap {S.Overlap.Name(one.overlap)} · catch-up {S.CatchUp.Name(one.catch_up)}"

@@ -275,6 +275,17 @@ class JobEvent(View[admin_pb2.JobEvent]):
     sha256 = plain(str)
 
 
+class EventPage(View[admin_pb2.ListEventsResponse]):
+    """One page of `list_event_pages`: events, and the job's title (the trail's heading)."""
+
+    __slots__ = ()
+    wire_type = admin_pb2.ListEventsResponse
+    shown = ("title", "events", "next_page_token")
+    events = each_view(JobEvent)
+    next_page_token = plain(str)
+    title = plain(str)
+
+
 class Checkpoint(View[admin_pb2.Checkpoint]):
     """A job's latest checkpoint, as an admin reads it."""
 
@@ -309,6 +320,7 @@ class Finding(View[admin_pb2.Finding]):
     progress_at = moment()
     job_type = plain(str)
     worker_claimed_at = moment()  # NO_WORKER: when a worker last claimed for it; None: never
+    title = plain(str)  # the job's title; empty: none
 
 
 class WorkerInfo(View[admin_pb2.WorkerInfo]):

@@ -78,7 +78,7 @@ def _finding(kind: FindingKind, row: Row) -> Finding:
         progress_at=progress, idle_s=(row["db_now"] - progress).total_seconds() if progress is not None else None,
         stage_timeout_s=row["stage_timeout_s"], marked_no_progress=bool(row["no_progress"]),
         on_no_progress=row["on_no_progress"],
-        job_type=row["job_type"], claimed_at=claimed,
+        job_type=row["job_type"], claimed_at=claimed, title=row["title"],
         unclaimed_s=(row["db_now"] - claimed).total_seconds() if claimed is not None else None,
     )  # fmt: skip
 

@@ -85,6 +85,7 @@ class Finding:
     job_type: str = ""
     claimed_at: datetime | None = None  # NO_WORKER: when a worker last claimed for its queue and job type
     unclaimed_s: float | None = None  # how long ago that was, by the database clock
+    title: str = ""  # the job's, for the person reading the finding
 
     @property
     def detail(self) -> str:

@@ -111,7 +111,7 @@ async def test_bulk_cancel_cancels_exactly_the_ticked_jobs(served: Served, gatew
     await submit(served, queue="ended")
     (lease,) = await claim(served, queue="ended")
     ended = (await complete(served, lease, b"{}", "application/json")).job_no
-    jobs = [(await submit(served, queue="bulk")).job_no for _ in range(5)]
+    jobs = [(await submit(served, queue="bulk", title=f"Export <{i}> & more")).job_no for i in range(5)]
     ticked = jobs[1:4]
     async with signed_in(gateway, CLIENT) as client:
         page = (await client.get("/jobs")).text
@@ -124,6 +124,8 @@ async def test_bulk_cancel_cancels_exactly_the_ticked_jobs(served: Served, gatew
         done = await client.post("/jobs/bulk", data=form)
         assert done.status_code == 200
         assert re.findall(r'<tr data-job="([^"]+)" data-done="yes"', done.text) == ticked
+        titles = re.findall(r'data-done="yes">\s*<td class="title">([^<]*)</td>', done.text)  # first, escaped
+        assert titles == [f"Export &lt;{i}&gt; &amp; more" for i in (1, 2, 3)]
         assert 'href="/jobs?queue=bulk" id="back"' in done.text
         for n in jobs:
             assert await _status(served, n) == (job_pb2.Job.CANCELLED if n in ticked else job_pb2.Job.QUEUED)

@@ -18,10 +18,9 @@ from jobwire.v1 import job_pb2, schedule_pb2
 pytestmark = pytest.mark.timeout(60)
 
 
-async def _create(served: Served, schedule_id: str, **timing: object) -> schedule_pb2.Schedule:
-    request = schedule_pb2.CreateScheduleRequest(
-        schedule_id=schedule_id, template=job_pb2.SubmitRequest(job_type="report", queue="nightly"), **timing
-    )  # type: ignore[arg-type]
+async def _create(served: Served, schedule_id: str, title: str = "", **timing: object) -> schedule_pb2.Schedule:
+    template = job_pb2.SubmitRequest(job_type="report", queue="nightly", title=title)
+    request = schedule_pb2.CreateScheduleRequest(schedule_id=schedule_id, template=template, **timing)  # type: ignore[arg-type]
     return await served.schedules.CreateSchedule(request, metadata=CLIENT.metadata)
 
 
@@ -32,7 +31,7 @@ def field(html: str, id_: str) -> str:
 
 
 async def test_the_list_and_a_schedule_say_when_it_fires(served: Served, gateway: str) -> None:
-    nightly = await _create(served, "nightly", cron="0 2 * * *", time_zone="Asia/Shanghai")
+    nightly = await _create(served, "nightly", "Nightly <sales> & stock", cron="0 2 * * *", time_zone="Asia/Shanghai")
     await _create(served, "often", every=duration(90))
     next_fire = nightly.next_fire_time.ToDatetime().strftime("%Y-%m-%d %H:%M:%SZ")
     async with signed_in(gateway, CLIENT) as client:
@@ -40,6 +39,8 @@ async def test_the_list_and_a_schedule_say_when_it_fires(served: Served, gateway
         assert re.findall(r'<tr data-schedule="([^"]+)">', listed) == ["nightly", "often"]
         nightly_row = listed.split('data-schedule="nightly"', 1)[1].split("</tr>", 1)[0]
         assert "cron 0 2 * * *" in nightly_row and "Asia/Shanghai" in nightly_row and next_fire in nightly_row
+        first = re.match(r'>\s*<td class="title">([^<]*)</td>', nightly_row)  # the template's title, escaped
+        assert first and first.group(1) == "Nightly &lt;sales&gt; &amp; stock"
         assert "every 1:30" in listed
         page = (await client.get("/schedules/nightly")).text
         assert field(page, "next") == next_fire and field(page, "time-zone") == "Asia/Shanghai"

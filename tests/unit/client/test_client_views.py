@@ -40,6 +40,7 @@ VIEWS = [
     views.SubmittedBatch,
     views.Schedule,
     views.JobEvent,
+    views.EventPage,
     views.Finding,
     views.WorkerInfo,
 ]

@@ -33,6 +33,7 @@ async def evidence_page(request: Request) -> Response:
         job_title=title,
         findings=[
             {
+                "title": f.title,
                 "kind": admin_pb2.Finding.Kind.Name(f.kind),
                 "job_no": f.job_no,
                 "status": status_label(f.status, locale),

@@ -236,11 +236,11 @@ async def bulk(request: Request) -> Response:
         for job_no in job_nos:
             try:
                 job = await _BULK[action](calls, job_no)
-                outcomes.append({"job_no": job_no, "done": True, "said": job.display.status_label})
+                outcomes.append({"job_no": job_no, "title": job.title, "done": True, "said": job.display.status_label})
             except (UnauthenticatedError, UnavailableError):
                 raise  # the whole page's trouble: sign in again, or try later
             except ClientError as error:
-                outcomes.append({"job_no": job_no, "done": False, "said": error.message})
+                outcomes.append({"job_no": job_no, "title": "", "done": False, "said": error.message})
     back = local_path(str(form.get("back", "")))
     return page(request, "bulk.html", action=action, outcomes=outcomes, back=back)
 

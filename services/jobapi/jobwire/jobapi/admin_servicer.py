@@ -43,6 +43,7 @@ def finding(found: Finding) -> admin_pb2.Finding:
         progress_at=convert.timestamp(found.progress_at),
         job_type=found.job_type,
         worker_claimed_at=convert.timestamp(found.claimed_at),
+        title=found.title,
     )
 
 

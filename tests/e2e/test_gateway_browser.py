@@ -7,8 +7,9 @@ reads the page in zh-CN, and is refused the evidence page with a client token. T
 operator's console: a queue's counts and a pause that holds the next claim, a schedule's
 next firing, a batch's counts, search, filters and paging to the 150th job, a bulk cancel of
 exactly the 3 ticked, a job's payload, result preview and timeline, a killed worker marked
-gone, a traceback that does not widen the page, zh-CN on each. A job's title is what each
-page shows first; an admin reads the handler's evidence and the latest checkpoint.
+gone, a traceback, a long title, error message and evidence value that do not widen the
+page, zh-CN on each. A job's title is what each page shows first; an admin reads the
+handler's evidence and the latest checkpoint.
 Screenshots of the pages land in docs/ when JOBWIRE_GATEWAY_SCREENSHOTS=1 (docs/gateway.md
 shows them).
 
@@ -409,6 +410,11 @@ def page_width(page: Any) -> int:
     return int(page.evaluate("document.documentElement.scrollWidth"))
 
 
+def right_edge(page: Any, selector: str) -> int:
+    """Where `selector`'s box ends: a table wider than its `.wide` box scrolls in it, the page keeps its width."""
+    return int(page.locator(selector).evaluate("element => element.getBoundingClientRect().right"))
+
+
 def test_a_job_page_shows_payload_result_preview_and_timeline_and_a_traceback_keeps_to_the_page(
     page: Any, stack: Stack, tmp_path: Path
 ) -> None:
@@ -459,6 +465,34 @@ def test_a_job_page_shows_payload_result_preview_and_timeline_and_a_traceback_ke
     page.wait_for_load_state()
     page.goto(f"/jobs/{done}")
     assert text(page, "#payload h2") == "输入数据" and text(page, "#timeline h2") == "时间线"
+
+
+def test_long_unbroken_words_keep_to_the_page(page: Any, stack: Stack) -> None:
+    """A title, an error message and a handler's evidence entry at their bounds, each one word."""
+    queue = "console-long"  # no fleet worker serves it: the test's claim is the only one
+    with stack.client() as client:
+        job_no = client.submit("frames", {"frames": 1}, queue=queue, title="T" * 200).job.job_no
+    (lease,) = claim_from(stack, queue)
+    entry = worker_pb2.EvidenceEntry(key="k" * 64, value="v" * 1000)
+    worker_call(stack, "RecordEvidence", worker_pb2.RecordEvidenceRequest(
+        job_no=job_no, worker_token=lease.worker_token, entries=[entry]
+    ))  # fmt: skip
+    worker_call(stack, "Fail", worker_pb2.FailRequest(
+        job_no=job_no, worker_token=lease.worker_token, category=job_pb2.JobError.PROCESSING_ERROR,
+        message="m" * 2000, retryable=False,
+    ))  # fmt: skip
+
+    sign_in(page, OPERATOR)
+    viewport = page.viewport_size["width"]
+    page.goto(f"/jobs/{job_no}")
+    shown = text(page, "[data-field=error_message]")
+    assert set(shown) == {"m"} and len(shown) >= 300  # what a user is shown of it (MAX_USER_MESSAGE)
+    widths = {"job": page_width(page), "job_timeline": right_edge(page, "#events")}
+    page.goto(f"/evidence?job={job_no}")
+    assert "v" * 1000 in text(page, "#handler-evidence")
+    widths |= {"evidence": page_width(page), "evidence_timeline": right_edge(page, "#events")}
+    print(json.dumps({**widths, "viewport": viewport}))
+    assert max(widths.values()) <= viewport, widths
 
 
 def reload_until(page: Any, selector: str, value: str, attribute: str, timeout_s: float = 30.0) -> None:

@@ -35,6 +35,7 @@ import grpc
 import pytest
 from auth_files import Token, write_auth_file
 from gateway_support import running_gateway
+from google.protobuf import duration_pb2
 from processes import ServerProcess, start_server_process
 
 from jobwire.client import AdminClient, JobClient
@@ -378,7 +379,7 @@ def test_search_by_number_filters_and_paging_reach_the_150th_job(page: Any, stac
     assert listed(page) == [made[75]]
 
 
-def test_bulk_cancel_of_three_ticked_jobs_cancels_exactly_those(page: Any, stack: Stack) -> None:
+def test_bulk_cancel_of_three_ticked_jobs_cancels_exactly_those(page: Any, stack: Stack, tmp_path: Path) -> None:
     queue = "console-bulk"
     with stack.client() as client:
         made = [client.submit("frames", {"frames": 1}, queue=queue).job.job_no for _ in range(5)]
@@ -390,6 +391,7 @@ def test_bulk_cancel_of_three_ticked_jobs_cancels_exactly_those(page: Any, stack
     page.click("#bulk-cancel")
     page.wait_for_load_state()
     assert page.locator('#outcomes tr[data-done="yes"]').count() == 3
+    screenshot(page, "bulk", tmp_path)
     with stack.client() as client:
         statuses = {job_no: client.get(job_no).status for job_no in made}
     assert statuses == {n: job_pb2.Job.CANCELLED if n in ticked else job_pb2.Job.QUEUED for n in made}
@@ -575,15 +577,22 @@ def test_a_schedule_page_shows_its_next_firing(page: Any, stack: Stack, tmp_path
         schedule_id="console-nightly", cron="30 2 * * *", time_zone="Asia/Shanghai",
         template=job_pb2.SubmitRequest(job_type="frames", queue="console-nightly", title="Nightly thumbnails"),
     )  # fmt: skip
+    hourly = schedule_pb2.CreateScheduleRequest(
+        schedule_id="console-hourly-sync", every=duration_pb2.Duration(seconds=3600),
+        template=job_pb2.SubmitRequest(job_type="frames", queue="console-nightly", title="Sync the catalogue"),
+    )  # fmt: skip
     with grpc.insecure_channel(stack.server.target) as channel:
-        made = schedule_pb2_grpc.ScheduleServiceStub(channel).CreateSchedule(
-            request, metadata=CLIENT.metadata, timeout=10
-        )
+        schedules = schedule_pb2_grpc.ScheduleServiceStub(channel)
+        made = schedules.CreateSchedule(request, metadata=CLIENT.metadata, timeout=10)
+        schedules.CreateSchedule(hourly, metadata=CLIENT.metadata, timeout=10)  # the list's second row
     next_fire = made.next_fire_time.ToDatetime().strftime("%Y-%m-%d %H:%M:%SZ")
     sign_in(page, CLIENT)
     page.click("#nav-schedules")
     page.wait_for_load_state()
-    assert text(page, '#schedules tr[data-schedule="console-nightly"] [data-field=next]') == next_fire
+    row = '#schedules tr[data-schedule="console-nightly"]'
+    assert text(page, f"{row} [data-field=next]") == next_fire
+    assert text(page, f"{row} [data-field=missed]") == "0" and text(page, f"{row} [data-field=state]") == "Active"
+    screenshot(page, "schedules", tmp_path)
     page.click('#schedules a[href="/schedules/console-nightly"]')
     page.wait_for_load_state()
     assert text(page, "#next") == next_fire and text(page, "#timing") == "cron 30 2 * * *"
@@ -596,6 +605,10 @@ def test_a_schedule_page_shows_its_next_firing(page: Any, stack: Stack, tmp_path
     page.click("#lang-zh-CN")
     page.wait_for_load_state()
     assert text(page, "h1") == "定时任务 console-nightly" and text(page, "#state") == "已暂停"
+    page.click("#nav-schedules")
+    page.wait_for_load_state()
+    assert text(page, "h1") == "定时任务" and text(page, f"{row} [data-field=state]") == "已暂停"
+    assert all(word in text(page, "#schedules thead") for word in ("时区", "下次触发", "上次触发", "已跳过", "已错过"))
 
 
 def test_a_title_is_what_the_jobs_page_and_the_job_page_show_first_with_the_inputs_digest(

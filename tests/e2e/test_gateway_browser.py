@@ -7,8 +7,9 @@ reads the page in zh-CN, and is refused the evidence page with a client token. T
 operator's console: a queue's counts and a pause that holds the next claim, a schedule's
 next firing, a batch's counts, search, filters and paging to the 150th job, a bulk cancel of
 exactly the 3 ticked, a job's payload, result preview and timeline, a killed worker marked
-gone, a traceback that does not widen the page, zh-CN on each. A job's title is what each
-page shows first; an admin reads the handler's evidence and the latest checkpoint.
+gone, a traceback, a long title, error message and evidence value that do not widen the
+page, zh-CN on each. A job's title is what each page shows first; an admin reads the
+handler's evidence and the latest checkpoint.
 Screenshots of the pages land in docs/ when JOBWIRE_GATEWAY_SCREENSHOTS=1 (docs/gateway.md
 shows them).
 
@@ -34,6 +35,7 @@ import grpc
 import pytest
 from auth_files import Token, write_auth_file
 from gateway_support import running_gateway
+from google.protobuf import duration_pb2
 from processes import ServerProcess, start_server_process
 
 from jobwire.client import AdminClient, JobClient
@@ -377,7 +379,7 @@ def test_search_by_number_filters_and_paging_reach_the_150th_job(page: Any, stac
     assert listed(page) == [made[75]]
 
 
-def test_bulk_cancel_of_three_ticked_jobs_cancels_exactly_those(page: Any, stack: Stack) -> None:
+def test_bulk_cancel_of_three_ticked_jobs_cancels_exactly_those(page: Any, stack: Stack, tmp_path: Path) -> None:
     queue = "console-bulk"
     with stack.client() as client:
         made = [client.submit("frames", {"frames": 1}, queue=queue).job.job_no for _ in range(5)]
@@ -389,6 +391,7 @@ def test_bulk_cancel_of_three_ticked_jobs_cancels_exactly_those(page: Any, stack
     page.click("#bulk-cancel")
     page.wait_for_load_state()
     assert page.locator('#outcomes tr[data-done="yes"]').count() == 3
+    screenshot(page, "bulk", tmp_path)
     with stack.client() as client:
         statuses = {job_no: client.get(job_no).status for job_no in made}
     assert statuses == {n: job_pb2.Job.CANCELLED if n in ticked else job_pb2.Job.QUEUED for n in made}
@@ -407,6 +410,11 @@ TRACEBACK = (
 
 def page_width(page: Any) -> int:
     return int(page.evaluate("document.documentElement.scrollWidth"))
+
+
+def right_edge(page: Any, selector: str) -> int:
+    """Where `selector`'s box ends: a table wider than its `.wide` box scrolls in it, the page keeps its width."""
+    return int(page.locator(selector).evaluate("element => element.getBoundingClientRect().right"))
 
 
 def test_a_job_page_shows_payload_result_preview_and_timeline_and_a_traceback_keeps_to_the_page(
@@ -459,6 +467,34 @@ def test_a_job_page_shows_payload_result_preview_and_timeline_and_a_traceback_ke
     page.wait_for_load_state()
     page.goto(f"/jobs/{done}")
     assert text(page, "#payload h2") == "输入数据" and text(page, "#timeline h2") == "时间线"
+
+
+def test_long_unbroken_words_keep_to_the_page(page: Any, stack: Stack) -> None:
+    """A title, an error message and a handler's evidence entry at their bounds, each one word."""
+    queue = "console-long"  # no fleet worker serves it: the test's claim is the only one
+    with stack.client() as client:
+        job_no = client.submit("frames", {"frames": 1}, queue=queue, title="T" * 200).job.job_no
+    (lease,) = claim_from(stack, queue)
+    entry = worker_pb2.EvidenceEntry(key="k" * 64, value="v" * 1000)
+    worker_call(stack, "RecordEvidence", worker_pb2.RecordEvidenceRequest(
+        job_no=job_no, worker_token=lease.worker_token, entries=[entry]
+    ))  # fmt: skip
+    worker_call(stack, "Fail", worker_pb2.FailRequest(
+        job_no=job_no, worker_token=lease.worker_token, category=job_pb2.JobError.PROCESSING_ERROR,
+        message="m" * 2000, retryable=False,
+    ))  # fmt: skip
+
+    sign_in(page, OPERATOR)
+    viewport = page.viewport_size["width"]
+    page.goto(f"/jobs/{job_no}")
+    shown = text(page, "[data-field=error_message]")
+    assert set(shown) == {"m"} and len(shown) >= 300  # what a user is shown of it (MAX_USER_MESSAGE)
+    widths = {"job": page_width(page), "job_timeline": right_edge(page, "#events")}
+    page.goto(f"/evidence?job={job_no}")
+    assert "v" * 1000 in text(page, "#handler-evidence")
+    widths |= {"evidence": page_width(page), "evidence_timeline": right_edge(page, "#events")}
+    print(json.dumps({**widths, "viewport": viewport}))
+    assert max(widths.values()) <= viewport, widths
 
 
 def reload_until(page: Any, selector: str, value: str, attribute: str, timeout_s: float = 30.0) -> None:
@@ -541,15 +577,22 @@ def test_a_schedule_page_shows_its_next_firing(page: Any, stack: Stack, tmp_path
         schedule_id="console-nightly", cron="30 2 * * *", time_zone="Asia/Shanghai",
         template=job_pb2.SubmitRequest(job_type="frames", queue="console-nightly", title="Nightly thumbnails"),
     )  # fmt: skip
+    hourly = schedule_pb2.CreateScheduleRequest(
+        schedule_id="console-hourly-sync", every=duration_pb2.Duration(seconds=3600),
+        template=job_pb2.SubmitRequest(job_type="frames", queue="console-nightly", title="Sync the catalogue"),
+    )  # fmt: skip
     with grpc.insecure_channel(stack.server.target) as channel:
-        made = schedule_pb2_grpc.ScheduleServiceStub(channel).CreateSchedule(
-            request, metadata=CLIENT.metadata, timeout=10
-        )
+        schedules = schedule_pb2_grpc.ScheduleServiceStub(channel)
+        made = schedules.CreateSchedule(request, metadata=CLIENT.metadata, timeout=10)
+        schedules.CreateSchedule(hourly, metadata=CLIENT.metadata, timeout=10)  # the list's second row
     next_fire = made.next_fire_time.ToDatetime().strftime("%Y-%m-%d %H:%M:%SZ")
     sign_in(page, CLIENT)
     page.click("#nav-schedules")
     page.wait_for_load_state()
-    assert text(page, '#schedules tr[data-schedule="console-nightly"] [data-field=next]') == next_fire
+    row = '#schedules tr[data-schedule="console-nightly"]'
+    assert text(page, f"{row} [data-field=next]") == next_fire
+    assert text(page, f"{row} [data-field=missed]") == "0" and text(page, f"{row} [data-field=state]") == "Active"
+    screenshot(page, "schedules", tmp_path)
     page.click('#schedules a[href="/schedules/console-nightly"]')
     page.wait_for_load_state()
     assert text(page, "#next") == next_fire and text(page, "#timing") == "cron 30 2 * * *"
@@ -562,6 +605,10 @@ def test_a_schedule_page_shows_its_next_firing(page: Any, stack: Stack, tmp_path
     page.click("#lang-zh-CN")
     page.wait_for_load_state()
     assert text(page, "h1") == "定时任务 console-nightly" and text(page, "#state") == "已暂停"
+    page.click("#nav-schedules")
+    page.wait_for_load_state()
+    assert text(page, "h1") == "定时任务" and text(page, f"{row} [data-field=state]") == "已暂停"
+    assert all(word in text(page, "#schedules thead") for word in ("时区", "下次触发", "上次触发", "已跳过", "已错过"))
 
 
 def test_a_title_is_what_the_jobs_page_and_the_job_page_show_first_with_the_inputs_digest(

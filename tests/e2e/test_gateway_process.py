@@ -1,4 +1,5 @@
-"""`python -m jobwire.gateway` as a person starts it: its settings from the environment."""
+"""`python -m jobwire.gateway` as a person starts it: its settings from the environment, and
+its GET /metrics on a port of its own, as Prometheus scrapes it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from processes import start_server_process
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -72,3 +75,46 @@ def test_a_port_another_program_holds_is_refused_in_words_never_shared() -> None
     assert done.returncode == 3  # jobwire.gateway.__main__.PORT_TAKEN, which `make run` looks for
     assert f"cannot listen on {listen}: another program is listening there" in done.stderr
     assert "Traceback" not in done.stderr and "serving on" not in done.stdout
+
+
+def _announced(gateway: subprocess.Popen[str], *patterns: str) -> list[str]:
+    """What each of `patterns` (a regex with one group, each a line of its own) found in the gateway's output."""
+    assert gateway.stdout is not None
+    found: dict[str, str] = {}
+    for line in gateway.stdout:
+        found |= {p: m.group(1) for p in patterns if (m := re.search(p, line))}
+        if len(found) == len(patterns):
+            return [found[p] for p in patterns]
+    pytest.fail(f"the gateway exited with {gateway.wait()}")
+
+
+def test_metrics_on_their_own_port_count_the_requests_by_route_and_code() -> None:
+    env = {**os.environ, "JOBWIRE_GATEWAY_LISTEN": "127.0.0.1:0", "JOBWIRE_GATEWAY_METRICS_LISTEN": "127.0.0.1:0",
+           "JOBWIRE_TARGET": "127.0.0.1:9"}  # fmt: skip  # no job service: these pages never ask it
+    gateway = subprocess.Popen([sys.executable, "-m", "jobwire.gateway"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        port, url = _announced(gateway, r"^jobwire gateway metrics at GET /metrics on port (\d+)$",
+                               r"^jobwire gateway serving on (http://127\.0\.0\.1:\d+)$")  # fmt: skip
+        for _ in range(2):
+            with urllib.request.urlopen(f"{url}/signin", timeout=10) as reply:
+                assert reply.status == 200
+        for path in ("/jobs/PT-20260101-001", "/no-such-page"):  # not signed in: sent to sign in; a 404
+            try:
+                urllib.request.urlopen(f"{url}{path}", timeout=10).close()
+            except urllib.error.HTTPError as refused:
+                assert refused.code == 404 and path == "/no-such-page"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            families = {f.name: f for f in text_string_to_metric_families(reply.read().decode())}
+        counted = {
+            (s.labels["route"], s.labels["method"], s.labels["code"]): s.value
+            for s in families["jobwire_gateway_requests"].samples
+        }
+        assert counted[("/signin", "GET", "200")] == 3  # the redirect from /jobs/… asked it once more
+        assert counted[("/jobs/{job_no}", "GET", "303")] == 1 and counted[("unmatched", "GET", "404")] == 1
+        assert not [route for route, _, _ in counted if "PT-" in route]  # the pattern, never the path
+        (latency,) = [s for s in families["jobwire_gateway_request_seconds"].samples if s.name.endswith("_count")
+                      and s.labels["route"] == "/signin"]  # fmt: skip
+        assert latency.value == 3
+    finally:
+        gateway.terminate()
+        gateway.wait(30)

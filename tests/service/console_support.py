@@ -19,10 +19,11 @@ from jobwire.v1 import job_pb2, worker_pb2
 
 CLIENT = Token("console-client-token", tenant="acme")
 ADMIN = Token("console-admin-token", tenant="acme", roles=("client", "admin"), name="olivia")
+OPERATOR = Token("console-operator-token", tenant="acme", role="admin")  # the admin role alone
 WORKER = Token("console-worker-token", tenant="acme", role="worker")
 OTHER = Token("console-globex-token", tenant="globex", roles=("client", "admin"))
 FLEET = Token("console-fleet-token", tenant="*", role="worker")  # a shared fleet's worker
-TOKENS = [CLIENT, ADMIN, WORKER, OTHER, FLEET]
+TOKENS = [CLIENT, ADMIN, OPERATOR, WORKER, OTHER, FLEET]
 ZH = {"Accept-Language": "zh-CN,zh;q=0.9"}
 
 

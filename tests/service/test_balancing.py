@@ -1,5 +1,7 @@
 """Client-side balancing (jobwire.client.channel): one client's calls reach every server its
-target resolves to, on SQLite (one file) and MariaDB (one database).
+target resolves to, on SQLite (one file) and MariaDB (one database); a worker's unary calls
+do, and a worker's Session, one stream to one server, moves on when that server's connection
+ages (JOBWIRE_MAX_CONNECTION_AGE_SECONDS): without an age it stays on one server for good.
 
 Two servers listen on 127.0.0.1 and 127.0.0.2 with the same port: each address is its own
 socket, so nothing is shared. In Kubernetes the target is `dns:///<headless Service>:PORT`,
@@ -11,6 +13,9 @@ load-balancing policy as a name that resolves to both.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,12 @@ from jobwire.worker.sdk import Handlers, JobContext, Result, Worker, WorkerConfi
 
 pytestmark = pytest.mark.timeout(90)
 GET = "jobwire.v1.JobService/Get"
-CLAIM = "jobwire.v1.WorkerService/Claim"
+CLAIM = "jobwire.v1.WorkerService/Claim"  # a unary worker's; a Session's worker waits in a StandingClaim
+COMPLETE = "jobwire.v1.WorkerService/Complete"
+SESSION = "jobwire.v1.WorkerService/Session"
+# Each connection closed after half a second (JOBWIRE_MAX_CONNECTION_AGE_SECONDS), with a grace
+# in which a call in flight surely ends (test_connection_age.py says why).
+AGE = {"max_connection_age_seconds": 0.5, "max_connection_age_grace_seconds": 3.0}
 
 handlers = Handlers()
 
@@ -33,17 +43,27 @@ def frames(ctx: JobContext) -> Result:
     return Result.from_json({"ok": True})
 
 
-async def _pair(serve: Any) -> tuple[str, list[Served]]:
+async def _pair(serve: Any, **settings: object) -> tuple[str, list[Served]]:
     """Two servers over one database, on 127.0.0.1:PORT and 127.0.0.2:PORT, and a target listing both."""
-    first: Served = await serve()
+    first: Served = await serve(**settings)
     port = int(first.target.rpartition(":")[2])
-    second: Served = await serve(listen=f"127.0.0.2:{port}")
+    second: Served = await serve(listen=f"127.0.0.2:{port}", **settings)
     assert second.target == f"127.0.0.2:{port}"
     return f"ipv4:127.0.0.1:{port},127.0.0.2:{port}", [first, second]
 
 
 def _calls(servers: list[Served], method: str) -> list[float]:
     return [s.runtime.host.metrics.count(method, "OK") for s in servers]
+
+
+def _streams(servers: list[Served], method: str) -> list[float]:
+    """`method` streams each server has had: open now, or ended whatever their code."""
+    seen = []
+    for s in servers:
+        metrics = s.runtime.host.metrics
+        ended = metrics.registry.get_sample_value("jobwire_rpc_seconds_count", {"method": method}) or 0.0
+        seen.append(metrics.open_streams(method) + ended)
+    return seen
 
 
 async def test_one_clients_gets_reach_both_servers(serve: Any) -> None:
@@ -93,3 +113,43 @@ async def test_a_workers_unary_claims_reach_both_servers_and_its_jobs_end(serve:
     finally:
         worker.shutdown()
         assert await asyncio.wait_for(running, 10) == 0
+
+
+async def test_a_session_worker_moves_to_the_other_server_when_its_connection_ages(
+    serve: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One long-lived channel does not pin a worker to one pod. A worker's Session (the default
+    transport) sends every call on one stream, to one server; that server closes the connection
+    at its maximum age, and cuts the stream once the age's grace is over (with several
+    addresses the channel as a whole stays READY, so the worker sees no change before). The
+    next stream goes round-robin: the other server leases the worker jobs too."""
+    target, servers = await _pair(serve, **AGE)
+    config = WorkerConfig(
+        target=target, worker_id="w-session", concurrency=2, claim_wait=0.2, grace_period=2, tmp_root=tmp_path / "tmp"
+    )
+    assert config.transport == "session"
+    worker = Worker(config, handlers)
+    caplog.set_level(logging.WARNING, logger="jobwire.worker")
+    running = asyncio.create_task(worker.run())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + sum(AGE.values()) + 15
+    done = 0
+    try:
+        async with AsyncJobClient.connect(target) as client:
+            while min(_calls(servers, COMPLETE)) == 0:  # one job at a time, until each server finished one
+                assert loop.time() < deadline, f"Completes per server: {_calls(servers, COMPLETE)}"
+                job = (await client.submit("frames")).job
+                await eventually(partial(_ready, client, job.job_no), what="the job READY")
+                done += 1
+                await asyncio.sleep(0.2)
+    finally:
+        worker.shutdown()
+        assert await asyncio.wait_for(running, 10) == 0
+    sessions = _streams(servers, SESSION)
+    assert min(sessions) > 0 and _calls(servers, CLAIM) == [0, 0], f"Sessions per server: {sessions}"
+    assert not [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]  # its leases outlived the cut
+    print(json.dumps({"jobs": done, "completes": _calls(servers, COMPLETE), "sessions": sessions}))
+
+
+async def _ready(client: AsyncJobClient, job_no: str) -> bool:
+    return (await client.get(job_no)).status is JobStatus.READY

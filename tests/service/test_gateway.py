@@ -550,7 +550,10 @@ async def test_handler_evidence_is_on_the_evidence_page_and_an_admins_timeline_n
         theirs = (await client.get(f"/jobs/{job.job_no}")).text
         assert 'id="timeline"' in theirs and "payment_request_id = pi_3NxQ2f" in theirs
         trail = (await client.get("/evidence", params={"job": job.job_no})).text
-        assert 'id="handler-evidence"' in trail and "<td>payment_request_id</td><td>pi_3NxQ2f</td>" in trail
+        assert (
+            'id="handler-evidence"' in trail
+            and '<td class="detail">payment_request_id</td><td class="detail">pi_3NxQ2f</td>' in trail
+        )
         assert "Charge order 42" in trail  # the trail's heading: its title
         assert 'id="checkpoint"' not in trail  # none saved yet
 

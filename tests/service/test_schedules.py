@@ -109,11 +109,12 @@ ACME = Token("schedules-acme-client-3c9", tenant="acme")
 GLOBEX = Token("schedules-globex-client-3c9", tenant="globex")
 GLOBEX_REPORTS = Token("schedules-globex-reports-3c9", tenant="globex", queues=("reports",))
 ACME_WORKER = Token("schedules-acme-worker-3c9", tenant="acme", role="worker")
+ACME_ADMIN = Token("schedules-acme-admin-3c9", tenant="acme", role="admin")  # an operator's, no client role
 
 
 @pytest.fixture
 async def tenants(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
-    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX, GLOBEX_REPORTS, ACME_WORKER])
+    auth = write_auth_file(tmp_path / "auth.toml", [ACME, GLOBEX, GLOBEX_REPORTS, ACME_WORKER, ACME_ADMIN])
     served = await start_server(database_url, auth_file=auth, **QUIET)
     try:
         yield served
@@ -152,6 +153,25 @@ async def test_a_template_queue_the_token_may_not_use_is_refused_and_a_worker_ma
         tenants.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(), metadata=ACME_WORKER.metadata)
     )
     assert worker.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_an_admin_token_reads_pauses_resumes_and_deletes_its_tenants_schedules(tenants: Served) -> None:
+    """An operator's console (the gateway's /schedules) with an admin token; a client token makes them."""
+    admin, ref = ACME_ADMIN.metadata, schedule_pb2.ScheduleRef(schedule_id="nightly")
+    await tenants.schedules.CreateSchedule(create(), metadata=ACME.metadata)
+    listed = await tenants.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(), metadata=admin)
+    assert [s.schedule_id for s in listed.schedules] == ["nightly"]
+    assert (await tenants.schedules.GetSchedule(ref, metadata=admin)).cron == "0 2 * * *"
+    made = schedule_pb2.ListScheduleJobsRequest(schedule_id="nightly")
+    assert list((await tenants.schedules.ListScheduleJobs(made, metadata=admin)).jobs) == []
+    assert (await tenants.schedules.PauseSchedule(ref, metadata=admin)).paused
+    assert (await tenants.schedules.GetSchedule(ref, metadata=ACME.metadata)).paused  # the client's, paused
+    assert not (await tenants.schedules.ResumeSchedule(ref, metadata=admin)).paused
+    await tenants.schedules.DeleteSchedule(ref, metadata=admin)
+    gone = await rpc_failure(tenants.schedules.GetSchedule(ref, metadata=ACME.metadata))
+    assert gone.code() == grpc.StatusCode.NOT_FOUND
+    refused = await rpc_failure(tenants.schedules.CreateSchedule(create("by-admin"), metadata=admin))
+    assert refused.code() == grpc.StatusCode.PERMISSION_DENIED  # making schedules stays a client's
 
 
 LIMIT = 3

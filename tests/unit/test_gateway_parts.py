@@ -6,10 +6,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from test_dashboard import as_scraped, documented
 
 from jobwire.client.channel import DEFAULT_TARGET
 from jobwire.gateway.budget import LiveBudget, OverBudget, SharedReads
 from jobwire.gateway.i18n import CATALOG, LOCALES, pick_locale
+from jobwire.gateway.metrics import GatewayMetrics
 from jobwire.gateway.routes import local_path
 from jobwire.gateway.settings import GatewaySettings
 from jobwire.gateway.sse import NewJobs
@@ -51,6 +53,19 @@ def test_settings_read_the_listen_address_and_the_clients_target(tmp_path: Path)
     assert chosen.service.uses_tls and chosen.service.token is None
     with pytest.raises(ValueError, match="host:port"):
         GatewaySettings.from_env({"JOBWIRE_GATEWAY_LISTEN": "8080"})
+
+
+def test_settings_read_where_metrics_are_served() -> None:
+    assert GatewaySettings.from_env({}).metrics_listen is None  # not served unless asked
+    chosen = GatewaySettings.from_env({"JOBWIRE_GATEWAY_METRICS_LISTEN": "0.0.0.0:9090"})
+    assert chosen.metrics_listen == "0.0.0.0:9090"
+    with pytest.raises(ValueError, match="JOBWIRE_GATEWAY_METRICS_LISTEN must be host:port"):
+        GatewaySettings.from_env({"JOBWIRE_GATEWAY_METRICS_LISTEN": "9090"})
+
+
+def test_docs_gateway_md_documents_every_series_of_the_gateway_with_its_type() -> None:
+    kinds = {family.name: family.type for family in GatewayMetrics().registry.collect()}
+    assert documented("gateway.md") == as_scraped(kinds)
 
 
 def test_download_headers_name_the_file_and_never_pass_a_bad_type_on() -> None:

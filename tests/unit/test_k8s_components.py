@@ -86,11 +86,11 @@ def test_custom_resources_fit_their_crds_schemas(name: str) -> None:
         assert parsed.model_dump(by_alias=True, exclude_unset=True) == doc, f"{name}/{file}: a field its CRD lacks"
 
 
-def test_the_service_monitor_scrapes_each_server_once_on_its_metrics_port() -> None:
+def test_the_service_monitor_scrapes_each_server_and_the_gateway_once_on_its_metrics_port() -> None:
     (monitor,) = of("ServiceMonitor", _component("monitoring")).values()
     wanted = monitor["spec"]["selector"]["matchLabels"]
     selected = {name for name, s in of("Service").items() if wanted.items() <= s["metadata"].get("labels", {}).items()}
-    assert selected == set(SERVERS)  # not the headless ones: each pod once
+    assert selected == {*SERVERS, GATEWAY}  # not the headless ones: each pod once
     (endpoint,) = monitor["spec"]["endpoints"]
     for name in selected:
         assert endpoint["port"] in [p["name"] for p in of("Service")[name]["spec"]["ports"]]
@@ -116,7 +116,7 @@ def test_the_scrape_alerts_name_the_jobs_the_service_monitor_makes() -> None:
     for rule in _rules():
         for matcher in re.findall(r'\bup\{job=~?"([^"]+)"\}', rule["expr"]):
             jobs |= set(matcher.split("|"))
-    assert jobs == set(SERVERS)
+    assert jobs == {*SERVERS, GATEWAY}
 
 
 def test_the_ingress_routes_its_tls_host_to_the_gateway_which_trusts_it() -> None:

@@ -141,19 +141,40 @@ def test_each_server_has_a_service_with_grpc_and_metrics_and_a_headless_one_with
     for name in SERVERS:
         env = {e["name"]: e.get("value") for e in container(name)["env"]}
         grpc_port = int(env["JOBWIRE_LISTEN"].rpartition(":")[2])
-        metrics_port = int(env["JOBWIRE_METRICS_LISTEN"].rpartition(":")[2])
-        assert container_port(name, "metrics") == metrics_port
         plain, headless = services[name], services[f"{name}-headless"]
         for service in (plain, headless):
             assert service["spec"]["selector"] == pod_labels(name), f"{service['metadata']['name']} selects other pods"
         ports = {p["name"]: (p["port"], p["targetPort"]) for p in plain["spec"]["ports"]}
-        assert ports == {"grpc": (grpc_port, "grpc"), "metrics": (metrics_port, "metrics")}
-        assert plain["metadata"]["labels"] == {"jobwire/metrics": "true"}  # what the ServiceMonitor selects
+        assert ports == {"grpc": (grpc_port, "grpc"), "metrics": (metrics_port(name), "metrics")}
         assert headless["spec"]["clusterIP"] == "None" and "labels" not in headless["metadata"]
         # gRPC only: the pods are scraped once, through the plain Service
         assert [(p["name"], p["port"]) for p in headless["spec"]["ports"]] == [("grpc", grpc_port)]
+
+
+# Where each workload behind a Service serves GET /metrics: the servers' setting, the gateway's.
+METRICS_LISTEN = {**dict.fromkeys(SERVERS, "JOBWIRE_METRICS_LISTEN"), GATEWAY: "JOBWIRE_GATEWAY_METRICS_LISTEN"}
+
+
+def metrics_port(deployment: str) -> int:
+    """The port `deployment`'s pods serve GET /metrics on, as their environment sets it."""
+    env = {e["name"]: e.get("value") for e in container(deployment)["env"]}
+    return int(env[METRICS_LISTEN[deployment]].rpartition(":")[2])
+
+
+def test_every_service_but_the_headless_ones_has_the_metrics_port_its_pods_serve() -> None:
+    """The gateway's pages are scraped as the servers are: a port named `metrics` on the
+    Service, the label the ServiceMonitor selects, and the annotations for a Prometheus that
+    scrapes pods by them."""
+    plain = {name: s for name, s in of("Service").items() if s["spec"].get("clusterIP") != "None"}
+    assert set(plain) == set(METRICS_LISTEN)
+    for name, service in plain.items():
+        port = metrics_port(name)
+        assert container_port(name, "metrics") == port, name
+        assert {"name": "metrics", "port": port, "targetPort": "metrics"} in service["spec"]["ports"], name
+        assert service["metadata"]["labels"] == {"jobwire/metrics": "true"}, name  # what the ServiceMonitor selects
         annotations = of("Deployment")[name]["spec"]["template"]["metadata"]["annotations"]
-        assert annotations["prometheus.io/port"] == str(metrics_port)
+        assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": str(port),
+                               "prometheus.io/path": "/metrics"}, name  # fmt: skip
 
 
 def test_the_example_worker_has_no_database_settings_and_balances_over_the_worker_service() -> None:
@@ -175,7 +196,7 @@ def test_the_gateway_serves_on_its_service_and_balances_over_jobapi() -> None:
     assert port == container_port("jobwire-jobapi", "grpc")
     host, _, listen = env["JOBWIRE_GATEWAY_LISTEN"].rpartition(":")
     assert host == "0.0.0.0" and int(listen) == container_port(GATEWAY, "http")
-    (http,) = of("Service")[GATEWAY]["spec"]["ports"]
+    (http,) = [p for p in of("Service")[GATEWAY]["spec"]["ports"] if p["name"] == "http"]
     assert of("Service")[GATEWAY]["spec"]["selector"] == pod_labels(GATEWAY) and http["targetPort"] == "http"
     for probe in ("readinessProbe", "livenessProbe"):
         assert gateway[probe]["httpGet"] == {"path": "/signin", "port": "http"}  # a page that needs no jobapi

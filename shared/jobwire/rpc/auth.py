@@ -37,9 +37,18 @@ SERVICE_ROLES = {
 # Methods a role besides their service's may call: a review is decided, and a failed job
 # retried, by a person, through a backend (client) or an operator's console (admin). A
 # forced Retry (RetryRequest.force) asks the admin role itself (`Principal.check_role`).
+# The console's schedules pages read, pause, resume and delete with an operator's admin
+# token too; making a schedule stays a client's, as submitting a job does.
+_CLIENT_OR_ADMIN = frozenset({"client", "admin"})
 METHOD_ROLES = {
-    "jobwire.v1.JobService/Resolve": frozenset({"client", "admin"}),
-    "jobwire.v1.JobService/Retry": frozenset({"client", "admin"}),
+    "jobwire.v1.JobService/Resolve": _CLIENT_OR_ADMIN,
+    "jobwire.v1.JobService/Retry": _CLIENT_OR_ADMIN,
+    "jobwire.v1.ScheduleService/GetSchedule": _CLIENT_OR_ADMIN,
+    "jobwire.v1.ScheduleService/ListSchedules": _CLIENT_OR_ADMIN,
+    "jobwire.v1.ScheduleService/ListScheduleJobs": _CLIENT_OR_ADMIN,
+    "jobwire.v1.ScheduleService/PauseSchedule": _CLIENT_OR_ADMIN,
+    "jobwire.v1.ScheduleService/ResumeSchedule": _CLIENT_OR_ADMIN,
+    "jobwire.v1.ScheduleService/DeleteSchedule": _CLIENT_OR_ADMIN,
 }
 
 

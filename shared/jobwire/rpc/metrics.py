@@ -1,5 +1,6 @@
 """Prometheus metrics: RPC counts and latency of every handler (jobwire.rpc.handlers), open
-streams, health and waiting claims, and the job numbers (jobwire.rpc.job_metrics), at GET /metrics.
+streams, health and waiting claims, and the job numbers (jobwire.rpc.job_metrics), at GET /metrics
+(jobwire.observe.metrics).
 
 Values, their exposition and the HTTP endpoint are all prometheus-client's; jobwire only
 says what to count and where.
@@ -10,23 +11,12 @@ is counted when it ends.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Iterator
-from typing import Any, Protocol
-from wsgiref.simple_server import WSGIServer
+from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    multiprocess,
-    start_http_server,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, multiprocess
 from prometheus_client.exposition import generate_latest
 
 from jobwire.rpc.job_metrics import JobMetrics
@@ -200,41 +190,3 @@ class FamilyMetrics:
 
     def render(self) -> str:
         return generate_latest(self.registry).decode()
-
-
-class Exposing(Protocol):
-    registry: CollectorRegistry
-
-
-# -- GET /metrics -------------------------------------------------------------------------------
-
-
-class MetricsEndpoint:
-    """GET /metrics from prometheus-client's own HTTP server, on a thread of its own.
-
-    prometheus-client's server answers every path with the metrics (gzip when asked, `name[]`
-    to select series) and any method; a scrape reads the registry under its lock, so the
-    event loop never waits on a scraper and a slow scraper holds up only its own thread.
-    """
-
-    def __init__(self, metrics: Exposing) -> None:
-        self._registry = metrics.registry
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
-
-    async def start(self, listen: str) -> int:
-        """Listen on `listen` (`host:port`, port 0 for any); returns the bound port."""
-        host, _, port = listen.rpartition(":")
-        self._server, self._thread = start_http_server(int(port), host.strip("[]") or "0.0.0.0", self._registry)
-        return int(self._server.server_port)
-
-    async def stop(self) -> None:
-        server, thread, self._server, self._thread = self._server, self._thread, None, None
-        if server is not None and thread is not None:
-            await asyncio.to_thread(_shut, server, thread)
-
-
-def _shut(server: WSGIServer, thread: threading.Thread) -> None:
-    server.shutdown()  # waits for serve_forever to return
-    server.server_close()
-    thread.join()

@@ -20,9 +20,10 @@ from grpc_reflection.v1alpha import reflection
 
 from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES
 from jobwire.observe import tracing
+from jobwire.observe.metrics import MetricsEndpoint
 from jobwire.rpc.auth import Authenticator, load_tokens
 from jobwire.rpc.handlers import AddToServer, Wrapping, register
-from jobwire.rpc.metrics import Metrics, MetricsEndpoint
+from jobwire.rpc.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class ServerHost:
         self.port = self._bind(self.endpoint)
         await self.server.start()
         if self.endpoint.metrics_listen:
-            self.metrics_port = await self._metrics_endpoint.start(self.endpoint.metrics_listen)
+            self.metrics_port = self._metrics_endpoint.start(self.endpoint.metrics_listen)
             log.info("jobwire metrics at GET /metrics on port %d", self.metrics_port)
         self._tasks.append(asyncio.create_task(self._watch_health(), name="jobwire-health"))
         log.info("jobwire serving %s on port %d", ", ".join(self._services), self.port)

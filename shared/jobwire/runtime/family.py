@@ -40,7 +40,8 @@ from prometheus_client import multiprocess
 
 from jobwire.db.engine import Database
 from jobwire.db.migrate import check_current, upgrade
-from jobwire.rpc.metrics import FamilyMetrics, MetricsEndpoint
+from jobwire.observe.metrics import MetricsEndpoint
+from jobwire.rpc.metrics import FamilyMetrics
 from jobwire.rpc.server import check_exposure
 from jobwire.runtime.settings import Settings
 
@@ -384,7 +385,7 @@ async def _serve_family(family: Family) -> int:
     endpoint = None
     if family.settings.metrics_listen:
         endpoint = MetricsEndpoint(FamilyMetrics(family.metrics_dir))
-        port = await endpoint.start(family.settings.metrics_listen)
+        port = endpoint.start(family.settings.metrics_listen)
         log.info("jobwire metrics of all %d processes at GET /metrics on port %d", family.settings.processes, port)
     try:
         return await family.run()

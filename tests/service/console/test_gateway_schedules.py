@@ -1,5 +1,6 @@
 """The console's schedules pages: each schedule's timing, time zone, next and last firing and
-skipped firings; one schedule's jobs, latest first; pause, resume and delete (CSRF)."""
+skipped firings; one schedule's jobs, latest first; pause, resume and delete (CSRF), for a
+client token and for an operator's admin token alike."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import re
 
 import pytest
 import sqlalchemy as sa
-from console_support import CLIENT, ZH, csrf
+from auth_files import Token
+from console_support import CLIENT, OPERATOR, ZH, csrf
 from gateway_support import signed_in
 from served import Served, eventually
 from service_support import duration
@@ -50,9 +52,11 @@ async def test_the_list_and_a_schedule_say_when_it_fires(served: Served, gateway
         assert (await client.get("/schedules/not valid!")).status_code == 404
 
 
-async def test_pause_resume_and_delete_through_the_page(served: Served, gateway: str) -> None:
+@pytest.mark.parametrize("token", [CLIENT, OPERATOR], ids=["client", "admin"])
+async def test_pause_resume_and_delete_through_the_page(served: Served, gateway: str, token: Token) -> None:
     await _create(served, "nightly", cron="0 2 * * *")
-    async with signed_in(gateway, CLIENT) as client:
+    async with signed_in(gateway, token) as client:
+        assert 'data-schedule="nightly"' in (await client.get("/schedules")).text
         assert (await client.post("/schedules/nightly/pause", data={"csrf": "guessed"})).status_code == 403
         paused = await client.post("/schedules/nightly/pause", data=csrf(client))
         assert paused.status_code == 303 and paused.headers["location"] == "/schedules/nightly"

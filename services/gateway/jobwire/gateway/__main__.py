@@ -3,7 +3,8 @@
 Once it listens it prints `jobwire gateway serving on http://HOST:PORT` (the port it got,
 for a port 0), as `jobwire serve` prints its port, so a launcher (`make run`) can say where
 the pages are. A port another program holds is refused in words with exit code 3
-(`PORT_TAKEN`), never shared.
+(`PORT_TAKEN`), never shared. With JOBWIRE_GATEWAY_METRICS_LISTEN it also serves GET /metrics
+there and says on which port, first.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import uvicorn
 
 from jobwire.gateway.app import build_app
 from jobwire.gateway.settings import GatewaySettings
+from jobwire.observe.metrics import MetricsEndpoint
 from jobwire.observe.version import add_version_flag
 
 PORT_TAKEN = 3
@@ -63,24 +65,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sock = listen(settings.host, settings.port)
     except OSError as error:
-        taken = error.errno == errno.EADDRINUSE
-        why = "another program is listening there" if taken else error.strerror or str(error)
-        print(
-            f"jobwire-gateway: cannot listen on {settings.host}:{settings.port}: {why}; "
-            "set JOBWIRE_GATEWAY_LISTEN to another host:port",
-            file=sys.stderr,
-        )
-        return PORT_TAKEN if taken else 2
+        return _refused("JOBWIRE_GATEWAY_LISTEN", f"{settings.host}:{settings.port}", error)
+    app = build_app(settings)
+    endpoint = MetricsEndpoint(app.state.metrics)
+    if settings.metrics_listen:
+        try:
+            metrics_port = endpoint.start(settings.metrics_listen)
+        except OSError as error:
+            sock.close()
+            return _refused("JOBWIRE_GATEWAY_METRICS_LISTEN", settings.metrics_listen, error)
+        print(f"jobwire gateway metrics at GET /metrics on port {metrics_port}", flush=True)
     print(f"jobwire gateway serving on {url_of(sock)}", flush=True)
     config = uvicorn.Config(
-        build_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level="info",
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        app, host=settings.host, port=settings.port, log_level="info", timeout_graceful_shutdown=SHUTDOWN_GRACE_S
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        endpoint.close()
     return 0
+
+
+def _refused(variable: str, address: str, error: OSError) -> int:
+    """Why `address` cannot be listened on, in words; the exit code that says so."""
+    taken = error.errno == errno.EADDRINUSE
+    why = "another program is listening there" if taken else error.strerror or str(error)
+    print(f"jobwire-gateway: cannot listen on {address}: {why}; set {variable} to another host:port", file=sys.stderr)
+    return PORT_TAKEN if taken else 2
 
 
 if __name__ == "__main__":

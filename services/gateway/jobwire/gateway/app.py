@@ -6,6 +6,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -15,6 +16,7 @@ from jobwire.client import ClientError
 from jobwire.gateway import batches, evidence, queues, routes, schedules, sse, workers
 from jobwire.gateway.budget import LiveBudget
 from jobwire.gateway.errors import error_response, not_found
+from jobwire.gateway.metrics import CountRequests, GatewayMetrics
 from jobwire.gateway.settings import GatewaySettings
 
 
@@ -35,7 +37,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def build_app(settings: GatewaySettings) -> Starlette:
-    """The ASGI app; `settings.service` is the job service every call goes to."""
+    """The ASGI app; `settings.service` is the job service every call goes to.
+
+    Its numbers are in `app.state.metrics` (served apart, on JOBWIRE_GATEWAY_METRICS_LISTEN).
+    """
+    metrics = GatewayMetrics()
     app = Starlette(
         routes=[
             Route("/", _home),
@@ -69,8 +75,10 @@ def build_app(settings: GatewaySettings) -> Starlette:
             Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),
         ],
         exception_handlers={ClientError: _client_error, HTTPException: _http_error},
+        middleware=[Middleware(CountRequests, metrics=metrics)],
     )
     app.state.settings = settings
+    app.state.metrics = metrics
     app.state.budget = LiveBudget(max_streams=settings.max_streams, max_watched=settings.max_watched)
     # Pages re-read ListJobs every POLL_S; a read younger than half that serves every page of its key.
     app.state.listings = sse.Listings(fresh_s=sse.POLL_S / 2)

@@ -26,6 +26,8 @@ class GatewaySettings:
             empty: a POST's Origin must name the host the request was sent to.
         max_streams, max_watched: JOBWIRE_GATEWAY_MAX_STREAMS and
             JOBWIRE_GATEWAY_MAX_WATCHED, what one person's live streams may hold (budget.py).
+        metrics_listen: JOBWIRE_GATEWAY_METRICS_LISTEN, `host:port` of GET /metrics
+            (metrics.py); None: not served.
     """
 
     host: str = "127.0.0.1"
@@ -34,21 +36,31 @@ class GatewaySettings:
     origin: str = ""
     max_streams: int = DEFAULT_MAX_STREAMS
     max_watched: int = DEFAULT_MAX_WATCHED
+    metrics_listen: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
         env = os.environ if env is None else env
-        host, _, port = (env.get("JOBWIRE_GATEWAY_LISTEN") or DEFAULT_LISTEN).rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError("JOBWIRE_GATEWAY_LISTEN must be host:port, such as 127.0.0.1:8080")
+        host, port = _host_port("JOBWIRE_GATEWAY_LISTEN", env.get("JOBWIRE_GATEWAY_LISTEN") or DEFAULT_LISTEN)
+        metrics = env.get("JOBWIRE_GATEWAY_METRICS_LISTEN") or None
+        if metrics:
+            _host_port("JOBWIRE_GATEWAY_METRICS_LISTEN", metrics)
         origin = (env.get("JOBWIRE_GATEWAY_ORIGIN") or "").rstrip("/")
         if origin and not (origin.startswith(("http://", "https://")) and "/" not in origin.split("://", 1)[1]):
             raise ValueError("JOBWIRE_GATEWAY_ORIGIN must be scheme://host[:port], such as https://jobs.example.com")
         return cls(
-            host=host.strip("[]"), port=int(port), service=config_from_env(env), origin=origin,
+            host=host, port=port, service=config_from_env(env), origin=origin,
             max_streams=_positive(env, "JOBWIRE_GATEWAY_MAX_STREAMS", DEFAULT_MAX_STREAMS),
             max_watched=_positive(env, "JOBWIRE_GATEWAY_MAX_WATCHED", DEFAULT_MAX_WATCHED),
+            metrics_listen=metrics,
         )  # fmt: skip
+
+
+def _host_port(name: str, text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{name} must be host:port, such as {DEFAULT_LISTEN}")
+    return host.strip("[]"), int(port)
 
 
 def _positive(env: Mapping[str, str], name: str, default: int) -> int:

@@ -1,6 +1,7 @@
 """The five distributions as their folders describe them, without building a wheel: one
-version, one source of .proto files, no owner of the `jobwire` namespace, and build pins
-that agree with constraints.txt (tests/e2e/test_wheels.py builds and installs them)."""
+version, which each also requires of the others it needs, one source of .proto files, no
+owner of the `jobwire` namespace, and build pins that agree with constraints.txt
+(tests/e2e/test_wheels.py builds and installs them)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from build.util import project_wheel_metadata
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -53,9 +55,31 @@ def test_every_distribution_takes_its_version_from_the_one_version_file() -> Non
     assert str(Version(VERSION)) == VERSION
     for folder, project in PROJECTS.items():
         assert "version" not in project["project"], folder
-        assert project["project"]["dynamic"] == ["version"], folder
+        assert project["project"]["dynamic"][0] == "version", folder
         assert project["tool"]["setuptools"]["dynamic"]["version"] == {"file": "VERSION"}, folder
         assert (ROOT / folder / "VERSION").resolve() == ROOT / "VERSION", f"{folder}/VERSION is not a link to VERSION"
+
+
+def test_each_distribution_requires_the_other_jobwire_ones_at_its_own_version() -> None:
+    """With --find-links and an index, pip may take any jobwire-* it finds: each must ask for its
+    own release's, as the metadata pip reads says (setup.py reads VERSION; prepared, not built).
+    jobwire-shared, which needs none of the others, lists its dependencies in pyproject.toml."""
+    shared = [Requirement(r).name for r in PROJECTS["shared"]["project"]["dependencies"]]
+    assert not [name for name in shared if name.startswith("jobwire")]
+    required = {}
+    for folder in (f for f in FOLDERS if f != "shared"):
+        metadata = project_wheel_metadata(ROOT / folder, isolated=False)
+        assert metadata["Version"] == VERSION, folder
+        required[metadata["Name"]] = sorted(
+            str(r) for r in map(Requirement, metadata.get_all("Requires-Dist") or []) if r.name.startswith("jobwire")
+        )
+    pin = f"=={VERSION}"
+    assert required == {
+        "jobwire-worker": [f"jobwire-shared{pin}", f'jobwire-shared[db]{pin}; extra == "server"'],
+        "jobwire-jobapi": [f"jobwire-shared[db]{pin}"],
+        "jobwire-server": [f"jobwire-jobapi{pin}", f"jobwire-worker[server]{pin}"],
+        "jobwire-gateway": [f"jobwire-shared{pin}"],
+    }
 
 
 def test_no_distribution_owns_the_namespace_package() -> None:

@@ -9,6 +9,7 @@ import contextlib
 import importlib.util
 import io
 import re
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -80,6 +81,57 @@ def test_each_distribution_requires_the_other_jobwire_ones_at_its_own_version() 
         "jobwire-server": [f"jobwire-jobapi{pin}", f"jobwire-worker[server]{pin}"],
         "jobwire-gateway": [f"jobwire-shared{pin}"],
     }
+
+
+def test_every_distribution_has_a_readme_for_its_description() -> None:
+    """An sdist without one warns "standard file not found: README", and its wheel has no description."""
+    for folder, project in PROJECTS.items():
+        assert project["project"]["readme"] == "README.md", folder
+        assert (ROOT / folder / "README.md").read_text().startswith(f"# {project['project']['name']}\n"), folder
+
+
+# A stand-in for `python -m build`: a log of 300 lines, a file in OUTDIR named for the folder,
+# and a failure for the folder named in FAIL.
+FAKE_BUILD = """
+import pathlib, sys
+folder, outdir, fail = sys.argv[1:]
+print("\\n".join(f"{folder}: log line {n}" for n in range(300)))
+(pathlib.Path(outdir) / (pathlib.Path(folder).name + ".whl")).write_text("")
+sys.exit(1 if folder == fail else 0)
+"""
+
+
+def _fake_builds(monkeypatch: pytest.MonkeyPatch, fail: str) -> None:
+    def command(folder: str, outdir: Path) -> list[str]:
+        return [sys.executable, "-c", FAKE_BUILD, folder, str(outdir), fail]
+
+    monkeypatch.setattr(BUILD_DISTS, "_command", command)
+
+
+def test_make_dist_prints_no_build_log_and_ends_with_the_files_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "old.whl").write_text("")  # already there: not written by this run
+    _fake_builds(monkeypatch, fail="")
+    assert BUILD_DISTS.build_all(tmp_path) is True
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"built 5 distributions, 5 files in {tmp_path}:",
+        *(f"  {name}.whl" for name in sorted(["shared", "worker", "jobapi", "server", "gateway"])),
+    ]
+
+
+def test_make_dist_prints_a_failed_build_s_log_and_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_builds(monkeypatch, fail="services/jobapi")
+    assert BUILD_DISTS.build_all(tmp_path) is False
+    said = capsys.readouterr()
+    assert "----- services/jobapi: exit 1 from\n" in said.out and f"{tmp_path} services/jobapi" in said.out
+    logged = [line for line in said.out.splitlines() if re.match(r"\S+: log line \d+$", line)]
+    assert logged == [f"services/jobapi: log line {n}" for n in range(300)]  # the others' logs are not shown
+    assert "built" not in said.out
+    assert said.err == "build_dists.py: could not build services/jobapi: see above\n"
 
 
 def test_no_distribution_owns_the_namespace_package() -> None:

@@ -1,4 +1,4 @@
-"""What JobClient, AsyncJobClient and AdminClient hand back from a real server, on SQLite and MariaDB.
+"""What JobClient, AsyncJobClient and AdminClient hand back from a real server on SQLite.
 
 Enums that print their names and still equal the wire numbers, aware UTC datetimes, the raw
 message under `.raw`, a READY job's result as JSON, payloads refused before anything is

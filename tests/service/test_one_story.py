@@ -1,4 +1,4 @@
-"""One story per job, over real gRPC on SQLite and MariaDB with the web gateway in front.
+"""One story per job, over real gRPC on SQLite with the web gateway in front.
 
 Get, ListJobs, WatchStatus, WatchJobs (an owner's, job numbers', a batch's) and the web pages
 (their HTML and their live stream, read over HTTP) say the same of a QUEUED job: that no

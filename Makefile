@@ -26,8 +26,7 @@ install: $(STAMP) $(GENERATED)
 # services/jobapi, services/worker, services/server, services/gateway) merge as PEP 420 says,
 # and mypy (mypy_path) and import-linter read the very same folders.
 $(STAMP): VERSION constraints.txt requirements-dev.txt shared/pyproject.toml shared/setup.py \
-          services/jobapi/pyproject.toml services/worker/pyproject.toml services/server/pyproject.toml \
-          services/gateway/pyproject.toml
+          $(wildcard services/*/pyproject.toml services/*/setup.py)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt \

@@ -10,11 +10,14 @@ jobwire-shared, as a backend does, and submits, watches and reads a job with Job
 
 from __future__ import annotations
 
+import email.parser
 import json
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -129,6 +132,25 @@ def venvs(dists: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
         sys_path = json.loads(_run(venv, "python", "-c", "import json, sys; print(json.dumps(sys.path))"))
         assert not [p for p in sys_path if p and Path(p).resolve().is_relative_to(ROOT)], sys_path
     return {name: venv for name, (venv, _) in installs.items()}
+
+
+def _metadata(wheel: Path) -> Message:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return email.parser.BytesParser().parsebytes(archive.read(name))
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_every_wheel_has_a_description_and_requires_the_jobwire_wheels_of_its_version(dists: Path) -> None:
+    wheels = sorted(dists.glob("*.whl"))
+    assert len(wheels) == 5, wheels
+    for wheel in wheels:
+        metadata = _metadata(wheel)
+        assert metadata["Version"] == VERSION, wheel.name
+        assert metadata["Description-Content-Type"] == "text/markdown", wheel.name
+        assert str(metadata.get_payload()).startswith(f"# {metadata['Name']}\n"), wheel.name
+        jobwire = [r for r in metadata.get_all("Requires-Dist", []) if r.startswith("jobwire")]
+        assert all(f"=={VERSION}" in r for r in jobwire), (wheel.name, jobwire)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""What JobClient, AsyncJobClient and AdminClient hand back from a real server, on SQLite and MariaDB.
+"""What JobClient, AsyncJobClient and AdminClient hand back from a real server on SQLite.
 
 Enums that print their names and still equal the wire numbers, aware UTC datetimes, the raw
 message under `.raw`, a READY job's result as JSON, payloads refused before anything is
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,9 +26,10 @@ from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
 pytestmark = pytest.mark.timeout(90)
 RESULT = {"rows": 3, "names": ["ä", "b"]}
-# How long a finished batch's watch may take to notice: the end follows the last job's
-# update on the stream, so this only bounds a hung test; it is not a timing claim.
-ENDS_WITHIN_S = 10.0
+# A batch watch ends within a second of the batch's last ending (it takes ~0.01 s: the end
+# follows the last job's update on the stream), measured from that ending to the watch's end.
+ENDS_WITHIN_S = 1.0
+HUNG_S = 10.0  # a watch that never ends fails here, before the per-test timeout
 
 
 @pytest.fixture
@@ -150,9 +152,12 @@ async def test_a_payload_that_is_not_bytes_or_json_is_refused_and_nothing_is_sen
     assert said[0].startswith("payload must be") and "not str" in said[0]
     assert said[1].startswith("payload is not JSON-serialisable") and "datetime" in said[1]
     assert [job async for job in client.list_jobs()] == []  # nothing was submitted
-    listed = (await client.submit("frames", [1, {"b": 1, "a": 2}])).job  # a list is JSON too
+    with pytest.raises(TypeError, match=r"not list; pass a dict, or send this JSON as bytes: payload=json\.dumps"):
+        await client.submit("frames", [1, {"b": 1, "a": 2}])  # type: ignore[arg-type]
+    assert [job async for job in client.list_jobs()] == []  # nothing was submitted
+    listed = (await client.submit("frames", json.dumps([1, {"a": 2}]).encode())).job  # a list goes as bytes
     (lease,) = await claim(kept)
-    assert lease.job_no == listed.job_no and lease.payload == b'[1,{"a":2,"b":1}]'
+    assert lease.job_no == listed.job_no and json.loads(lease.payload) == [1, {"a": 2}]
 
 
 # ---- watch_batch ends once every job of the batch has ended --------------------------------
@@ -163,14 +168,26 @@ async def make_batch(client: AsyncJobClient) -> list[str]:
     return [job.job_no for job in made.jobs]
 
 
-async def end_each(s: Served, client: AsyncJobClient, job_nos: list[str]) -> str:
-    """End the batch's jobs one by one: CANCELLED, FAILED, then READY last; the last one's number."""
+async def end_each(s: Served, client: AsyncJobClient, job_nos: list[str]) -> tuple[str, float]:
+    """End the batch's jobs one by one: CANCELLED, FAILED, then READY last.
+
+    Returns the last one's number and when it ended (time.monotonic): taken just before its
+    Complete is sent, so no later than the ending itself, and the time measured from it to
+    the watch's end no shorter than the true one.
+    """
     await client.cancel(job_nos[0])
     leases = {lease.job_no: lease for lease in await claim(s, max_jobs=2)}
     assert set(leases) == set(job_nos[1:])
     await fail(s, leases[job_nos[1]])
+    last_ended = time.monotonic()
     await complete(s, leases[job_nos[2]], b"{}", "application/json")
-    return job_nos[2]
+    return job_nos[2], last_ended
+
+
+def check_ended_soon(last_ended: float, watch_ended: list[float]) -> None:
+    """The watch ended (its loop left, before any hang-up) within ENDS_WITHIN_S of the last ending."""
+    (ended,) = watch_ended
+    assert ended - last_ended < ENDS_WITHIN_S, f"the watch ended {ended - last_ended:.2f} s after the last job"
 
 
 def check_watched(seen: list[Job], job_nos: list[str], last: str) -> None:
@@ -185,16 +202,19 @@ async def test_async_watch_batch_ends_when_every_job_has_ended(kept: Served, cli
     job_nos = await make_batch(client)
     batch_id = (await client.get(job_nos[0])).batch_id
     seen: list[Job] = []
+    watch_ended: list[float] = []
 
     async def watch() -> None:
         async for job in client.watch_batch(batch_id):
             seen.append(job)
+        watch_ended.append(time.monotonic())
 
     watcher = asyncio.create_task(watch())
     await eventually(lambda: asyncio.sleep(0, result=len(seen) >= 3), what="each job as it is")
     assert all(job.status == JobStatus.QUEUED for job in seen[:3]) and not watcher.done()
-    last = await end_each(kept, client, job_nos)
-    await asyncio.wait_for(watcher, ENDS_WITHIN_S)  # no further change comes: the last ending ends it
+    last, last_ended = await end_each(kept, client, job_nos)
+    await asyncio.wait_for(watcher, HUNG_S)  # no further change comes: the last ending ends it
+    check_ended_soon(last_ended, watch_ended)
     check_watched(seen, job_nos, last)
     # A batch already finished: each job as it is, then the end at once.
     again = [job async for job in client.watch_batch(batch_id)]
@@ -205,19 +225,22 @@ async def test_sync_watch_batch_ends_when_every_job_has_ended(kept: Served, clie
     job_nos = await make_batch(client)
     batch_id = (await client.get(job_nos[0])).batch_id
     seen: list[Job] = []
+    watch_ended: list[float] = []
     ended = threading.Event()
 
     def watch() -> None:
         with JobClient.connect(kept.target) as sync:
             for job in sync.watch_batch(batch_id):
                 seen.append(job)
+            watch_ended.append(time.monotonic())  # the channel's closing is not the watch's
         ended.set()
 
     watcher = asyncio.create_task(asyncio.to_thread(watch))
     await eventually(lambda: asyncio.sleep(0, result=len(seen) >= 3), what="each job as it is")
     assert not ended.is_set()
-    last = await end_each(kept, client, job_nos)
-    await asyncio.wait_for(watcher, ENDS_WITHIN_S)
+    last, last_ended = await end_each(kept, client, job_nos)
+    await asyncio.wait_for(watcher, HUNG_S)
+    check_ended_soon(last_ended, watch_ended)
     check_watched(seen, job_nos, last)
 
     def watch_finished() -> list[Job]:

@@ -1,5 +1,7 @@
-"""An admin forces a Retry of a FAILED job whose error is not retryable, on SQLite and MariaDB:
-the job is queued again, the trail names who forced it; nobody else may force one."""
+"""An admin forces a Retry of a FAILED job whose error is not retryable: the job is queued
+again, the trail names who forced it; nobody else may force one. The forced retries and the
+refusal of a job not FAILED are the store's guarded updates, so they run on SQLite and
+MariaDB; who may force (auth, tenants) is the server's, on SQLite."""
 
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ async def retried_event(s: Served, job_no: str) -> admin_pb2.JobEvent:
     return event
 
 
+@pytest.mark.both_databases  # FAILED -> QUEUED, forced, then claimed as attempt 2
 async def test_an_admin_forces_a_not_retryable_job_back_to_the_queue_and_the_trail_names_them(s: Served) -> None:
     failed = await failed_for_good(s)
     plain = await refused(s, failed.job_no, ALICE, force=False)  # without force, even an admin is told no
@@ -84,6 +87,7 @@ async def test_an_admin_forces_a_not_retryable_job_back_to_the_queue_and_the_tra
     assert (lease.job_no, lease.attempt) == (failed.job_no, 2)
 
 
+@pytest.mark.both_databases  # the forced retry's event, as the store records it
 async def test_a_token_without_a_name_is_named_by_its_digest(s: Served) -> None:
     failed = await failed_for_good(s)
     assert (await retry(s, failed.job_no, ADMIN, force=True)).status == job_pb2.Job.QUEUED
@@ -107,6 +111,7 @@ async def test_an_admin_of_another_tenant_finds_no_such_job(s: Served) -> None:
     assert (await refused(s, failed.job_no, OTHER, force=True)).code() == grpc.StatusCode.NOT_FOUND
 
 
+@pytest.mark.both_databases  # the store refuses the change from any status but FAILED
 async def test_force_retries_only_a_failed_job(s: Served) -> None:
     queued = (await s.jobs.Submit(job_pb2.SubmitRequest(job_type="import"), metadata=CLIENT.metadata)).job
     again = await refused(s, queued.job_no, ALICE, force=True)

@@ -1,6 +1,7 @@
-"""A handler's bugs against a real server on SQLite and MariaDB: an unexpected exception is
-retried under the job's policy, and a stage the handler never declared fails the attempt with
-words that say which stages exist and how to declare them, in the worker's log and the trail."""
+"""A handler's bugs against a real server: an unexpected exception is retried under the job's
+policy (on SQLite and MariaDB: the retry is the store's state change), and a stage the handler
+never declared fails the attempt with words that say which stages exist and how to declare
+them, in the worker's log and the trail (on SQLite: its subject is the worker's words)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def retries(max_attempts: int) -> job_pb2.RetryPolicy:
     return job_pb2.RetryPolicy(max_attempts=max_attempts, initial_backoff=duration(0), max_backoff=duration(0))
 
 
+@pytest.mark.both_databases  # RUNNING -> QUEUED (RETRY_SCHEDULED) -> RUNNING -> READY in the store
 async def test_an_unexpected_exception_is_retried_and_the_next_attempt_completes(
     served: Served, tmp_path: Path
 ) -> None:

@@ -1,10 +1,11 @@
-"""One story per job, over real gRPC on SQLite and MariaDB with the web gateway in front.
+"""One story per job, over real gRPC on SQLite with the web gateway in front.
 
 Get, ListJobs, WatchStatus, WatchJobs (an owner's, job numbers', a batch's) and the web pages
 (their HTML and their live stream, read over HTTP) say the same of a QUEUED job: that no
-worker serves its kind, that its queue is paused, or its place in line, which counts only
-the jobs ahead a worker could claim now. A stream's later messages say what Get says of
-the worker and the queue (they carry no place in line: it is not a versioned change).
+worker serves its kind, that its queue is paused or at its limit (of running jobs, or of
+starts per second), or its place in line, which counts only the jobs ahead a worker could
+claim now. A stream's later messages say what Get says of the worker and the queue (they
+carry no place in line: it is not a versioned change).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ ADMIN = Token("acme-admin", tenant="acme", role="admin")
 OWNER = "alice"
 NO_WORKER = "Queued · No worker is serving this kind of job yet"
 PAUSED = "Queued: the queue is paused"
+AT_LIMIT = "Queued: the queue is at its limit"
 NEXT = "Queued · next in line"
 
 
@@ -162,6 +164,28 @@ async def test_a_job_in_a_paused_queue_says_so_everywhere(served: Served, gatewa
     assert held == dict.fromkeys(held, PAUSED)
 
 
+@pytest.mark.parametrize(
+    "limits",
+    [admin_pb2.QueueLimits(max_running=1), admin_pb2.QueueLimits(rate_per_second=0.001, burst=1)],
+    ids=["max_running", "rate"],
+)
+async def test_a_job_in_a_queue_at_its_limit_says_so_everywhere(
+    served: Served, gateway: str, limits: admin_pb2.QueueLimits
+) -> None:
+    """One job at a time in `exports`, or one start per 1000 s: once one is leased, the next is held back."""
+    await _limit_exports(served, limits)
+    batch = await submit_batch(served, ("frames", "exports"), ("frames", "exports"))
+    (lease,) = await claim(served, "frames", "exports")
+    held_no = next(job.job_no for job in batch.jobs if job.job_no != lease.job_no)
+    held = await every_view(served, gateway, held_no, batch.batch_id)
+    assert held == dict.fromkeys(held, AT_LIMIT)
+
+
+async def _limit_exports(served: Served, limits: admin_pb2.QueueLimits) -> None:
+    request = admin_pb2.SetQueueLimitsRequest(queue="exports", limits=limits)
+    await served.admin.SetQueueLimits(request, metadata=ADMIN.metadata)
+
+
 async def fed(served: Served) -> None:
     """The change feed has handed out every event so far. Else a version from before the streams
     opened could still be stood once they watch, and its queue's facts kept for the next second
@@ -178,12 +202,21 @@ async def _pause_exports(served: Served) -> None:
     await served.admin.PauseQueue(admin_pb2.PauseQueueRequest(queue="exports"), metadata=ADMIN.metadata)
 
 
-@pytest.mark.parametrize(("change", "said"), [(_pause_exports, PAUSED), (_age_the_claims, NO_WORKER)])
+async def _fill_exports(served: Served) -> None:
+    """Another job runs in `exports`, which now leases one job at a time."""
+    await submit_batch(served, ("frames", "exports"))
+    assert len(await claim(served, "frames", "exports")) == 1
+    await _limit_exports(served, admin_pb2.QueueLimits(max_running=1))
+
+
+@pytest.mark.parametrize(
+    ("change", "said"), [(_pause_exports, PAUSED), (_fill_exports, AT_LIMIT), (_age_the_claims, NO_WORKER)]
+)
 async def test_a_later_stream_message_agrees_with_get(
     served: Served, gateway: str, change: Callable[[Served], Awaitable[None]], said: str
 ) -> None:
-    """A running job goes back to the queue (Release) after its queue was paused, or after its
-    kind's workers went away: each stream's next message says so, as Get does."""
+    """A running job goes back to the queue (Release) after its queue was paused, or reached its
+    limit, or after its kind's workers went away: each stream's next message says so, as Get does."""
     batch = await submit_batch(served, ("frames", "exports"))
     job_no = batch.jobs[0].job_no
     (lease,) = await claim(served, "frames", "exports")

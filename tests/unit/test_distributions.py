@@ -1,6 +1,7 @@
 """The five distributions as their folders describe them, without building a wheel: one
-version, one source of .proto files, no owner of the `jobwire` namespace, and build pins
-that agree with constraints.txt (tests/e2e/test_wheels.py builds and installs them)."""
+version, which each also requires of the others it needs, one source of .proto files, no
+owner of the `jobwire` namespace, and build pins that agree with constraints.txt
+(tests/e2e/test_wheels.py builds and installs them)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import contextlib
 import importlib.util
 import io
 import re
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from build.util import project_wheel_metadata
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -53,9 +56,82 @@ def test_every_distribution_takes_its_version_from_the_one_version_file() -> Non
     assert str(Version(VERSION)) == VERSION
     for folder, project in PROJECTS.items():
         assert "version" not in project["project"], folder
-        assert project["project"]["dynamic"] == ["version"], folder
+        assert project["project"]["dynamic"][0] == "version", folder
         assert project["tool"]["setuptools"]["dynamic"]["version"] == {"file": "VERSION"}, folder
         assert (ROOT / folder / "VERSION").resolve() == ROOT / "VERSION", f"{folder}/VERSION is not a link to VERSION"
+
+
+def test_each_distribution_requires_the_other_jobwire_ones_at_its_own_version() -> None:
+    """With --find-links and an index, pip may take any jobwire-* it finds: each must ask for its
+    own release's, as the metadata pip reads says (setup.py reads VERSION; prepared, not built).
+    jobwire-shared, which needs none of the others, lists its dependencies in pyproject.toml."""
+    shared = [Requirement(r).name for r in PROJECTS["shared"]["project"]["dependencies"]]
+    assert not [name for name in shared if name.startswith("jobwire")]
+    required = {}
+    for folder in (f for f in FOLDERS if f != "shared"):
+        metadata = project_wheel_metadata(ROOT / folder, isolated=False)
+        assert metadata["Version"] == VERSION, folder
+        required[metadata["Name"]] = sorted(
+            str(r) for r in map(Requirement, metadata.get_all("Requires-Dist") or []) if r.name.startswith("jobwire")
+        )
+    pin = f"=={VERSION}"
+    assert required == {
+        "jobwire-worker": [f"jobwire-shared{pin}", f'jobwire-shared[db]{pin}; extra == "server"'],
+        "jobwire-jobapi": [f"jobwire-shared[db]{pin}"],
+        "jobwire-server": [f"jobwire-jobapi{pin}", f"jobwire-worker[server]{pin}"],
+        "jobwire-gateway": [f"jobwire-shared{pin}"],
+    }
+
+
+def test_every_distribution_has_a_readme_for_its_description() -> None:
+    """An sdist without one warns "standard file not found: README", and its wheel has no description."""
+    for folder, project in PROJECTS.items():
+        assert project["project"]["readme"] == "README.md", folder
+        assert (ROOT / folder / "README.md").read_text().startswith(f"# {project['project']['name']}\n"), folder
+
+
+# A stand-in for `python -m build`: a log of 300 lines, a file in OUTDIR named for the folder,
+# and a failure for the folder named in FAIL.
+FAKE_BUILD = """
+import pathlib, sys
+folder, outdir, fail = sys.argv[1:]
+print("\\n".join(f"{folder}: log line {n}" for n in range(300)))
+(pathlib.Path(outdir) / (pathlib.Path(folder).name + ".whl")).write_text("")
+sys.exit(1 if folder == fail else 0)
+"""
+
+
+def _fake_builds(monkeypatch: pytest.MonkeyPatch, fail: str) -> None:
+    def command(folder: str, outdir: Path) -> list[str]:
+        return [sys.executable, "-c", FAKE_BUILD, folder, str(outdir), fail]
+
+    monkeypatch.setattr(BUILD_DISTS, "_command", command)
+
+
+def test_make_dist_prints_no_build_log_and_ends_with_the_files_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "old.whl").write_text("")  # already there: not written by this run
+    _fake_builds(monkeypatch, fail="")
+    assert BUILD_DISTS.build_all(tmp_path) is True
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"built 5 distributions, 5 files in {tmp_path}:",
+        *(f"  {name}.whl" for name in sorted(["shared", "worker", "jobapi", "server", "gateway"])),
+    ]
+
+
+def test_make_dist_prints_a_failed_build_s_log_and_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_builds(monkeypatch, fail="services/jobapi")
+    assert BUILD_DISTS.build_all(tmp_path) is False
+    said = capsys.readouterr()
+    assert "----- services/jobapi: exit 1 from\n" in said.out and f"{tmp_path} services/jobapi" in said.out
+    logged = [line for line in said.out.splitlines() if re.match(r"\S+: log line \d+$", line)]
+    assert logged == [f"services/jobapi: log line {n}" for n in range(300)]  # the others' logs are not shown
+    assert "built" not in said.out
+    assert said.err == "build_dists.py: could not build services/jobapi: see above\n"
 
 
 def test_no_distribution_owns_the_namespace_package() -> None:

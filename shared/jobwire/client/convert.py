@@ -20,8 +20,9 @@ from jobwire.v1 import admin_pb2, job_pb2
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
 
-# bytes as they are; a mapping or a list as JSON; None as no payload.
-Payload = bytes | bytearray | memoryview | Mapping[str, Any] | list[Any] | tuple[Any, ...] | None
+# bytes as they are; a mapping as a JSON object; None as no payload. Any other JSON (a list,
+# a number) is the caller's to encode: json.dumps(value).encode().
+Payload = bytes | bytearray | memoryview | Mapping[str, Any] | None
 Seconds = float | timedelta
 
 # The domain's terminal states, as the wire numbers them.
@@ -78,39 +79,41 @@ def _check_limit(limit: int | None) -> None:
 
 
 def encode_payload(payload: Payload) -> bytes:
-    """bytes as given; a mapping or a list as compact UTF-8 JSON; None as empty.
+    """bytes as given; a mapping as a compact UTF-8 JSON object; None as empty.
 
     Keys are sorted so the same mapping always gives the same bytes: a Submit replayed
     with the same idempotency key must carry an identical payload, or the server answers
     IDEMPOTENCY_KEY_REUSED.
 
     Raises:
-        TypeError: any other type (a str, a number, a set, an object), or a mapping or list
-            that is not JSON (a set inside, a NaN, a cycle); it names `payload`.
+        TypeError: any other type (a str, a list or tuple, a number, a set, an object), or
+            a mapping that is not JSON (a set inside, a NaN, a cycle); it names `payload`
+            and says what to pass instead.
     """
     if payload is None:
         return b""
     if isinstance(payload, bytes | bytearray | memoryview):
         return bytes(payload)
-    if not isinstance(payload, Mapping | list | tuple):
+    if not isinstance(payload, Mapping):
         raise TypeError(_payload_type_hint(payload))
-    document = dict(payload) if isinstance(payload, Mapping) else payload
     try:
-        text = json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(dict(payload), separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise TypeError(
-            f"payload is not JSON-serialisable ({error}); pass bytes as they are, or a dict or list"
-            " of JSON values (str, int, float, bool, None, and lists and dicts of them with str keys)"
+            f"payload is not JSON-serialisable ({error}); pass bytes as they are, or a dict of JSON"
+            " values (str, int, float, bool, None, and lists and dicts of them with str keys)"
         ) from None
     return text.encode("utf-8")
 
 
 def _payload_type_hint(payload: object) -> str:
     what = type(payload).__name__
-    head = f"payload must be bytes, a JSON-serialisable mapping or list, or None, not {what}"
+    head = f"payload must be bytes, a JSON-serialisable mapping (a dict), or None, not {what}"
     if isinstance(payload, str):
         return f"{head}; to send text, encode it: payload=text.encode()"
-    return f"{head}; pass bytes as they are, or a dict or list of JSON values (str, int, float, bool, None)"
+    if isinstance(payload, list | tuple):
+        return f"{head}; pass a dict, or send this JSON as bytes: payload=json.dumps(value).encode()"
+    return f"{head}; pass bytes as they are (json.dumps(value).encode() for any JSON), or a dict of JSON values"
 
 
 def timestamp(value: datetime) -> timestamp_pb2.Timestamp:

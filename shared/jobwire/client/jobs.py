@@ -50,14 +50,15 @@ class JobClient(JobService[grpc.Channel, Sleep], ScheduleMethods):
 
         Args:
             job_type: the handler to run, e.g. `transcode`.
-            payload: bytes (bytearray, memoryview) as given; a mapping or a list sent as
-                compact UTF-8 JSON with sorted keys; None for none.
+            payload: bytes (bytearray, memoryview) as given; a mapping sent as a compact
+                UTF-8 JSON object with sorted keys; None for none. Other JSON (a list, a
+                number) goes as bytes: `json.dumps(value).encode()`.
             **options: queue, idempotency_key, priority, run_after, retry policy, timeouts,
                 owner, labels, locale, depends_on: see `jobwire.client.job_calls.SubmitOptions`.
 
         Raises:
-            TypeError: a payload of another type (a str: encode it), or one that is not JSON;
-                nothing was sent.
+            TypeError: a payload of another type (a str: encode it; a list: send it as
+                bytes), or a mapping that is not JSON; nothing was sent.
         """
         return self._call(job_calls.submit(job_type, payload, self.locale, options))
 

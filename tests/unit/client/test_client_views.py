@@ -172,12 +172,24 @@ def test_admin_and_schedule_views() -> None:
 # ---- payloads -----------------------------------------------------------------------------
 
 
-def test_payloads_bytes_as_given_mappings_and_lists_as_sorted_compact_json() -> None:
+def test_payloads_bytes_as_given_mappings_as_sorted_compact_json() -> None:
     assert convert.encode_payload(None) == b""
     assert convert.encode_payload(b"\x00raw") == b"\x00raw"
     assert convert.encode_payload(bytearray(b"ba")) == b"ba" and convert.encode_payload(memoryview(b"mv")) == b"mv"
     assert convert.encode_payload({"z": 1, "a": "é"}) == '{"a":"é","z":1}'.encode()
-    assert convert.encode_payload([1, {"b": 1, "a": 2}]) == b'[1,{"a":2,"b":1}]'
+    assert convert.encode_payload({"rows": [1, {"b": 1, "a": 2}]}) == b'{"rows":[1,{"a":2,"b":1}]}'
+
+
+@pytest.mark.parametrize("payload", [[1, {"a": 2}], (1, 2), []], ids=["list", "tuple", "empty list"])
+def test_a_list_or_tuple_payload_is_a_type_error_that_says_to_send_a_dict_or_bytes(payload: object) -> None:
+    with pytest.raises(TypeError) as refused:
+        convert.encode_payload(payload)  # type: ignore[arg-type]
+    said = str(refused.value)
+    assert said.startswith("payload must be bytes, a JSON-serialisable mapping (a dict), or None, not ")
+    assert (
+        f"not {type(payload).__name__}; pass a dict, or send this JSON as bytes: payload=json.dumps(value).encode()"
+        in said
+    )
 
 
 @pytest.mark.parametrize(
@@ -198,6 +210,7 @@ def test_any_other_payload_is_a_type_error_naming_payload(payload: object, says:
         convert.encode_payload(payload)  # type: ignore[arg-type]
     assert str(refused.value).startswith("payload ") and says in str(refused.value)
     assert "pass bytes" in str(refused.value) or "encode it" in str(refused.value)  # what to do instead
+    assert "or list" not in str(refused.value)  # a list is not among the types it takes
 
 
 # ---- result_json and the batch watch's end ------------------------------------------------

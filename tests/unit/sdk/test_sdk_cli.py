@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from jobwire.worker.sdk import Handlers, WorkerConfig
-from jobwire.worker.sdk.cli import build_config, load_handlers, main, parse_args
+from jobwire.worker.sdk.cli import build_config, build_parser, load_handlers, main, parse_args
 
 
-def test_flags_build_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("JOBWIRE_TARGET", raising=False)
-    monkeypatch.delenv("JOBWIRE_TOKEN", raising=False)
+@pytest.fixture(autouse=True)
+def no_jobwire_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sets the variables it reads: none come from the shell that runs it."""
+    for name in list(os.environ):
+        if name.startswith("JOBWIRE_"):
+            monkeypatch.delenv(name)
+
+
+def test_flags_build_the_config(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     args = parse_args(
@@ -33,7 +42,6 @@ def test_environment_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_results_url_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("JOBWIRE_RESULTS_URL", raising=False)
     assert build_config(parse_args(["--handlers", "jobwire.examples:handlers"])).results_url is None  # file:// URIs
     monkeypatch.setenv("JOBWIRE_RESULTS_URL", "s3://bucket/prefix/")
     assert build_config(parse_args(["--handlers", "jobwire.examples:handlers"])).results_url == "s3://bucket/prefix/"
@@ -42,8 +50,6 @@ def test_results_url_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_transport_and_session_grace_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("JOBWIRE_WORKER_TRANSPORT", raising=False)
-    monkeypatch.delenv("JOBWIRE_SESSION_GRACE_SECONDS", raising=False)
     config = build_config(parse_args(["--handlers", "jobwire.examples:handlers"]))
     assert (config.transport, config.session_grace) == ("session", 3.0)  # the server's default grace
     monkeypatch.setenv("JOBWIRE_WORKER_TRANSPORT", "unary")
@@ -85,21 +91,81 @@ def test_bad_handler_specs_exit_2(spec: str, capsys: pytest.CaptureFixture[str])
     assert "jobwire-worker:" in capsys.readouterr().err
 
 
+def _options() -> list[argparse.Action]:
+    """Every option of the parser, but --help and --version (they set nothing)."""
+    return [a for a in build_parser()._actions if a.option_strings and a.dest not in ("help", "version")]
+
+
 def test_help_lists_every_setting_with_its_environment_variable(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--help"])
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines where it likes
-    for flag, variable in [
-        ("--target", "JOBWIRE_TARGET"),
-        ("--token-file", "JOBWIRE_TOKEN_FILE"),
-        ("--results-dir", "JOBWIRE_RESULTS_DIR"),
-        ("--results-url", "JOBWIRE_RESULTS_URL"),
-        ("--transport", "JOBWIRE_WORKER_TRANSPORT"),
-        ("--session-grace-seconds", "JOBWIRE_SESSION_GRACE_SECONDS"),
-        ("--log-level", "JOBWIRE_LOG_LEVEL"),
-        ("--log-format", "JOBWIRE_LOG_FORMAT"),
-    ]:
-        assert f"{variable} {flag}" in shown, variable  # the environment table pairs each with its flag
+    options = _options()
+    assert len(options) >= 20  # the parser's own list, not one written here
+    for option in options:
+        flag = option.option_strings[0]
+        named = re.search(r"\benv (JOBWIRE_[A-Z_]+)", option.help or "")
+        assert named, f"{flag}'s help names no environment variable"
+        assert f"{named[1]} {flag}" in shown, flag  # the environment table pairs each with its flag
     assert "JOBWIRE_TOKEN the bearer token itself" in shown
     assert "OTEL_*" in shown
     assert "3 the server refused the token" in shown
+
+
+SETTINGS = {
+    "JOBWIRE_HANDLERS": "jobwire.examples.frames:handlers",
+    "JOBWIRE_QUEUES": "exports, imports,",
+    "JOBWIRE_CONCURRENCY": "9",
+    "JOBWIRE_WORKER_ID": "env-worker",
+    "JOBWIRE_LEASE_SECONDS": "45",
+    "JOBWIRE_SHUTDOWN_GRACE_SECONDS": "60",
+    "JOBWIRE_CLAIM_WAIT_SECONDS": "2.5",
+    "JOBWIRE_TMP_DIR": "/scratch",
+    "JOBWIRE_TLS": "yes",
+    "JOBWIRE_TLS_CA": "/etc/jobwire/ca.pem",
+    "JOBWIRE_TLS_CLIENT_CERT": "/etc/jobwire/worker.pem",
+    "JOBWIRE_TLS_CLIENT_KEY": "/etc/jobwire/worker.key",
+}
+
+
+def test_the_worker_settings_come_from_their_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SETTINGS.items():
+        monkeypatch.setenv(name, value)
+    args = parse_args([])  # --handlers is not required when JOBWIRE_HANDLERS names them
+    config = build_config(args)
+    assert args.handlers == "jobwire.examples.frames:handlers"
+    assert (config.queues, config.concurrency, config.worker_id) == (("exports", "imports"), 9, "env-worker")
+    assert (config.lease_duration, config.grace_period, config.claim_wait) == (45.0, 60.0, 2.5)
+    assert (config.tmp_root, config.tls, config.tls_ca) == (Path("/scratch"), True, Path("/etc/jobwire/ca.pem"))
+    assert (config.tls_cert, config.tls_key) == (Path("/etc/jobwire/worker.pem"), Path("/etc/jobwire/worker.key"))
+
+
+def test_a_flag_wins_over_its_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SETTINGS.items():
+        monkeypatch.setenv(name, value)
+    args = parse_args(
+        ["--handlers", "jobwire.examples:handlers", "--queue", "q1", "--concurrency", "2", "--worker-id", "w2",
+         "--lease-seconds", "10", "--grace-seconds", "5", "--claim-wait", "1", "--no-tls", "--tmp-dir", "/t"]
+    )  # fmt: skip
+    config = build_config(args)
+    assert args.handlers == "jobwire.examples:handlers"
+    assert (config.queues, config.concurrency, config.worker_id) == (("q1",), 2, "w2")  # not added to the variable's
+    assert (config.lease_duration, config.grace_period, config.claim_wait) == (10.0, 5.0, 1.0)
+    assert (config.tmp_root, config.tls) == (Path("/t"), False)
+
+
+def test_without_handlers_in_a_flag_or_the_environment_it_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        parse_args([])
+    assert stop.value.code == 2 and "--handlers" in capsys.readouterr().err
+
+
+def test_a_tls_variable_that_is_not_yes_or_no_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("JOBWIRE_TLS", "maybe")
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--handlers", "jobwire.examples:handlers"])
+    assert (
+        stop.value.code == 2 and "JOBWIRE_TLS must be 1/true/yes or 0/false/no, not 'maybe'" in capsys.readouterr().err
+    )

@@ -1,0 +1,15 @@
+"""jobwire-server's dependencies: the jobwire distributions it needs at its own version, from VERSION.
+
+A fleet machine given --find-links and an index could otherwise mix two releases.
+"""
+
+from pathlib import Path
+
+from setuptools import setup
+
+VERSION = (Path(__file__).resolve().parent / "VERSION").read_text().strip()
+
+setup(
+    # What the embedded server hosts, said here rather than by the jobapi distribution.
+    install_requires=[f"jobwire-jobapi=={VERSION}", f"jobwire-worker[server]=={VERSION}"],
+)

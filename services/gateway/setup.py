@@ -13,7 +13,12 @@ setup(
     # No database and no server runtime: it speaks gRPC to jobapi with the person's own token.
     # prometheus-client: its own GET /metrics (JOBWIRE_GATEWAY_METRICS_LISTEN).
     install_requires=[
-        f"jobwire-shared=={VERSION}", "starlette", "uvicorn", "jinja2", "python-multipart", "anyio",
+        f"jobwire-shared=={VERSION}",
+        "starlette",
+        "uvicorn",
+        "jinja2",
+        "python-multipart",
+        "anyio",
         "prometheus-client>=0.20",
     ],
 )

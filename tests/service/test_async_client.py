@@ -1,4 +1,4 @@
-"""AsyncJobClient over real gRPC: a real server on SQLite and MariaDB, and the scripted fake.
+"""AsyncJobClient over real gRPC: a real server on SQLite, and the scripted fake.
 
 The real server shows submit, watch to READY, cancel and the error mapping end to end; the
 fake (tests/service/test_client_fake.py) drops streams on cue, which a real server will not,

@@ -1,5 +1,5 @@
 """Client-side balancing (jobwire.client.channel): one client's calls reach every server its
-target resolves to, on SQLite (one file) and MariaDB (one database); a worker's unary calls
+target resolves to (two servers on one SQLite file); a worker's unary calls
 do, and a worker's Session, one stream to one server, moves on when that server's connection
 ages (JOBWIRE_MAX_CONNECTION_AGE_SECONDS): without an age it stays on one server for good.
 

@@ -1,4 +1,4 @@
-"""Batches over real gRPC on SQLite and MariaDB: all jobs or none, counts that add up while a
+"""Batches over real gRPC on SQLite: all jobs or none, counts that add up while a
 fleet drains them, CancelBatch, replays, tenancy and WatchJobs(batch_id).
 
 Waits poll with a deadline (`eventually`); nothing asserts on timing.

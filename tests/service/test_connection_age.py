@@ -1,5 +1,5 @@
 """A server that closes each connection after its age (JOBWIRE_MAX_CONNECTION_AGE_SECONDS, so
-long-lived channels rebalance) breaks none of its long-lived callers, on SQLite and MariaDB:
+long-lived channels rebalance) breaks none of its long-lived callers, on SQLite:
 
 - a client's watch cut by the age (UNAVAILABLE "max connection age" once the grace is over)
   resumes from its last version: every version once, none missed, to the terminal one; a

@@ -1,4 +1,4 @@
-"""Dependencies over real gRPC on SQLite and MariaDB: a job waits, QUEUED and unclaimable, until
+"""Dependencies over real gRPC on SQLite: a job waits, QUEUED and unclaimable, until
 every job it depends on is READY; one that ends FAILED or CANCELLED cancels it, and so on down.
 
 The ordering checks read the event trail (each dependent's CLAIMED after its dependency's

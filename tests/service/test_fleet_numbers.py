@@ -1,4 +1,4 @@
-"""A shared fleet's calls on a number two tenants have (issue 22), over real gRPC on SQLite and MariaDB.
+"""A shared fleet's calls on a number two tenants have (issue 22), over real gRPC on SQLite.
 
 Job numbers are per tenant, and a shared fleet's worker (auth file `tenant = "*"`) serves
 every tenant, so it may hold acme's and globex's PT-...-001 at once. Its calls name only

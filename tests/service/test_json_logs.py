@@ -1,4 +1,4 @@
-"""JSON log lines of a real server and a real SDK worker (SQLite and MariaDB): each line parses,
+"""JSON log lines of a real server and a real SDK worker, on SQLite: each line parses,
 names the job of a job call, says why an attempt failed, and never holds a payload or a token."""
 
 from __future__ import annotations

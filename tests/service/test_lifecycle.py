@@ -1,4 +1,4 @@
-"""The happy path and the seed cases, over real gRPC, on SQLite and MariaDB."""
+"""The happy path and the seed cases, over real gRPC, on SQLite."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Jobs no worker can run, over real gRPC on SQLite and MariaDB: a QUEUED job whose queue and
+"""Jobs no worker can run, over real gRPC on SQLite: a QUEUED job whose queue and
 job type no worker has claimed for lately is an Inspect finding (NO_WORKER), and its user is
 told so instead of a place in line. Claims through any replica count."""
 

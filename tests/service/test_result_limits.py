@@ -1,5 +1,5 @@
 """No caller takes down the others: limits on result downloads and uploads, over real gRPC on
-SQLite and MariaDB (security review, issue 22, findings 2 and 3).
+SQLite (security review, issue 22, findings 2 and 3).
 
 A download or upload holds a place in its tenant's share of JOBWIRE_MAX_TRANSFERS; a download
 reads the file only as fast as its reader takes chunks, and one stalled past

@@ -1,4 +1,4 @@
-"""Results the server keeps, over real gRPC on SQLite and MariaDB: inline bytes, uploads,
+"""Results the server keeps, over real gRPC on SQLite: inline bytes, uploads,
 GetResult, fencing, tenancy, and the retention and housekeeping that remove them.
 
 Nothing asserts on timing.

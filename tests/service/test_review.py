@@ -1,4 +1,4 @@
-"""Waiting for a person over real gRPC on SQLite and MariaDB: AwaitReview, Resolve, and what
+"""Waiting for a person over real gRPC on SQLite: AwaitReview, Resolve, and what
 neither the reaper nor the timeout sweeps may do to a WAITING job.
 
 Where something must *not* happen, a canary job that the same sweep must act on is awaited

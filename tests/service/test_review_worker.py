@@ -1,4 +1,4 @@
-"""The worker SDK against a real server on SQLite and MariaDB: a handler hands its job to a
+"""The worker SDK against a real server on SQLite: a handler hands its job to a
 person with ctx.await_review, and after an approval the next attempt reads ctx.review and
 resumes from the checkpoint it saved."""
 

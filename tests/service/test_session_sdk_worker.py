@@ -1,4 +1,4 @@
-"""An SDK worker against a real server, on SQLite and MariaDB: its jobs end READY over one
+"""An SDK worker against a real server, on SQLite: its jobs end READY over one
 Session stream; against a server built without Session it runs on unary calls; and when its
 server goes away for longer than the session grace, its handlers stop as for a lost lease.
 """

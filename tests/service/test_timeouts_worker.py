@@ -1,4 +1,4 @@
-"""The worker SDK against a real server on SQLite and MariaDB: a handler that never ends is stopped
+"""The worker SDK against a real server on SQLite: a handler that never ends is stopped
 at its attempt's deadline, and the server retries the job, then fails it TIMEOUT."""
 
 from __future__ import annotations

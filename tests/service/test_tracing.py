@@ -1,4 +1,4 @@
-"""Tracing with OpenTelemetry against real servers (SQLite and MariaDB): one trace from the
+"""Tracing with OpenTelemetry against real servers on SQLite: one trace from the
 Submit call to the worker's handler; off unless configured, and then no spans, no provider,
 and not one database statement more than with it on."""
 

@@ -1,4 +1,6 @@
-"""WatchStatus over real gRPC on SQLite and MariaDB: the job first, each change, the end, resume."""
+"""WatchStatus over real gRPC on SQLite and MariaDB: the job first, each change, the end, resume.
+
+The tenancy check starts its own server with two tenants, on SQLite."""
 
 from __future__ import annotations
 

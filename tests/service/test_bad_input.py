@@ -1283,6 +1283,7 @@ def _detail(status: object) -> tuple[str | None, list[str]]:
     return reason, fields
 
 
+@pytest.mark.both_databases  # the longest values each database's columns must hold
 async def test_the_limits_themselves_are_accepted(served) -> None:  # type: ignore[no-untyped-def]
     """A 1 MiB payload, a 64 KiB checkpoint and the longest names pass, on both databases."""
     max_name = "a" * 64

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+import pytest
 import sqlalchemy as sa
 from service_support import db_query, db_rows, open_stubs, rpc_failure
 
@@ -92,8 +93,9 @@ async def test_concurrent_submits_without_a_key_get_distinct_job_numbers(served)
     assert sorted(int(n.rsplit("-", 1)[1]) for n in job_nos) == list(range(1, 13))
 
 
+@pytest.mark.both_databases  # each database's collation of the key column
 async def test_keys_are_compared_exactly(served) -> None:  # type: ignore[no-untyped-def]
-    """Keys differing only in case are different keys (utf8mb4_bin on MySQL, not a _ci collation)."""
+    """Keys differing only in case are different keys, on SQLite and MariaDB (utf8mb4_bin, not a _ci collation)."""
     a = await served.jobs.Submit(_request("Key-1"))
     b = await served.jobs.Submit(_request("key-1"))
     assert a.created and b.created and a.job.job_no != b.job.job_no

@@ -228,6 +228,7 @@ def record(schedule_id: str, tenant: str = "acme") -> ScheduleRecord:
     )  # fmt: skip
 
 
+@pytest.mark.both_databases  # the tenant's row lock, under MariaDB's READ COMMITTED
 @pytest.mark.parametrize("tenant_seen", [False, True], ids=["first create of the tenant", "tenant seen before"])
 async def test_a_create_waits_for_one_in_flight_of_its_tenant_then_counts_it(quiet: Served, tenant_seen: bool) -> None:
     """Two creates for the last place, the second begun while the first is uncommitted: one place taken.

@@ -1,10 +1,12 @@
-"""Time limits over real gRPC on SQLite and MariaDB: attempts, whole jobs, and jobs without progress.
+"""Time limits over real gRPC on SQLite: attempts, whole jobs, and jobs without progress.
 
 Time is moved past each limit (`served.clock`, tests/clocks.py) and a whole round of the
 sweeps runs right after (`housekeeping_round`; the server's own loop is off), so a check
 that something did *not* happen looks right after a round. Leases of 30 s, renewed by the
 calls, so the lease reaper never acts first. Only the replicas test runs on real time: two
-servers' own sweep loops racing is what it tests.
+servers' own sweep loops racing is what it tests. That test and the sweeps' index
+test run on MariaDB too (`both_databases`): their subject is the database, replicas racing on
+one, and its query plans.
 """
 
 from __future__ import annotations
@@ -294,6 +296,7 @@ def statements(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
         (timeouts.progress_due, "ix_job_no_progress"),
     ],
 )
+@pytest.mark.both_databases  # each database's query plan for a sweep
 async def test_each_sweep_finds_its_jobs_through_its_index(serve, due: Any, index: str) -> None:  # type: ignore[no-untyped-def]
     s = await serve(reaper_interval_seconds=0)
     for _ in range(3):

@@ -4,6 +4,8 @@ Where no index serves every filter (here owner and job type: the owner's index l
 job type is checked), one call looks at JOBWIRE_LIST_SCAN_ROWS rows at most and may answer
 with fewer jobs than asked, or none, and a token to go on. The Python clients, `jobctl list`
 and the gateway's /jobs pages must then show the later pages, not stop at the short one.
+On SQLite: what they read is the wire; the store's bound is tested on both databases in
+tests/store/test_store_list_pages.py.
 """
 
 from __future__ import annotations

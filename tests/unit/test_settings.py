@@ -30,6 +30,8 @@ def test_defaults_and_environment() -> None:
     assert Settings.from_env({}).session_grace_seconds == 3.0
     assert Settings.from_env({"JOBWIRE_SESSION_GRACE_SECONDS": "0.5"}).session_grace_seconds == 0.5
     assert Settings.from_env({"JOBWIRE_CHORE_LEASE_SECONDS": "2.5"}).chore_lease_seconds == 2.5
+    assert Settings.from_env({}).list_scan_rows == 1000
+    assert Settings.from_env({"JOBWIRE_LIST_SCAN_ROWS": "200"}).list_scan_rows == 200
 
 
 @pytest.mark.parametrize(
@@ -47,6 +49,7 @@ def test_defaults_and_environment() -> None:
         ({"JOBWIRE_STREAM_IDLE_SECONDS": "0"}, "JOBWIRE_STREAM_IDLE_SECONDS"),
         ({"JOBWIRE_STREAM_IDLE_SECONDS": "nan"}, "JOBWIRE_STREAM_IDLE_SECONDS"),
         ({"JOBWIRE_MAX_RESULT_BYTES": "0"}, "JOBWIRE_MAX_RESULT_BYTES"),
+        ({"JOBWIRE_LIST_SCAN_ROWS": "0"}, "JOBWIRE_LIST_SCAN_ROWS"),
         ({"JOBWIRE_REAPER_INTERVAL_SECONDS": "-1"}, "JOBWIRE_REAPER_INTERVAL_SECONDS"),
         ({"JOBWIRE_SESSION_GRACE_SECONDS": "-1"}, "JOBWIRE_SESSION_GRACE_SECONDS"),
         ({"JOBWIRE_SESSION_GRACE_SECONDS": "nan"}, "JOBWIRE_SESSION_GRACE_SECONDS"),

@@ -1,6 +1,7 @@
-"""Reads: one job, pages of jobs, a job's events, kept results, the census.
+"""Reads: one job, page tokens, a job's events, kept results, the census.
 
-Workers are jobwire.db.workers; where a QUEUED job stands, jobwire.db.standing.
+Pages of ListJobs are jobwire.db.job_pages; workers are jobwire.db.workers; where a QUEUED
+job stands, jobwire.db.standing.
 
 Queries built per call (filters, pages) go through SQLAlchemy; state changes do not come
 here (jobwire.db.changes).
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import heapq
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ from jobwire.db.sql import BLOBS
 from jobwire.db.tables import artifact, job, job_event, worker_claim
 from jobwire.db.tables import worker as worker_table
 from jobwire.domain.census import Census, JobCount
-from jobwire.domain.commands import EVERY_TENANT, JobFilter, Scope
+from jobwire.domain.commands import EVERY_TENANT, Scope
 from jobwire.domain.errors import InvalidArgument
 from jobwire.domain.evidence import JobEvent
 from jobwire.domain.lease import LeaseState
@@ -150,81 +150,6 @@ def decode_page_token(token: str) -> int | None:
     if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:
         raise InvalidArgument("page_token", "is not a token this server issued")
     return after
-
-
-# ListJobs reads each page down one index in id order, newest first, so a page costs the same
-# however many jobs the tenant has (before: a scan of the claim index and a sort, 281 ms at
-# 107,893 jobs against 7 ms at 1,087). The first filter present picks the index; the others
-# are checked on the rows the index yields. Several statuses, or a token of several queues,
-# read each value's range (at most a page each) and merge them. The index is named to both
-# databases (tests/service/test_list_jobs_plans.py EXPLAINs every shape), so neither planner
-# can pick the claim index and sort.
-_LIST_PATHS = (  # (filter, column, index): the first filter present leads
-    # A batch holds at most 1000 jobs: its index (batch_id, status) is read whole and sorted,
-    # a bounded sort, rather than the tenant's jobs walked for its rows.
-    ("batch_id", job.c.batch_id, "ix_job_batch"),
-    ("assignee", job.c.review_assignee, "ix_job_assignee"),
-    ("owner", job.c.owner, "ix_job_owner"),
-    ("job_type", job.c.job_type, "ix_job_type"),
-    ("statuses", job.c.status, "ix_job_status"),
-    ("queues", job.c.queue, "ix_job_queue"),
-)
-
-
-def _list_filters(where: JobFilter) -> dict[str, list[str]]:
-    """Each filter `where` has, as the values its column may take."""
-    filters = {
-        "batch_id": [where.batch_id] if where.batch_id else [],
-        "assignee": [where.assignee] if where.assignee else [],
-        "owner": [where.owner] if where.owner else [],
-        "job_type": [where.job_type] if where.job_type else [],
-        "statuses": sorted({s.value for s in where.statuses}),
-        "queues": [where.queue] if where.queue else sorted(where.scope.queues or ()),
-    }
-    return {name: values for name, values in filters.items() if values}
-
-
-def list_queries(where: JobFilter, before: int | None, limit: int) -> list[sa.Select[Any]]:
-    """The statements of one ListJobs page: one per value of its leading filter, each in id order."""
-    filters = _list_filters(where)
-    lead = next((path for path in _LIST_PATHS if path[0] in filters), None)
-    rest: list[sa.ColumnElement[bool]] = [
-        path[1].in_(filters[path[0]]) for path in _LIST_PATHS if path[0] in filters and path is not lead
-    ]
-    rest += [_has_label(key, value) for key, value in sorted(where.labels.items())]
-    if before is not None:
-        rest.append(job.c.id < before)
-    tenant = job.c.tenant == where.tenant
-    if lead is None:
-        return [_hinted(select_jobs(tenant, *rest), "ix_job_tenant", limit)]
-    name, column, index = lead
-    return [_hinted(select_jobs(tenant, column == value, *rest), index, limit) for value in filters[name]]
-
-
-def _has_label(key: str, value: str) -> sa.ColumnElement[bool]:
-    # labels is the JSON object as submit wrote it (sorted keys, ", " and ": "): the pair's own
-    # text, quotes included, is found only as that pair (a quote inside a key or value is escaped)
-    pair = f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
-    return job.c.labels.contains(pair, autoescape=True)
-
-
-def _hinted(query: sa.Select[Any], index: str, limit: int) -> sa.Select[Any]:
-    return (
-        query.order_by(job.c.id.desc())
-        .limit(limit)
-        .with_hint(job, f"FORCE INDEX ({index})", "mysql")
-        .with_hint(job, f"FORCE INDEX ({index})", "mariadb")
-        .with_hint(job, f"INDEXED BY {index}", "sqlite")
-    )
-
-
-def list_jobs(conn: Connection, where: JobFilter, page_size: int, page_token: str) -> tuple[list[Row], str]:
-    """Newest first; the token is the last id seen, so pages stay stable under inserts."""
-    before = decode_page_token(page_token)
-    ranges = [job_rows(conn, q) for q in list_queries(where, before, page_size + 1)]
-    merged = list(heapq.merge(*ranges, key=lambda r: -r["id"]))[: page_size + 1]
-    rows, last = page_of(merged, page_size)
-    return rows, "" if last is None else encode_page_token(last)
 
 
 def checkpoint(conn: Connection, scope: Scope, job_no: str) -> Row | None:

@@ -30,6 +30,7 @@ from jobwire.db import (
     dependencies,
     feed,
     inspection,
+    job_pages,
     leases,
     number_counters,
     queue_limits,
@@ -290,10 +291,20 @@ class JobStore:
         return self.db.read(lambda c: reads.stored_keys(c, keys))
 
     def list_jobs(
-        self, where: JobFilter, page_size: int, page_token: str, *, no_worker_after: timedelta
+        self,
+        where: JobFilter,
+        page_size: int,
+        page_token: str,
+        *,
+        no_worker_after: timedelta,
+        scan_rows: int,
     ) -> tuple[list[JobRecord], str]:
+        """A page of jobs newest first and the next page's token ("": the last page); where no
+        index serves every filter, at most `scan_rows` rows are looked at (jobwire.db.job_pages),
+        so the page may hold fewer than `page_size` jobs, or none, with a token."""
+
         def read(conn: Connection) -> tuple[list[JobRecord], str]:
-            rows, token = reads.list_jobs(conn, where, page_size, page_token)
+            rows, token = job_pages.list_jobs(conn, where, page_size, page_token, scan_rows)
             return standing.records(conn, rows, no_worker_after), token
 
         return self.db.read(read)

@@ -145,14 +145,19 @@ Index(
     job.c.priority.desc(),
     job.c.id,
 )
-# ListJobs, newest first, one index per leading filter (jobwire.db.reads.list_queries): each
-# serves its WHERE and its ORDER BY id DESC, so a page never sorts the tenant's jobs.
+# ListJobs, newest first, one index per leading filter and per filter with a status
+# (jobwire.db.job_pages): each serves its WHERE and its ORDER BY id DESC, so a page never
+# sorts the tenant's jobs, nor reads rows of the filter that have another status.
 Index("ix_job_tenant", job.c.tenant, job.c.id)
 Index("ix_job_owner", job.c.tenant, job.c.owner, job.c.id)
 Index("ix_job_assignee", job.c.tenant, job.c.review_assignee, job.c.id)
 Index("ix_job_type", job.c.tenant, job.c.job_type, job.c.id)
 Index("ix_job_status", job.c.tenant, job.c.status, job.c.id)
 Index("ix_job_queue", job.c.tenant, job.c.queue, job.c.id)  # a token's queues
+Index("ix_job_owner_status", job.c.tenant, job.c.owner, job.c.status, job.c.id)
+Index("ix_job_assignee_status", job.c.tenant, job.c.review_assignee, job.c.status, job.c.id)
+Index("ix_job_type_status", job.c.tenant, job.c.job_type, job.c.status, job.c.id)
+Index("ix_job_queue_status", job.c.tenant, job.c.queue, job.c.status, job.c.id)  # a token of one queue
 Index("ix_job_lease", job.c.status, job.c.lease_expires_at)
 Index("ix_job_finished", job.c.status, job.c.finished_at)
 # The timeout sweeps: status first, so deadlines left behind by ended attempts and finished

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jobwire.domain.job import DEFAULT_RESULT_SCHEMES
 from jobwire.domain.kept_results import DEFAULT_MAX_INLINE_RESULT, DEFAULT_MAX_RESULT_BYTES
-from jobwire.domain.limits import MAX_GRPC_MESSAGE_BYTES, MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
+from jobwire.domain.limits import LIST_SCAN_ROWS, MAX_GRPC_MESSAGE_BYTES, MAX_LEASE_S, MAX_TIMEOUT_S, MIN_LEASE_S
 from jobwire.observe.logs import FORMATS, LEVELS
 from jobwire.runtime.cpus import usable_cpus
 
@@ -53,6 +53,9 @@ class Settings:
     default_attempt_timeout_seconds: float | None = None  # for submits that set no attempt_timeout
     # a QUEUED job whose queue and job type no worker has claimed for this long is NO_WORKER
     no_worker_after_seconds: float = 300.0
+    # rows one ListJobs call looks at where no index serves every filter (a label): the page
+    # then holds what was found and a token to go on (jobwire.db.job_pages)
+    list_scan_rows: int = LIST_SCAN_ROWS
     max_streams: int = 4000  # watch streams (WatchStatus, WatchJobs) per process, shared among tenants
     # jobs those streams watch, per process, shared among tenants: a WatchJobs of 1,000 job
     # numbers weighs 1,000 (jobwire.jobapi.watch)
@@ -120,6 +123,8 @@ class Settings:
             )
         if self.max_schedules_per_tenant < 1:
             problems.append("JOBWIRE_MAX_SCHEDULES_PER_TENANT must be at least 1")
+        if self.list_scan_rows < 1:
+            problems.append("JOBWIRE_LIST_SCAN_ROWS must be at least 1")
         timeout = self.default_attempt_timeout_seconds
         if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
             problems.append("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT must be more than 0 and at most 2592000 (30 days)")
@@ -220,6 +225,7 @@ class Settings:
             session_grace_seconds=number("JOBWIRE_SESSION_GRACE_SECONDS", 3.0),
             default_attempt_timeout_seconds=float(attempt_timeout) if attempt_timeout else None,
             no_worker_after_seconds=number("JOBWIRE_NO_WORKER_AFTER", 300.0),
+            list_scan_rows=int(env.get("JOBWIRE_LIST_SCAN_ROWS", LIST_SCAN_ROWS)),
             max_streams=int(env.get("JOBWIRE_MAX_STREAMS", 4000)),
             max_watched_jobs=int(env.get("JOBWIRE_MAX_WATCHED_JOBS", 100_000)),
             max_transfers=int(env.get("JOBWIRE_MAX_TRANSFERS", 256)),

@@ -62,6 +62,11 @@ CATALOG: dict[str, dict[str, str]] = {
     "col_outcome": {"en": "Outcome", "zh-CN": "结果"},
     "back_to_list": {"en": "Back to the list", "zh-CN": "返回列表"},
     "jobs_empty": {"en": "No jobs to show.", "zh-CN": "没有可显示的任务。"},
+    # a page with none of the jobs searched for, and a next page: ListJobs looked at part of the list only
+    "jobs_empty_more": {
+        "en": "No jobs on this page; the search goes on with the next page.",
+        "zh-CN": "本页没有符合条件的任务；搜索在下一页继续。",
+    },
     "live_note": {"en": "This page updates by itself.", "zh-CN": "本页面会自动更新。"},
     "job_heading": {"en": "Job {job_no}", "zh-CN": "任务 {job_no}"},
     "stage_of": {"en": "Stage {i} of {n}", "zh-CN": "第 {i} 步，共 {n} 步"},

@@ -26,7 +26,8 @@ def add_jobapi(rt: Runtime) -> None:
     gone_after = timedelta(seconds=rt.settings.lease_seconds + rt.settings.stall_grace)
     jobs = Jobs(
         rt.store, rt.blocking, rt.commits, rt.wakeup,
-        no_worker_after=no_worker_after, worker_gone_after=gone_after, deleter=deleter,
+        no_worker_after=no_worker_after, worker_gone_after=gone_after,
+        list_scan_rows=rt.settings.list_scan_rows, deleter=deleter,
     )  # fmt: skip
     watches = add_watching(rt, no_worker_after)
     rt.host.add_servicer(

@@ -22,6 +22,7 @@ from jobwire.domain.errors import JobNotFound, JobwireError
 from jobwire.domain.evidence import Finding, FindingKind, WorkerInfo
 from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord
+from jobwire.domain.limits import LIST_SCAN_ROWS
 from jobwire.domain.review import Decision, Review
 from jobwire.domain.states import Status
 from jobwire.rpc.auth import Principal
@@ -42,11 +43,13 @@ class Jobs:
         *,
         no_worker_after: timedelta,
         worker_gone_after: timedelta,
+        list_scan_rows: int = LIST_SCAN_ROWS,
         deleter: ArtifactDeleter = keep_files,
     ) -> None:
         self.store = store
         self.deleter = deleter  # JOBWIRE_ARTIFACT_DELETER: a deleted job's result file goes too
         self.no_worker_after = no_worker_after  # JOBWIRE_NO_WORKER_AFTER
+        self.list_scan_rows = list_scan_rows  # JOBWIRE_LIST_SCAN_ROWS
         # ListWorkers' live or gone: one lease plus the stall grace, when leases would be lost
         self.worker_gone_after = worker_gone_after
         self.blocking = blocking
@@ -136,7 +139,9 @@ class Jobs:
 
     async def list_jobs(self, where: JobFilter, page_size: int, page_token: str) -> tuple[list[JobRecord], str]:
         return await self.blocking(
-            lambda: self.store.list_jobs(where, page_size, page_token, no_worker_after=self.no_worker_after)
+            lambda: self.store.list_jobs(
+                where, page_size, page_token, no_worker_after=self.no_worker_after, scan_rows=self.list_scan_rows
+            )
         )
 
     async def requeue(self, who: Principal, job_no: str, reason: str) -> JobRecord:

@@ -474,6 +474,8 @@ def test_long_unbroken_words_keep_to_the_page(page: Any, stack: Stack) -> None:
     queue = "console-long"  # no fleet worker serves it: the test's claim is the only one
     with stack.client() as client:
         job_no = client.submit("frames", {"frames": 1}, queue=queue, title="T" * 200).job.job_no
+        # Never claimed: a finding (no worker serves it) whose title is one long word.
+        unserved = client.submit("unserved-long", {}, queue="console-long-unserved", title="U" * 200).job.job_no
     (lease,) = claim_from(stack, queue)
     entry = worker_pb2.EvidenceEntry(key="k" * 64, value="v" * 1000)
     worker_call(stack, "RecordEvidence", worker_pb2.RecordEvidenceRequest(
@@ -492,6 +494,7 @@ def test_long_unbroken_words_keep_to_the_page(page: Any, stack: Stack) -> None:
     widths = {"job": page_width(page), "job_timeline": right_edge(page, "#events")}
     page.goto(f"/evidence?job={job_no}")
     assert "v" * 1000 in text(page, "#handler-evidence")
+    assert "U" * 200 in text(page, f'#findings tr[data-job="{unserved}"]')
     widths |= {"evidence": page_width(page), "evidence_timeline": right_edge(page, "#events")}
     print(json.dumps({**widths, "viewport": viewport}))
     assert max(widths.values()) <= viewport, widths

@@ -53,6 +53,9 @@ class Settings:
     default_attempt_timeout_seconds: float | None = None  # for submits that set no attempt_timeout
     # a QUEUED job whose queue and job type no worker has claimed for this long is NO_WORKER
     no_worker_after_seconds: float = 300.0
+    # (queue, job type) pairs one tenant's claims record for NO_WORKER, per process, within
+    # the worker retention: past it new ones are not recorded (jobwire.process_state.claim_kinds)
+    max_claim_kinds_per_tenant: int = 10_000
     max_streams: int = 4000  # watch streams (WatchStatus, WatchJobs) per process, shared among tenants
     # jobs those streams watch, per process, shared among tenants: a WatchJobs of 1,000 job
     # numbers weighs 1,000 (jobwire.jobapi.watch)
@@ -120,6 +123,8 @@ class Settings:
             )
         if self.max_schedules_per_tenant < 1:
             problems.append("JOBWIRE_MAX_SCHEDULES_PER_TENANT must be at least 1")
+        if self.max_claim_kinds_per_tenant < 1:
+            problems.append("JOBWIRE_MAX_CLAIM_KINDS_PER_TENANT must be at least 1")
         timeout = self.default_attempt_timeout_seconds
         if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
             problems.append("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT must be more than 0 and at most 2592000 (30 days)")
@@ -220,6 +225,7 @@ class Settings:
             session_grace_seconds=number("JOBWIRE_SESSION_GRACE_SECONDS", 3.0),
             default_attempt_timeout_seconds=float(attempt_timeout) if attempt_timeout else None,
             no_worker_after_seconds=number("JOBWIRE_NO_WORKER_AFTER", 300.0),
+            max_claim_kinds_per_tenant=int(env.get("JOBWIRE_MAX_CLAIM_KINDS_PER_TENANT", 10_000)),
             max_streams=int(env.get("JOBWIRE_MAX_STREAMS", 4000)),
             max_watched_jobs=int(env.get("JOBWIRE_MAX_WATCHED_JOBS", 100_000)),
             max_transfers=int(env.get("JOBWIRE_MAX_TRANSFERS", 256)),

@@ -23,6 +23,8 @@ from served import Served, start_server
 from jobwire.client.status import error_reason
 from jobwire.v1 import admin_pb2, job_pb2, schedule_pb2, worker_pb2
 
+# Each scope is a WHERE clause of the store's reads and guarded writes, on either database.
+pytestmark = pytest.mark.both_databases
 EVERY = Token("grants-acme-every-queue", tenant="acme", roles=("client", "admin"))
 Q1 = Token("grants-acme-q1-only", tenant="acme", queues=("q1",), roles=("client", "admin"))
 WORKER = Token("grants-acme-worker", tenant="acme", role="worker")

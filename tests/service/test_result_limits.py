@@ -1,11 +1,14 @@
-"""No caller takes down the others: limits on result downloads and uploads, over real gRPC on
-SQLite and MariaDB (security review, issue 22, findings 2 and 3).
+"""No caller takes down the others: limits on result downloads and uploads, over real gRPC
+(security review, issue 22, findings 2 and 3). On SQLite; the tests of uploads whose lease is
+lost or ended, which turn on the store's lease checks and guarded writes, on MariaDB too.
 
 A download or upload holds a place in its tenant's share of JOBWIRE_MAX_TRANSFERS; a download
 reads the file only as fast as its reader takes chunks, and one stalled past
-JOBWIRE_STREAM_IDLE_SECONDS is cut with its file closed; an upload is one per lease (a later
-one replaces it), never past JOBWIRE_MAX_RESULT_BYTES, never kept for a lease lost meanwhile;
-running out of files or room is the caller's RESOURCE_EXHAUSTED, naming no path.
+JOBWIRE_STREAM_IDLE_SECONDS is cut with its file closed; a lease keeps one upload (a later
+one in flight replaces it, a finished one removes those finished before it), never past
+JOBWIRE_MAX_RESULT_BYTES, never kept for a lease lost meanwhile, and every end of a lease
+removes its uploads but the one its Complete named; running out of files or room is the
+caller's RESOURCE_EXHAUSTED, naming no path.
 
 Waits poll with a deadline (`eventually`); nothing asserts on timing.
 """
@@ -309,6 +312,7 @@ async def test_a_dead_sessions_lease_leaves_no_file(serve: Serve, tmp_path: Path
     await eventually(lambda: only(s, []), what="the upload of the dead session's lease removed")
 
 
+@pytest.mark.both_databases  # the lease checked again, after the last byte, by the store
 @pytest.mark.parametrize("ending", ["cancel", "requeue"])
 async def test_an_upload_that_ends_after_its_lease_was_lost_leaves_no_file(
     serve: Serve, tmp_path: Path, ending: str

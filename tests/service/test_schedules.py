@@ -167,6 +167,7 @@ async def capped(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
         await served.close()
 
 
+@pytest.mark.both_databases  # the limit is counted under the tenant's row lock
 async def test_a_tenant_at_its_limit_is_refused_and_keeps_the_rest_of_its_calls(capped: Served) -> None:
     acme, globex = ACME.metadata, GLOBEX.metadata
     for i in range(LIMIT):
@@ -188,6 +189,7 @@ async def test_a_tenant_at_its_limit_is_refused_and_keeps_the_rest_of_its_calls(
     assert (await capped.schedules.CreateSchedule(create("one-more"), metadata=acme)).schedule_id == "one-more"
 
 
+@pytest.mark.both_databases  # the limit is counted under the tenant's row lock
 async def test_concurrent_creates_never_pass_the_limit(capped: Served) -> None:
     calls = [capped.schedules.CreateSchedule(create(f"c{i}"), metadata=ACME.metadata) for i in range(40)]
     answers = await asyncio.gather(*calls, return_exceptions=True)
@@ -208,6 +210,7 @@ def record(schedule_id: str, tenant: str = "acme") -> ScheduleRecord:
     )  # fmt: skip
 
 
+@pytest.mark.both_databases  # MySQL's READ COMMITTED is what the tenant's row lock is for
 @pytest.mark.parametrize("tenant_seen", [False, True], ids=["first create of the tenant", "tenant seen before"])
 async def test_a_create_waits_for_one_in_flight_of_its_tenant_then_counts_it(quiet: Served, tenant_seen: bool) -> None:
     """Two creates for the last place, the second begun while the first is uncommitted: one place taken.

@@ -23,6 +23,8 @@ from served import Served, start_server
 from jobwire.client.status import error_reason
 from jobwire.v1 import admin_pb2, job_pb2, schedule_pb2, worker_pb2
 
+# Each scope is a WHERE clause of the store's reads and guarded writes, on either database.
+pytestmark = pytest.mark.both_databases
 EVERY = Token("grants-acme-every-queue", tenant="acme", roles=("client", "admin"))
 Q1 = Token("grants-acme-q1-only", tenant="acme", queues=("q1",), roles=("client", "admin"))
 WORKER = Token("grants-acme-worker", tenant="acme", role="worker")
@@ -83,6 +85,11 @@ JOB_CALLS: dict[str, tuple[Call, grpc.StatusCode]] = {
     ),
     "WatchJobs": (lambda s, no, md: _first(s.jobs.WatchJobs(job_pb2.WatchJobsRequest(job_nos=[no]), metadata=md)), OK),
     "ListEvents": (lambda s, no, md: s.admin.ListEvents(admin_pb2.ListEventsRequest(job_no=no), metadata=md), OK),
+    # found, with no checkpoint yet: NOT_FOUND too, but CHECKPOINT_NOT_FOUND, not JOB_NOT_FOUND
+    "GetCheckpoint": (
+        lambda s, no, md: s.admin.GetCheckpoint(admin_pb2.GetCheckpointRequest(job_no=no), metadata=md),
+        grpc.StatusCode.NOT_FOUND,
+    ),
     "Requeue": (lambda s, no, md: s.admin.Requeue(admin_pb2.RequeueRequest(job_no=no), metadata=md), REFUSED),
     "GetOperation": (
         lambda s, no, md: s.operations.GetOperation(
@@ -123,7 +130,8 @@ async def test_a_job_of_a_queue_the_token_may_not_use_is_not_found(served: Serve
     assert unknown[0] == grpc.StatusCode.NOT_FOUND
     # exactly as a job that does not exist: the same code, reason and message
     assert await _answer(call(served, hidden, Q1.metadata)) == unknown
-    assert (await _answer(call(served, own, Q1.metadata)))[0] == on_own_queue
+    mine = await _answer(call(served, own, Q1.metadata))
+    assert mine[0] == on_own_queue and mine != unknown  # found: answered as a job that exists
     # and the job is untouched: still there, still QUEUED, for a token that sees it
     job = await served.jobs.Get(job_pb2.GetRequest(job_no=hidden), metadata=EVERY.metadata)
     assert job.status == job_pb2.Job.QUEUED
@@ -191,21 +199,32 @@ def _schedule(schedule_id: str, queue: str) -> schedule_pb2.CreateScheduleReques
     return schedule_pb2.CreateScheduleRequest(schedule_id=schedule_id, cron="0 2 * * *", template=template)
 
 
+# Every RPC that names a schedule; DeleteSchedule last, as it takes the schedule away.
+SCHEDULE_CALLS: dict[str, Callable[[Served, str, Any], Awaitable[Any]]] = {
+    "GetSchedule": lambda s, sid, md: s.schedules.GetSchedule(schedule_pb2.ScheduleRef(schedule_id=sid), metadata=md),
+    "ListScheduleJobs": lambda s, sid, md: s.schedules.ListScheduleJobs(
+        schedule_pb2.ListScheduleJobsRequest(schedule_id=sid), metadata=md
+    ),
+    "PauseSchedule": lambda s, sid, md: s.schedules.PauseSchedule(
+        schedule_pb2.ScheduleRef(schedule_id=sid), metadata=md
+    ),
+    "ResumeSchedule": lambda s, sid, md: s.schedules.ResumeSchedule(
+        schedule_pb2.ScheduleRef(schedule_id=sid), metadata=md
+    ),
+    "DeleteSchedule": lambda s, sid, md: s.schedules.DeleteSchedule(
+        schedule_pb2.ScheduleRef(schedule_id=sid), metadata=md
+    ),
+}
+
+
 async def test_a_schedule_of_a_queue_the_token_may_not_use_is_not_found(served: Served) -> None:
     await served.schedules.CreateSchedule(_schedule("nightly-default", "default"), metadata=EVERY.metadata)
     await served.schedules.CreateSchedule(_schedule("nightly-q1", "q1"), metadata=EVERY.metadata)
-    calls = (
-        served.schedules.GetSchedule,
-        served.schedules.PauseSchedule,
-        served.schedules.ResumeSchedule,
-        served.schedules.DeleteSchedule,
-    )
-    for call in calls:
-        unknown = await _answer(call(schedule_pb2.ScheduleRef(schedule_id="nobodys"), metadata=Q1.metadata))
-        assert unknown[0] == grpc.StatusCode.NOT_FOUND
-        hidden = call(schedule_pb2.ScheduleRef(schedule_id="nightly-default"), metadata=Q1.metadata)
-        assert await _answer(hidden) == unknown
-        assert (await _answer(call(schedule_pb2.ScheduleRef(schedule_id="nightly-q1"), metadata=Q1.metadata)))[0] == OK
+    for name, call in SCHEDULE_CALLS.items():
+        unknown = await _answer(call(served, "nobodys", Q1.metadata))
+        assert unknown[0] == grpc.StatusCode.NOT_FOUND, name
+        assert await _answer(call(served, "nightly-default", Q1.metadata)) == unknown, name
+        assert (await _answer(call(served, "nightly-q1", Q1.metadata)))[0] == OK, name
     listed = await served.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(), metadata=Q1.metadata)
     assert [one.schedule_id for one in listed.schedules] == []  # nightly-q1 was deleted above
     everything = await served.schedules.ListSchedules(schedule_pb2.ListSchedulesRequest(), metadata=EVERY.metadata)

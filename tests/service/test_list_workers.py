@@ -11,7 +11,7 @@ from db_edits import db_execute
 from service_support import artifact, claim, spec, submit
 
 from jobwire.db.tables import worker
-from jobwire.v1 import admin_pb2, worker_pb2
+from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 
 
 async def workers(served, queue: str = "") -> dict[str, admin_pb2.WorkerInfo]:  # type: ignore[no-untyped-def]
@@ -161,6 +161,46 @@ async def test_claims_write_one_row_per_kind_of_job_at_most_a_bound_and_housekee
     assert store.purge_workers(timedelta(days=7)) == 0
     assert store.purge_workers(timedelta(seconds=-1)) == 50 + 20  # "not seen, nor claimed for, since a second from now"
     assert await kinds() == 0
+
+
+async def test_a_tenants_claims_record_at_most_its_bound_of_kinds_and_claim_on_past_it(  # type: ignore[no-untyped-def]
+    serve, tmp_path, caplog
+) -> None:
+    """Security review, finding 10: five Claims of 1,000 new names each wrote 5,000
+    worker_claim rows, kept 7 days: the bound was per Claim, not per tenant. Past
+    JOBWIRE_MAX_CLAIM_KINDS_PER_TENANT a tenant's new pairs are not recorded (logged once);
+    its claims still lease, and another tenant records its own."""
+    import logging
+
+    from auth_files import Token, write_auth_file
+    from service_support import db_query
+
+    from jobwire.db.tables import worker_claim
+
+    a, b = Token("kinds-a", tenant="a", role="worker"), Token("kinds-b", tenant="b", role="worker")
+    client = Token("kinds-a-client", tenant="a")
+    auth = write_auth_file(tmp_path / "auth.toml", [a, b, client])
+    served = await serve(auth_file=auth, max_claim_kinds_per_tenant=1500)
+
+    async def kinds(tenant: str) -> int:
+        return len(await db_query(served, sa.select(worker_claim.c.queue).where(worker_claim.c.tenant == tenant)))
+
+    def wide(n: int, job_types: list[str] | None = None) -> worker_pb2.ClaimRequest:
+        names = job_types or [f"t-{n}-{i}" for i in range(100)]
+        queues = [f"q-{n}-{i}" for i in range(10)]  # 1,000 new pairs a claim, the most one may name
+        return worker_pb2.ClaimRequest(worker_id=f"w-{n}", job_types=[spec(t) for t in names], queues=queues)
+
+    with caplog.at_level(logging.WARNING, logger="jobwire.worker.server.leasing"):
+        for n in range(5):
+            await served.workers.Claim(wide(n), metadata=a.metadata)
+    assert await kinds("a") == 1500  # not 5,000
+    assert caplog.text.count("JOBWIRE_MAX_CLAIM_KINDS_PER_TENANT") == 1
+    # Past the bound a claim of pairs never recorded still leases.
+    job = await served.jobs.Submit(job_pb2.SubmitRequest(job_type="late", queue="q-9-0"), metadata=client.metadata)
+    (lease,) = (await served.workers.Claim(wide(9, ["late"]), metadata=a.metadata)).leases
+    assert lease.job_no == job.job.job_no and await kinds("a") == 1500
+    await served.workers.Claim(wide(5), metadata=b.metadata)
+    assert await kinds("b") == 1000  # another tenant's bound is its own
 
 
 def test_the_seen_map_of_a_server_is_bounded() -> None:

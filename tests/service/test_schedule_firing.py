@@ -251,3 +251,20 @@ async def test_a_fire_time_no_loop_ran_for_is_missed(serve) -> None:  # type: ig
     assert (after.missed_firings, after.skipped_firings) == (1, 0)  # the schedule counts it too
     runs = await db_query(served, sa.select(schedule_run).order_by(schedule_run.c.id))
     assert len(runs) == 2 and runs[1]["started_at"] > down_at  # the round began a run of its own
+
+
+async def test_a_firing_whose_submit_is_refused_is_counted_refused_not_missed(serve) -> None:  # type: ignore[no-untyped-def]
+    """A server ran at the fire time, so it was not missed: it was refused (once counted missed)."""
+    served = await serve(**QUIET)
+    await served.schedules.CreateSchedule(every("broken", 3600, overlap=S.ALLOW))
+    fire = now_of(served) - timedelta(seconds=1)  # due now: on time
+    refused = job_pb2.SubmitRequest(job_type="").SerializeToString()  # a template Submit's rules refuse
+    edit = sa.update(schedule).values(template=refused, created_at=fire - timedelta(hours=1), next_fire_at=fire)
+    await db_execute(served, edit)
+    await loop_of(served).tick()
+    assert await keys(served, "broken") == []
+    metrics = served.runtime.host.metrics
+    assert (metrics.firings("refused"), metrics.firings("missed")) == (1, 0)
+    after = await get(served, "broken")
+    assert (after.skipped_firings, after.missed_firings) == (1, 0)  # a firing a server reached that made no job
+    assert after.next_fire_time.ToDatetime() == fire + timedelta(hours=1)

@@ -187,6 +187,7 @@ async def capped(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
         await served.close()
 
 
+@pytest.mark.both_databases  # the limit is counted under the tenant's row lock
 async def test_a_tenant_at_its_limit_is_refused_and_keeps_the_rest_of_its_calls(capped: Served) -> None:
     acme, globex = ACME.metadata, GLOBEX.metadata
     for i in range(LIMIT):
@@ -208,6 +209,7 @@ async def test_a_tenant_at_its_limit_is_refused_and_keeps_the_rest_of_its_calls(
     assert (await capped.schedules.CreateSchedule(create("one-more"), metadata=acme)).schedule_id == "one-more"
 
 
+@pytest.mark.both_databases  # the limit is counted under the tenant's row lock
 async def test_concurrent_creates_never_pass_the_limit(capped: Served) -> None:
     calls = [capped.schedules.CreateSchedule(create(f"c{i}"), metadata=ACME.metadata) for i in range(40)]
     answers = await asyncio.gather(*calls, return_exceptions=True)

@@ -88,7 +88,7 @@ def _show(ctx: Context, one: schedule_pb2.Schedule) -> None:
         f"{one.schedule_id}: {when(one)}, {_state(one)}",
         f"  job: {one.template.job_type} on queue {one.template.queue or 'default'}",
         f"  overlap {S.Overlap.Name(one.overlap)} · catch-up {S.CatchUp.Name(one.catch_up)}"
-        f" · skipped while running: {one.skipped_firings} · missed: {one.missed_firings}",
+        f" · skipped (overlap or refused): {one.skipped_firings} · missed: {one.missed_firings}",
         f"  next fire: {render.fmt_time(one.next_fire_time)} · last fire: {render.fmt_time(one.last_fire_time)}"
         f" · last job: {one.last_job_no or '-'}",
     ]

@@ -45,7 +45,7 @@ from jobwire.domain.errors import InvalidTransition, JobwireError, WorkerLeaseLo
 from jobwire.domain.evidence import EventKind
 from jobwire.domain.handler_evidence import Entry
 from jobwire.domain.job import Artifact, Digest, Name
-from jobwire.domain.kept_results import KeptResult
+from jobwire.domain.kept_results import EndedLease, KeptResult
 from jobwire.domain.states import LEASED, Action, Status, allowed
 from jobwire.domain.transitions import Move, Transition, move_of
 from jobwire.process_state.evidence_limit import EvidenceLimit
@@ -163,13 +163,15 @@ async def apply_ops(
     extra: Sequence[Statement] = (),
     follow: FollowUp | None = None,
     moved: list[Transition] | None = None,
+    leases_ended: list[EndedLease] | None = None,
 ) -> list[Outcome]:
     """Run `ops` in this transaction and commit; one outcome per op, in order.
 
     `rows` are rows the caller has just read and locked (a claim's candidates), by name; `extra`
     statements ride with the COMMIT (a worker's last-seen time). `follow` names the ops
     that the jobs ended here cause (their dependents), run in the same transaction.
-    `moved` gets the counted moves (jobwire.domain.transitions), once the COMMIT stands.
+    `moved` gets the counted moves (jobwire.domain.transitions), and `leases_ended` the leases this
+    transaction ended, once the COMMIT stands.
     """
     jobs = await _round(wire, ops, now, cache, rows or {})
     every = list(jobs.values())
@@ -185,6 +187,8 @@ async def apply_ops(
     _remember(cache, every)
     if moved is not None:
         moved.extend(_moves(every))
+    if leases_ended is not None:
+        leases_ended.extend(_ended_leases(every))
     return _outcomes(ops, jobs.values())
 
 
@@ -418,6 +422,19 @@ def _moves(jobs: Iterable[_Job]) -> Iterator[Transition]:
             move = move_of(change.kind, Status(before["status"]), Status(after["status"]))
             if move is not None:
                 yield _transition(move, before, after)
+
+
+def _ended_leases(jobs: Iterable[_Job]) -> Iterator[EndedLease]:
+    """The leases these jobs' steps took from their holders: ended by the holder, revoked,
+    expired, or taken over (no statement: the rows before and after each step)."""
+    for job in jobs:
+        for step in job.steps:
+            before, after = step.before, step.after
+            if step.change is None or before is None or after is None or before["worker_token"] is None:
+                continue
+            if after["worker_token"] != before["worker_token"]:
+                kept = step.change.kept.stored_key if step.change.kept is not None else None
+                yield EndedLease(before["tenant"], before["job_no"], before["worker_token"], kept)
 
 
 def _transition(move: Move, before: Row, after: Row) -> Transition:

@@ -68,7 +68,7 @@ from jobwire.domain.errors import (
 from jobwire.domain.evidence import Finding, FindingKind, JobEvent, WorkerInfo
 from jobwire.domain.flow import QueueLimits
 from jobwire.domain.job import JobRecord, Name
-from jobwire.domain.kept_results import KeptResult
+from jobwire.domain.kept_results import EndedLease, KeptResult
 from jobwire.domain.lease import LeaseState, LeaseStatus
 from jobwire.domain.queues import QueueOverview
 from jobwire.domain.schedules import Advance, Backlog, Run, ScheduleRecord
@@ -124,6 +124,7 @@ Work = Call | Submit | SubmitBatch | Claim
 
 Observer = Callable[[Sequence[Transition]], None]
 Unsettled = Callable[[Sequence[dependencies.Pending]], None]
+LeasesEnded = Callable[[Sequence[EndedLease]], None]
 
 
 def _unobserved(moved: Sequence[Transition]) -> None:
@@ -132,6 +133,10 @@ def _unobserved(moved: Sequence[Transition]) -> None:
 
 def _left_to_sweep(left: Sequence[dependencies.Pending]) -> None:
     """No settler: what an ending left of its dependents waits for the housekeeping sweep."""
+
+
+def _uploads_left(ended: Sequence[EndedLease]) -> None:
+    """No result store: the ended leases' uploads wait for the abandoned-upload sweep."""
 
 
 class JobStore:
@@ -153,6 +158,10 @@ class JobStore:
         # left of them (the runtime's settler: jobwire.runtime.settling).
         self.chunk = dependencies.CHUNK
         self.unsettled: Unsettled = _left_to_sweep
+        # Told, after the COMMIT, the leases a transaction ended, whoever ended them (a
+        # worker, a user, the reaper, a session's expiry): their uploads go (the runtime's
+        # jobwire.runtime.lease_uploads). Known from rows in memory, as the moves are.
+        self.leases_ended: LeasesEnded = _uploads_left
         self.limited = LimitedQueues()
         self.turns = Turns()  # a shared fleet's claims take turns between tenants
         self.recent_queues = standing.RecentQueues()  # queue facts for stream messages (restand)
@@ -169,8 +178,11 @@ class JobStore:
                     if isinstance(w, Submit | SubmitBatch)}  # fmt: skip
         moved: list[Transition] = []
         left: list[dependencies.Pending] = []
-        results = await self.db.transact(lambda wire: self._apply(wire, work, numbered, moved, left))
+        ended: list[EndedLease] = []
+        results = await self.db.transact(lambda wire: self._apply(wire, work, numbered, moved, left, ended))
         self.observe(moved)  # the run that committed: `transact` returns nothing else
+        if ended:
+            self.leases_ended(ended)
         for claim in work:
             if isinstance(claim, Claim):
                 for queue, _ in claim.kinds:  # served now: a stream's next message of that queue reads it again
@@ -186,9 +198,11 @@ class JobStore:
         numbered: dict[int, list[tuple[NewJob, str]]],
         moved: list[Transition],
         left: list[dependencies.Pending],
+        ended: list[EndedLease],
     ) -> list[Any]:
         moved.clear()  # a rerun of the transaction: the run before committed nothing
         left.clear()
+        ended.clear()
         now = wire.now
         results: list[Any] = [None] * len(work)
         submits = [(i, jobs) for i, jobs in numbered.items() if isinstance(work[i], Submit)]
@@ -244,7 +258,7 @@ class JobStore:
         follow = dependencies.FollowUps(self.chunk)
         outcomes = await apply_ops(
             wire, ops, now=now, cache=self.cache, evidence=self.evidence, rows=rows, extra=extra,
-            follow=follow, moved=moved,
+            follow=follow, moved=moved, leases_ended=ended,
         )  # fmt: skip
         left += follow.left
         for (i, _), part in zip(parts, _split(outcomes, [len(p) for _, p in parts]), strict=True):
@@ -510,21 +524,25 @@ class JobStore:
         """Settle the next `chunk` waiting dependents of `pending`, and theirs while the chunk
         lasts, in one transaction: how many of `pending`'s changed, and what is left."""
         moved: list[Transition] = []
+        ended: list[EndedLease] = []
 
         async def settle(wire: Wire) -> tuple[list[Any], list[dependencies.Pending]]:
             moved.clear()  # a rerun: the run before committed nothing
+            ended.clear()
             follow = dependencies.FollowUps(self.chunk)
             ops, rows = await follow.settle(wire, pending)
             if not ops:
                 return [], follow.left
             outcomes = await apply_ops(
                 wire, ops, now=wire.now, cache=self.cache, evidence=self.evidence, rows=rows,
-                follow=follow, moved=moved,
+                follow=follow, moved=moved, leases_ended=ended,
             )  # fmt: skip
             return outcomes, follow.left
 
         settled, left = await self.db.transact(settle)
         self.observe(moved)
+        if ended:
+            self.leases_ended(ended)
         return sum(kind is not None for kind in settled), left
 
     async def _run(self, ops: Sequence[JobOp[Any]]) -> list[Any]:

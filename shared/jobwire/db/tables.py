@@ -351,8 +351,9 @@ schedule = Table(
     Column("next_fire_at", Timestamp, nullable=True),
     Column("last_fire_at", Timestamp, nullable=True),
     Column("last_job_no", String(40), nullable=True),
+    # fire times a server reached that made no job: overlap SKIP, or Submit refused the job
     Column("skipped_firings", BigInteger, nullable=False, server_default="0"),
-    # fire times no job was made for: no server ran at their time, or the submit was refused
+    # fire times no server ran for (none ran within the misfire grace after them)
     Column("missed_firings", BigInteger, nullable=False, server_default="0"),
     Column("created_at", Timestamp, nullable=False),
     UniqueConstraint("tenant", "schedule_id", name="uq_schedule_id"),

@@ -31,6 +31,17 @@ class KeptResult:
     stored_key: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class EndedLease:
+    """A lease a committed change ended (any ending, a revocation, an expiry), and the key of
+    the upload its Complete kept, if it named one: the lease's other uploads can go."""
+
+    tenant: str  # the job's
+    job_no: str
+    token: str
+    kept_key: str | None = None
+
+
 def result_uri(job_no: str) -> str:
     """The Artifact uri of a result the server keeps."""
     return RESULT_URI_PREFIX + job_no

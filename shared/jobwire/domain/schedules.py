@@ -50,8 +50,9 @@ class Outcome(enum.StrEnum):
     """What a round did with a due schedule (the firings metric's label)."""
 
     SUBMITTED = "submitted"
-    SKIPPED_OVERLAP = "skipped_overlap"
-    MISSED = "missed"
+    SKIPPED_OVERLAP = "skipped_overlap"  # SKIP: the previous job was unfinished
+    MISSED = "missed"  # no server ran at its time (past the misfire grace)
+    REFUSED = "refused"  # a server ran, but Submit refused its job (a queue's limits, a bad template)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,8 +210,8 @@ class ScheduleRecord:
     next_fire_at: datetime | None = None
     last_fire_at: datetime | None = None
     last_job_no: str | None = None
-    skipped_firings: int = 0
-    missed_firings: int = 0
+    skipped_firings: int = 0  # fire times a server reached that made no job (SKIPPED_OVERLAP, REFUSED)
+    missed_firings: int = 0  # fire times no server ran for (MISSED)
 
     @property
     def created_at(self) -> datetime:
@@ -242,5 +243,5 @@ class Advance:
     due_at: datetime
     next_fire_at: datetime
     fired: tuple[datetime, str] | None = None
-    skipped: bool = False
-    missed: bool = False
+    skipped: bool = False  # no job though a server ran: SKIP held it back, or Submit refused it
+    missed: bool = False  # no server ran at its time

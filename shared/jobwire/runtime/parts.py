@@ -16,7 +16,7 @@ from jobwire.db.feed import FeedReader
 from jobwire.db.store import JobStore, Work, open_store
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.server import Endpoint, ServerHost, check_exposure
-from jobwire.runtime import family, housekeeping, leadership, settling
+from jobwire.runtime import family, housekeeping, leadership, lease_uploads, settling
 from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.result_store import FILE_THREADS, ResultStore
 from jobwire.runtime.settings import Settings
@@ -81,6 +81,7 @@ def open_runtime(settings: Settings) -> Runtime:
     rt.wakeup.heard = store.turns.heard  # which tenants have work, for a shared fleet's turns
     rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
     rt.host.add_task(settling.start(store))  # what this process's endings leave of their dependents
+    rt.host.add_task(lease_uploads.start(store, rt.results))  # the uploads of the leases they end
     relay = family.sibling_relay(lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False))
     if relay is not None:
         rt.wakeup.relay = relay

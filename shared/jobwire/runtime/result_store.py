@@ -1,9 +1,10 @@
 """The result store: where uploaded results are written, read back and removed (fsspec).
 
 JOBWIRE_RESULT_STORE is a directory or any fsspec URL (`s3://bucket/prefix` with s3fs
-installed). An upload is written to `<lease>/<upload_id>`, `<lease>` a digest of its tenant,
-job and lease token, so a Complete finds only an upload of its own lease and a lease's
-uploads can go together; its size and sha256 go beside it in `<key>.sum` once every byte is
+installed). An upload is written to `<lease>/<upload_id>`, `<lease>` a digest of its tenant
+(as the worker's token names it: a shared fleet's is `*`), job and lease token, so a
+Complete finds only an upload of its own lease and a lease's uploads can go together; its
+size, sha256 and the time it finished go beside it in `<key>.sum` once every byte is
 written. File calls run on a thread pool of their own (FILE_THREADS), so downloads never
 queue a tenant's store reads behind them.
 
@@ -20,14 +21,15 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Iterator
 from typing import Any
 
 import fsspec
 
 from jobwire.db.retention import ArtifactDeleter, ExpiredArtifact
+from jobwire.domain.commands import EVERY_TENANT
 from jobwire.domain.errors import InvalidArgument, ResourceExhausted, ResultNotAvailable
-from jobwire.domain.kept_results import DOWNLOAD_CHUNK_BYTES
+from jobwire.domain.kept_results import DOWNLOAD_CHUNK_BYTES, EndedLease
 from jobwire.runtime.blocking import Blocking
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,12 @@ def lease_folder(tenant: str, job_no: str, token: str) -> str:
 
 def upload_key(tenant: str, job_no: str, token: str, upload_id: str) -> str:
     return f"{lease_folder(tenant, job_no, token)}/{upload_id}"
+
+
+def ended_folders(lease: EndedLease) -> set[str]:
+    """Where an ended lease's uploads may be: its tenant's worker's folder, or a shared fleet's
+    (the job's row does not say which kind of worker held it)."""
+    return {lease_folder(tenant, lease.job_no, lease.token) for tenant in (lease.tenant, EVERY_TENANT)}
 
 
 @contextlib.contextmanager
@@ -121,7 +129,10 @@ class ResultStore:
                     await self.blocking(out.write, data)
             finally:
                 await self.blocking(out.close)
-            summed = {"size_bytes": size, "sha256": digest.hexdigest(), "content_type": content_type}
+            summed = {
+                "size_bytes": size, "sha256": digest.hexdigest(), "content_type": content_type,
+                "finished_ns": time.time_ns(),  # which of a lease's uploads is the newest (keep_newest_now)
+            }  # fmt: skip
             await self.blocking(self.fs.pipe_file, path + _SUM, json.dumps(summed).encode())
         return size, digest.hexdigest()
 
@@ -164,22 +175,64 @@ class ResultStore:
 
     def remove_now(self, key: str) -> None:
         for path in (self.path(key), self.path(key) + _SUM):
-            if self.fs.exists(path):
+            with contextlib.suppress(FileNotFoundError):  # never written, or removed meanwhile
                 self.fs.rm_file(path)
 
-    async def remove_lease(self, folder: str, keep: str | None = None) -> None:
-        """Remove every upload of one lease (its `lease_folder`) but `keep` (an upload id)."""
-        await self.blocking(self._remove_lease_now, folder, keep)
+    def keep_newest_now(self, folder: str) -> str | None:
+        """Remove each finished upload of one lease (its `lease_folder`) but the last to finish
+        (blocking); the upload id kept, None when none has finished.
 
-    def _remove_lease_now(self, folder: str, keep: str | None) -> None:
+        Uploads still being written stay: the first of them to finish removes the others. Two
+        processes finishing uploads of one lease at once keep the same one.
+        """
+        finished = []
+        for name in self._names(folder):
+            if name.endswith(_SUM):
+                upload_id = name.removesuffix(_SUM)
+                at = self._finished_at(f"{folder}/{upload_id}")
+                if at is not None:
+                    finished.append((at, upload_id))
+        if not finished:
+            return None
+        newest = max(finished)[1]
+        for _, upload_id in finished:
+            if upload_id != newest:
+                self.remove_now(f"{folder}/{upload_id}")
+        return newest
+
+    def _finished_at(self, key: str) -> int | None:
+        """When the upload finished (0: before uploads said so); None if its sum is gone or half-written."""
         try:
-            names = self.fs.ls(self.path(folder), detail=False)
-        except FileNotFoundError:
-            return
+            summed = json.loads(self.fs.cat_file(self.path(key) + _SUM))
+            return int(summed.get("finished_ns", 0))
+        except (FileNotFoundError, ValueError, TypeError, AttributeError):
+            return None
+
+    def remove_ended_now(self, leases: Iterable[EndedLease]) -> int:
+        """Remove the uploads of leases that ended, but the one each one's Complete kept
+        (blocking); how many files went."""
+        removed = 0
+        for lease in leases:
+            kept_folder, _, kept = (lease.kept_key or "").rpartition("/")
+            for folder in ended_folders(lease):
+                removed += self._remove_lease_now(folder, kept if kept_folder == folder else None)
+        return removed
+
+    def _remove_lease_now(self, folder: str, keep: str | None) -> int:
         kept = {keep, f"{keep}{_SUM}"} if keep else set()
-        for name in names:
-            if name.rstrip("/").rsplit("/", 1)[-1] not in kept:
-                self.fs.rm_file(name)
+        gone = [name for name in self._names(folder) if name not in kept]
+        for name in gone:
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile by another process
+                self.fs.rm_file(self.path(f"{folder}/{name}"))
+        return len(gone)
+
+    def _names(self, folder: str) -> list[str]:
+        """The names of the files in one lease's folder ([] for none)."""
+        try:
+            paths = self.fs.ls(self.path(folder), detail=False)
+        except FileNotFoundError:
+            return []
+        return [str(path).rstrip("/").rsplit("/", 1)[-1] for path in paths]
 
     def stale_keys(self, older_than_s: float) -> list[str]:
         """Keys of uploads last written more than `older_than_s` ago (blocking)."""

@@ -56,6 +56,9 @@ class Settings:
     # rows one ListJobs call looks at where no index serves every filter (a label): the page
     # then holds what was found and a token to go on (jobwire.db.job_pages)
     list_scan_rows: int = LIST_SCAN_ROWS
+    # (queue, job type) pairs one tenant's claims record for NO_WORKER, per process, within
+    # the worker retention: past it new ones are not recorded (jobwire.process_state.claim_kinds)
+    max_claim_kinds_per_tenant: int = 10_000
     max_streams: int = 4000  # watch streams (WatchStatus, WatchJobs) per process, shared among tenants
     # jobs those streams watch, per process, shared among tenants: a WatchJobs of 1,000 job
     # numbers weighs 1,000 (jobwire.jobapi.watch)
@@ -125,6 +128,8 @@ class Settings:
             problems.append("JOBWIRE_MAX_SCHEDULES_PER_TENANT must be at least 1")
         if self.list_scan_rows < 1:
             problems.append("JOBWIRE_LIST_SCAN_ROWS must be at least 1")
+        if self.max_claim_kinds_per_tenant < 1:
+            problems.append("JOBWIRE_MAX_CLAIM_KINDS_PER_TENANT must be at least 1")
         timeout = self.default_attempt_timeout_seconds
         if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
             problems.append("JOBWIRE_DEFAULT_ATTEMPT_TIMEOUT must be more than 0 and at most 2592000 (30 days)")
@@ -226,6 +231,7 @@ class Settings:
             default_attempt_timeout_seconds=float(attempt_timeout) if attempt_timeout else None,
             no_worker_after_seconds=number("JOBWIRE_NO_WORKER_AFTER", 300.0),
             list_scan_rows=int(env.get("JOBWIRE_LIST_SCAN_ROWS", LIST_SCAN_ROWS)),
+            max_claim_kinds_per_tenant=int(env.get("JOBWIRE_MAX_CLAIM_KINDS_PER_TENANT", 10_000)),
             max_streams=int(env.get("JOBWIRE_MAX_STREAMS", 4000)),
             max_watched_jobs=int(env.get("JOBWIRE_MAX_WATCHED_JOBS", 100_000)),
             max_transfers=int(env.get("JOBWIRE_MAX_TRANSFERS", 256)),

@@ -178,10 +178,11 @@ CATALOG: dict[str, dict[str, str]] = {
     "schedule_paused": {"en": "Paused", "zh-CN": "已暂停"},
     "schedule_active": {"en": "Active", "zh-CN": "启用中"},
     "skipped_note": {
-        "en": "Skipped: firings held back while the previous job was unfinished (overlap SKIP)."
-        " Missed: fire times no job was made for (no server ran then, or the submit was refused).",
-        "zh-CN": "已跳过：上一个任务未结束时不触发的次数（重叠策略 SKIP）。"
-        "已错过：没有服务器运行或提交被拒绝而未创建任务的触发时间。",
+        "en": "Skipped: fire times a server reached that made no job, because the previous job was"
+        " unfinished (overlap SKIP) or the submit was refused (the server's log says why)."
+        " Missed: fire times no server ran for.",
+        "zh-CN": "已跳过：服务器已处理但未创建任务的触发次数（上一个任务未结束且重叠策略为 SKIP，"
+        "或提交被拒绝，原因见服务器日志）。已错过：没有服务器运行的触发时间。",
     },
     "field_last_job": {"en": "Last job", "zh-CN": "最近的任务"},
     "field_template": {"en": "Makes", "zh-CN": "创建的任务"},

@@ -16,7 +16,9 @@ database outage is logged and waited out: the loop never dies of an error.
 
 A fire time found late is missed only if no loop ran at its time: each round tells the
 store that a loop ran (`mark`, at most every third of the run gap), and a late one is
-judged by those runs and by this loop's own (jobwire.domain.schedules.Run).
+judged by those runs and by this loop's own (jobwire.domain.schedules.Run). A firing whose
+Submit is refused (a queue's limits, a template today's rules refuse) is REFUSED, not
+missed: logged with the reason, counted with the schedule's skipped firings.
 
 `tick` is one round; `run` calls it until the process stops leading.
 """
@@ -161,14 +163,18 @@ class ScheduleLoop:
 
 
 def move(one: ScheduleRecord, firing: Firing, job_no: str | None) -> tuple[Advance, Outcome]:
-    """The advance of a decided schedule and the outcome it counts: a firing whose submit was refused is missed."""
+    """The advance of a decided schedule and the outcome it counts.
+
+    A firing whose submit was refused is REFUSED, not missed (a server ran at its time): the
+    schedule counts it with its skipped firings, the metric by its own label, the log says why.
+    """
     assert one.next_fire_at is not None  # due_schedules reads only schedules with one
     refused = firing.fire_at is not None and job_no is None
-    outcome = Outcome.MISSED if refused else firing.outcome
+    outcome = Outcome.REFUSED if refused else firing.outcome
     advance = Advance(
         schedule=one, due_at=one.next_fire_at, next_fire_at=firing.next_fire_at,
         fired=None if firing.fire_at is None or job_no is None else (firing.fire_at, job_no),
-        skipped=outcome is Outcome.SKIPPED_OVERLAP, missed=outcome is Outcome.MISSED,
+        skipped=outcome in (Outcome.SKIPPED_OVERLAP, Outcome.REFUSED), missed=outcome is Outcome.MISSED,
     )  # fmt: skip
     return advance, outcome
 

@@ -17,7 +17,11 @@ def add_worker_service(rt: Runtime) -> None:
     """WorkerService, its runnable-work watcher and its Sessions' pushes (call inside the running loop)."""
     RunnableWatcher(rt.tail, rt.wakeup, rt.store.now)
     metrics = rt.host.metrics
-    leasing = Leasing(rt.store, rt.commits, rt.wakeup, blocking=rt.blocking, metrics=metrics, tenants=rt.host.tenants)
+    leasing = Leasing(
+        rt.store, rt.commits, rt.wakeup, blocking=rt.blocking, metrics=metrics, tenants=rt.host.tenants,
+        kinds_per_tenant=rt.settings.max_claim_kinds_per_tenant,
+        kinds_kept_s=rt.settings.retention_worker_days * 86_400,
+    )  # fmt: skip
     kept = Results(
         rt.store, rt.blocking, rt.results, leasing,
         max_inline=rt.settings.max_inline_result_bytes, max_bytes=rt.settings.max_result_bytes,

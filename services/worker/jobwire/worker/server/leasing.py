@@ -26,6 +26,7 @@ from jobwire.domain.kept_results import KeptResult
 from jobwire.domain.lease import Lease, LeaseStatus
 from jobwire.domain.review import ReviewRequest
 from jobwire.domain.states import Status
+from jobwire.process_state.claim_kinds import ClaimKinds
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.metrics import Metrics
 from jobwire.runtime.blocking import Blocking
@@ -47,7 +48,10 @@ TOKEN_MARGIN_S = 0.005  # a claim waiting for the next token looks this long aft
 # ListWorkers needs "last seen", not every call: one write per worker this often.
 SEEN_EVERY_S = 5.0
 MAX_SEEN = 10_000  # workers remembered; each SDK restart is a new worker id
-MAX_KINDS = 100_000  # (tenant, queue, job type) remembered as recently recorded for NO_WORKER
+# (queue, job type) pairs a tenant's claims record in worker_claim for NO_WORKER, per process,
+# within the rows' retention (JOBWIRE_MAX_CLAIM_KINDS_PER_TENANT; jobwire.process_state.claim_kinds)
+MAX_CLAIM_KINDS_PER_TENANT = 10_000
+KINDS_KEPT_S = 7 * 86_400.0  # JOBWIRE_RETENTION_WORKER_DAYS: rows not claimed for as long are purged
 MAX_WAITING_CLAIMS = 20_000  # long polls one process holds at once, shared among tenants
 
 
@@ -67,6 +71,8 @@ class Leasing:
         blocking: Blocking,
         metrics: Metrics,
         tenants: int = 1,
+        kinds_per_tenant: int = MAX_CLAIM_KINDS_PER_TENANT,
+        kinds_kept_s: float = KINDS_KEPT_S,
     ) -> None:
         self.store = store
         self.commits = commits
@@ -77,7 +83,9 @@ class Leasing:
         # not leave another's without a place to wait (jobwire.runtime.shares).
         self.waiting = TenantShares(MAX_WAITING_CLAIMS, tenants)
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
-        self._kinds_written: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        self._kinds = ClaimKinds(
+            every_s=SEEN_EVERY_S, keep_s=kinds_kept_s, per_tenant=kinds_per_tenant, full=_no_more_kinds
+        )
         self._handing_back: set[asyncio.Future[Any]] = set()
 
     async def claim(
@@ -164,18 +172,9 @@ class Leasing:
     def _kinds_due(self, who: Claimant) -> list[tuple[str, str]]:
         """The (queue, job type) pairs of `who` this process has not recorded as claimed for
         in the last SEEN_EVERY_S (NO_WORKER): writes grow with the kinds served, not with the
-        workers serving them (320 workers of 64 queues x 100 job types each once took minutes)."""
-        now, due = time.monotonic(), []
-        for queue in who.queues:
-            for job_type in who.plans:
-                key = (who.tenant, queue, job_type)
-                if now - self._kinds_written.get(key, -SEEN_EVERY_S) >= SEEN_EVERY_S:
-                    self._kinds_written[key] = now
-                    self._kinds_written.move_to_end(key)
-                    due.append((queue, job_type))
-        while len(self._kinds_written) > MAX_KINDS:
-            self._kinds_written.popitem(last=False)  # the longest unwritten: at worst one write more for it
-        return due
+        workers serving them (320 workers of 64 queues x 100 job types each once took minutes),
+        and a tenant's rows are bounded (MAX_CLAIM_KINDS_PER_TENANT)."""
+        return self._kinds.due(who.tenant, who.queues, who.plans)
 
     async def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[LeaseStatus]:
         call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id))
@@ -237,6 +236,14 @@ class Leasing:
             # A retry with a backoff is not runnable yet; the poll finds it when it is.
             asyncio.get_running_loop().call_soon(self.wakeup.notify, job.tenant, job.queue, job.job_type)
         return job
+
+
+def _no_more_kinds(tenant: str, bound: int) -> None:
+    log.warning(
+        "tenant %s: its workers claimed for %d queue and job type pairs; this process records no more"
+        " (JOBWIRE_MAX_CLAIM_KINDS_PER_TENANT): their claims go on, their jobs may show NO_WORKER",
+        tenant, bound,
+    )  # fmt: skip
 
 
 def _recheck_s(held: Budget) -> float:

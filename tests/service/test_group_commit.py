@@ -71,16 +71,24 @@ class Gate:
         beat = worker_pb2.HeartbeatRequest(
             worker_id="w1", leases=[worker_pb2.LeaseRef(job_no=hold.job_no, worker_token=hold.worker_token)]
         )
-        holders = [asyncio.ensure_future(served.workers.Heartbeat(beat)) for _ in range(2)]
-        await eventually(self._holding, what="both lanes held at the gate")
-        tasks = [asyncio.ensure_future(c) for c in calls()]
-        await eventually(self._queued(len(tasks)), what="the calls queued behind the gate")
-        self.opened.set()
+        # One at a time: calls made together would share one lane's batch.
+        holders = []
+        try:
+            for held in (1, 2):
+                holders.append(asyncio.ensure_future(served.workers.Heartbeat(beat)))
+                await eventually(self._holding(held), what=f"{held} lane(s) held at the gate")
+            tasks = [asyncio.ensure_future(c) for c in calls()]
+            await eventually(self._queued(len(tasks)), what="the calls queued behind the gate")
+        finally:
+            self.opened.set()  # a failed wait must not leave the lanes (and the server's stop) held
         await asyncio.gather(*holders)
         return await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _holding(self) -> bool:
-        return self._held == 2
+    def _holding(self, n: int) -> Callable[[], Awaitable[bool]]:
+        async def probe() -> bool:
+            return self._held == n
+
+        return probe
 
     def _queued(self, n: int) -> Callable[[], Awaitable[bool]]:
         async def probe() -> bool:

@@ -140,8 +140,8 @@ def _metadata(wheel: Path) -> Message:
         return email.parser.BytesParser().parsebytes(archive.read(name))
 
 
-@pytest.mark.timeout(BUILD_TIMEOUT_S)
-def test_every_wheel_has_a_description_and_requires_the_jobwire_wheels_of_its_version(dists: Path) -> None:
+def _check_described_and_pinned(dists: Path) -> None:
+    """Each wheel has its README as a Markdown description and needs the jobwire wheels of its own version."""
     wheels = sorted(dists.glob("*.whl"))
     assert len(wheels) == 5, wheels
     for wheel in wheels:
@@ -165,8 +165,14 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         print(f"----- server\n{process.tail()}")  # shown when a test fails
 
 
+# The wheels' metadata is checked here, not in a test of its own: the build is a session
+# fixture of each test process, and xdist may run a third test of this module in another
+# process, which would build every distribution again (~20 s of CPU).
 @pytest.mark.timeout(BUILD_TIMEOUT_S + INSTALL_TIMEOUT_S)
-def test_the_worker_wheel_installs_without_database_code(venvs: dict[str, Path]) -> None:
+def test_each_wheel_is_described_and_pinned_and_the_worker_wheel_installs_without_database_code(
+    dists: Path, venvs: dict[str, Path]
+) -> None:
+    _check_described_and_pinned(dists)
     fleet = venvs["fleet"]
     assert _run(fleet, "jobwire-worker", "--version") == f"jobwire {VERSION}"
     assert _missing(fleet, DATABASE_PACKAGES) == list(DATABASE_PACKAGES)

@@ -8,6 +8,9 @@ finds the schema current.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +20,8 @@ from jobwire.db.engine import Database
 
 if TYPE_CHECKING:
     from alembic.config import Config
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest revision under migrations/versions, which the code needs: a start compares it
@@ -50,8 +55,17 @@ def current_revision(db: Database) -> str | None:
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
-    if revision == "head" and current_revision(db) == HEAD:
+    before = current_revision(db)
+    if revision == "head" and before == HEAD:
         return  # current already (every start but the first): no lock taken, no Alembic run
+    with _alembic_quiet():
+        _upgrade(db, revision)
+    after = current_revision(db)
+    if after != before:
+        log.info("database schema upgraded from revision %s to %s", before or "none (a new database)", after)
+
+
+def _upgrade(db: Database, revision: str) -> None:
     from alembic import command
 
     config = alembic_config(db)
@@ -74,6 +88,20 @@ def upgrade(db: Database, revision: str = "head") -> None:
             if lock is not None:
                 conn.execute(sa.text("SELECT RELEASE_LOCK(:n)"), {"n": lock})
                 conn.commit()
+
+
+@contextmanager
+def _alembic_quiet() -> Iterator[None]:
+    """Alembic's own INFO lines (a plugin and a revision each: 30 lines before a new
+    database's first start says it serves) only when asked for: JOBWIRE_LOG_LEVEL=DEBUG."""
+    alembic = logging.getLogger("alembic")
+    level = alembic.level
+    if not log.isEnabledFor(logging.DEBUG):
+        alembic.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        alembic.setLevel(level)
 
 
 def check_current(db: Database) -> None:

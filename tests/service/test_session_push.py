@@ -14,6 +14,8 @@ from served import Served, eventually, housekeeping_round
 from service_support import claim, duration, events, spec, submit, when
 from session_support import Session, claim_request, claims_waiting, ref
 
+from jobwire.db.store import Claim
+from jobwire.rpc.batching import Batcher
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
 from jobwire.worker.server import session as session_module
 from jobwire.worker.server.leasing import Leasing
@@ -146,6 +148,46 @@ async def test_a_half_close_during_a_standing_claims_transaction_pushes_its_leas
     assert kinds == ["SUBMITTED", "CLAIMED", "WORKER_DISCONNECTED"], kinds
 
 
+async def test_asking_again_during_a_standing_claims_transaction_pushes_its_lease_and_counts_it(
+    served, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A worker asks again each time a slot frees up. A claim in its transaction then is not
+    cancelled (its lease handed back, to be claimed once more): its lease is pushed, and
+    counted against the new frame's max_jobs."""
+    in_transaction, asked_again, work_wanted = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    commit = Batcher.__call__
+
+    async def held_open(self: Batcher[Any, Any], work: Any) -> Any:
+        if isinstance(work, Claim) and work_wanted.is_set() and not asked_again.is_set():
+            in_transaction.set()
+            await asked_again.wait()  # the new frame is read while this claim's transaction runs
+        return await commit(self, work)
+
+    monkeypatch.setattr(Batcher, "__call__", held_open)
+    session = Session(served)
+    await session.ask(1, standing_claim=standing("again", 1))
+    await claims_waiting(served)
+    work_wanted.set()
+    first = await submit(served, "again")
+    await asyncio.wait_for(in_transaction.wait(), 10)
+    assert (await session.ask(2, standing_claim=standing("again", 2))).WhichOneof("reply") == "claim"
+    asked_again.set()
+    (lease,) = (await session.pushed()).leased.leases
+    assert lease.job_no == first.job_no
+    assert [e.kind for e in await events(served, first.job_no)] == ["SUBMITTED", "CLAIMED"]
+    more = [await submit(served, "again") for _ in range(2)]
+    (second,) = (await session.pushed()).leased.leases  # 2 asked, 1 of them already pushed
+    assert second.job_no == more[0].job_no
+    await eventually(lambda: _no_claim_waiting(served), what="the standing claim ended after 2 leases")
+    assert (await served.jobs.Get(job_pb2.GetRequest(job_no=more[1].job_no))).status == job_pb2.Job.QUEUED
+    assert served.runtime.host.metrics.pushes("leased") == 2
+    assert await session.close() == grpc.StatusCode.OK
+
+
+async def _no_claim_waiting(served: Served) -> bool:
+    return served.runtime.host.metrics.claims_waiting() == 0
+
+
 async def cancel_pushed(
     session: Session, jobs: Served, lease: worker_pb2.Lease
 ) -> tuple[worker_pb2.ServerFrame, float]:
@@ -200,6 +242,33 @@ async def test_lease_lost_is_pushed_when_an_operator_requeues_the_job(served) ->
     await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=lease.job_no, reason="stuck"))
     frame = await session.pushed()
     assert frame.lease_lost == worker_pb2.LeaseState(job_no=lease.job_no, state=worker_pb2.LeaseState.LOST)
+    session.call.cancel()
+
+
+async def test_a_standing_claims_lease_reads_nothing_for_its_past_and_hears_its_loss(served, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The tail brings a job's Submit after the standing claim pushed its lease (it polls every
+    50 ms): that is the lease's past, and reading the lease for it cost a read per job."""
+    store = served.runtime.store
+    reads: list[str] = []
+    real = store.lease_state
+
+    def lease_state(tenant: str, job_no: str, token: str) -> Any:
+        reads.append(job_no)
+        return real(tenant, job_no, token)
+
+    monkeypatch.setattr(store, "lease_state", lease_state)
+    session = Session(served)
+    await session.ask(1, standing_claim=standing("pushed", 1))
+    await claims_waiting(served)
+    job = await submit(served, "pushed")
+    (lease,) = (await session.pushed()).leased.leases
+    await served.runtime.tail.sync()  # its Submit and its claim delivered
+    assert reads == []
+    served.clock.advance(timedelta(seconds=31))
+    await served.admin.Requeue(admin_pb2.RequeueRequest(job_no=job.job_no, reason="stuck"))
+    frame = await session.pushed()  # a change after the lease is news: read, and pushed
+    assert frame.lease_lost == worker_pb2.LeaseState(job_no=lease.job_no, state=worker_pb2.LeaseState.LOST)
+    assert reads == [job.job_no]
     session.call.cancel()
 
 

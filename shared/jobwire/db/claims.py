@@ -209,6 +209,7 @@ class _Claim(JobOp[Lease]):
             attempt_deadline=row["attempt_deadline"],
             review=review_of(row),
             trace_context=row["trace_context"],
+            version=row["version"],
         )
 
 

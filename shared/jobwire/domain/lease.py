@@ -27,6 +27,7 @@ class Lease:
     attempt_deadline: datetime | None = None  # when this attempt's time runs out (None: no limit)
     review: Review | None = None  # a reviewer's approval of this job, when there was one: who, and their note
     trace_context: str | None = None  # the W3C traceparent of the Submit that made the job, when traced
+    version: int = 0  # the job's version once leased: its changes up to it are the lease's past, not news
 
 
 class LeaseState(StrEnum):

@@ -40,6 +40,9 @@ class Held:
     heard_at: datetime  # when the session last heard the lease was held (the store's clock)
     endings: int = 0  # endings of it the session runs now
     cancel_told: bool = False  # the worker knows a cancel was requested: pushed, or a call's answer said so
+    # The job's version when it was leased, when known (a standing claim's lease): the event
+    # tail's rows up to it (its Submit, read after the claim) are the lease's past, not news.
+    since: int = 0
 
 
 class Holdings:
@@ -91,10 +94,12 @@ class Holdings:
         elif kind in ("report_stage", "record_evidence"):
             self._reported(request, outcome)
 
-    def delivered(self, leases: Sequence[worker_pb2.Lease]) -> None:
-        """Leases the session handed its worker."""
-        for lease in leases:
-            self._hold(lease.tenant, lease.job_no, lease.worker_token)
+    def delivered(self, leases: Sequence[worker_pb2.Lease], versions: Sequence[int] = ()) -> None:
+        """Leases the session handed its worker, with the job's version at each, when known."""
+        for i, lease in enumerate(leases):
+            held = self._hold(lease.tenant, lease.job_no, lease.worker_token)
+            if i < len(versions):
+                held.since = max(held.since, versions[i])
 
     def drop(self, held: Held) -> None:
         if self._held.pop((held.job_no, held.token), None) is not None:

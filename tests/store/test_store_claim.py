@@ -7,11 +7,13 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from clocks import MovableClock
 from store_support import A_LEASE, LEASE_S, TENANT, claim, complete, one, submit, worker
 
 from jobwire.db.queue_limits import Budget
 from jobwire.db.store import Claim, JobStore
+from jobwire.db.wire import MySQLWire, SQLiteWire
 from jobwire.domain.flow import Held, QueueLimits
 from jobwire.domain.states import Status
 from jobwire.domain.timeouts import Timeouts
@@ -32,6 +34,35 @@ async def test_a_claim_leases_for_the_store_time_and_writes_what_it_answers(
         stored["started_at"] == stored["updated_at"] == stored["heartbeat_at"] >= job.created_at + timedelta(minutes=5)
     )
     assert (lease.lease_seconds, lease.attempt, lease.payload) == (LEASE_S, 1, b"{}")
+
+
+async def test_a_claim_sends_its_updates_with_its_commit(
+    store: JobStore, row: Callable[[str], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its candidates were read locked: their guarded UPDATEs cannot miss, so they need no
+    round trip of their own (a claim: the read, then the writes with the COMMIT)."""
+    jobs = [await submit(store) for _ in range(3)]
+    sent: list[str] = []
+    for wire in (MySQLWire, SQLiteWire):
+        run, commit = wire.run, wire.commit
+
+        async def counted_run(self: Any, batch: Any, run: Any = run) -> Any:
+            if batch and sent[-1:] != ["committing"]:
+                sent.append(f"run {len(batch)}")
+            return await run(self, batch)
+
+        async def counted_commit(self: Any, batch: Any = (), commit: Any = commit) -> Any:
+            sent.append("committing")
+            await commit(self, batch)
+            sent[-1] = f"commit {len(batch)}"
+
+        monkeypatch.setattr(wire, "run", counted_run)
+        monkeypatch.setattr(wire, "commit", counted_commit)
+    leases = await claim(store, max_jobs=3)
+    assert sent == ["commit 5"]  # 3 UPDATEs, one INSERT of 3 events, the worker's last seen; nothing before
+    assert sorted(x.job_no for x in leases) == sorted(j.job_no for j in jobs)
+    assert all(row(x.job_no)["worker_token"] == x.worker_token for x in leases)
+    assert all(row(x.job_no)["version"] == x.version for x in leases)
 
 
 async def test_best_priority_first_then_oldest(store: JobStore) -> None:

@@ -12,7 +12,9 @@ one transaction, so concurrent calls share their round trips and their COMMIT:
 2. Decisions, in call order per job, in memory; the transition table checks each one.
 3. One guarded UPDATE per job, from the row it read or guessed to where its calls took it:
    the UPDATE matches only if id, version and status (and for worker calls the token and
-   epoch) are still as read. All UPDATEs go in one round trip.
+   epoch) are still as read. All UPDATEs go in one round trip. A row this transaction read
+   locked (a claim's candidates) cannot have changed, so its UPDATE cannot miss: it waits
+   for the COMMIT's round trip (a claim makes two, not three), unless a follow-up (5) reads first.
 4. A job whose UPDATE matched nothing (the guess was stale: a user cancelled, another
    replica reported), or whose guess led to a refusal, is read again, locked, and decided
    again: the read that explains a refusal is only made when there is one.
@@ -139,6 +141,7 @@ class _Job:
     ops: list[int]
     base: Row | None = None
     guessed: bool = False
+    locked: bool = False  # its base was read locked in this transaction: it cannot have changed
     steps: list[_Step] = field(default_factory=list)
 
     @property
@@ -173,17 +176,20 @@ async def apply_ops(
     `moved` gets the counted moves (jobwire.domain.transitions), and `leases_ended` the leases this
     transaction ended, once the COMMIT stands.
     """
-    jobs = await _round(wire, ops, now, cache, rows or {})
+    jobs, certain = await _round(wire, ops, now, cache, rows or {})
     every = list(jobs.values())
     ended = _ended(every)
     while follow is not None and ended:
+        await _run_certain(wire, certain)  # what follows up reads the rows as they now are
         more, locked = await follow(wire, ended)
         if not more:
+            certain = []
             break
-        followed = list((await _round(wire, more, now, cache, locked)).values())
+        followed_jobs, certain = await _round(wire, more, now, cache, locked)
+        followed = list(followed_jobs.values())
         every += followed
         ended = _ended(followed)
-    await wire.commit(_records(wire, every, now, evidence) + list(extra))
+    await wire.commit(certain + _records(wire, every, now, evidence) + list(extra))
     _remember(cache, every)
     if moved is not None:
         moved.extend(_moves(every))
@@ -194,8 +200,9 @@ async def apply_ops(
 
 async def _round(
     wire: Wire, ops: Sequence[JobOp[Any]], now: datetime, cache: RowCache, rows: Mapping[Name, Row]
-) -> dict[Name, _Job]:
-    """Decide `ops` and write their guarded UPDATEs; the events wait for the COMMIT."""
+) -> tuple[dict[Name, _Job], list[Statement]]:
+    """Decide `ops` and write their guarded UPDATEs; the events wait for the COMMIT, and so do
+    the UPDATEs of rows read locked here (returned: they cannot miss)."""
     names, found = await _names(wire, ops, cache)
     jobs: dict[Name, _Job] = {}
     for i, name in enumerate(names):
@@ -203,6 +210,8 @@ async def _round(
     await _bases(wire, ops, jobs.values(), cache, {**rows, **found})
     recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
     written = [job for job in jobs.values() if job.changes and job not in recheck]
+    certain = [_update(wire, job) for job in written if job.locked]
+    written = [job for job in written if not job.locked]
     counts = await wire.run([_update(wire, job) for job in written])
     recheck += [job for job, matched in zip(written, counts, strict=True) if matched != 1]
     if recheck:
@@ -212,7 +221,12 @@ async def _round(
         again = [job for job in recheck if job.changes]
         if any(matched != 1 for matched in await wire.run([_update(wire, job) for job in again])):
             raise RetryTransaction()  # a locked row changed under us: only SQLite's rowid reuse could
-    return jobs
+    return jobs, certain
+
+
+async def _run_certain(wire: Wire, updates: list[Statement]) -> None:
+    if any(matched != 1 for matched in await wire.run(updates)):
+        raise RetryTransaction()  # a locked row changed under us: only SQLite's rowid reuse could
 
 
 def _ended(jobs: Iterable[_Job]) -> list[Row]:
@@ -264,7 +278,7 @@ async def _bases(
     unread = []
     for job in jobs:
         if job.name in rows:
-            job.base = rows[job.name]
+            job.base, job.locked = rows[job.name], True  # read locked by the caller, or by `_names`
             continue
         tokens = {ops[i].token for i in job.ops}
         guess = None if any(ops[i].fresh for i in job.ops) else cache.guess(job.name, tokens)
@@ -287,6 +301,7 @@ async def _read(wire: Wire, jobs: Sequence[_Job], lock: str) -> None:
     for job in jobs:
         job.base = found.get(job.name)
         job.guessed = False
+        job.locked = lock != Lock.NONE
 
 
 def _decide(job: _Job, ops: Sequence[JobOp[Any]], now: datetime) -> bool:

@@ -223,6 +223,18 @@ async def test_a_cancel_through_another_replica_is_pushed(serve) -> None:  # typ
     session.call.cancel()
 
 
+async def test_a_cancel_is_pushed_at_once_not_at_the_tails_next_poll(serve) -> None:  # type: ignore[no-untyped-def]
+    """The Cancel that commits here has the event tail poll at once (and, in a family, its
+    siblings' tails): with a poll an hour apart, the push still comes."""
+    served = await serve(feed_poll_seconds=3600)
+    session = Session(served)
+    lease = await held(served, session, "at-once")
+    await served.runtime.tail.sync()  # the lease's own past read: the tail now pauses for an hour
+    frame, took = await cancel_pushed(session, served, lease)
+    assert frame.cancel_requested.state == worker_pb2.LeaseState.CANCEL_REQUESTED, took
+    session.call.cancel()
+
+
 async def test_a_resumed_lease_is_pushed_its_cancel(served) -> None:  # type: ignore[no-untyped-def]
     """A lease named in a Heartbeat (a worker back on a new session) is held as a claimed one."""
     await submit(served, "resumed")

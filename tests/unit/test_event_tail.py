@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -116,6 +117,34 @@ async def test_a_wake_polls_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
         before = tail.polls
         tail.wake()  # a listener arrives
         await eventually(_polls_reach(tail, before + 1), what="a poll after wake()")
+
+
+class HeldReader(CountingReader):
+    """A reader whose second poll waits, on the tail's thread, until `go` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_poll, self.go = threading.Event(), threading.Event()
+
+    def poll(self) -> list[FeedRow]:
+        if self.polls == 1:
+            self.in_poll.set()
+            self.go.wait(10)
+        return super().poll()
+
+
+async def test_a_wake_during_a_poll_gets_a_poll_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel committed after a poll's read began is not in it: the wake that says so must
+    not be spent by that poll's pause, or the news waits for the next poll."""
+    monkeypatch.setattr(tail_module, "IDLE_POLL_S", 3600.0)  # without the wake, no poll for an hour
+    reader = HeldReader()
+    async with _tailing(reader, lambda: False) as (tail, _):
+        await eventually(_polls_reach(tail, 1), what="the first poll")
+        tail.wake()  # the second poll starts, and waits on its thread
+        await asyncio.to_thread(reader.in_poll.wait, 10)
+        tail.wake()  # news committed while it reads
+        reader.go.set()
+        await eventually(_polls_reach(tail, 3), what="a poll after the one the wake came during")
 
 
 async def test_a_subscriber_that_has_more_to_do_holds_the_next_batch_not_the_others() -> None:

@@ -56,6 +56,7 @@ READY = "jobwire serving on port "
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 15.0  # a child's own drain (10 s) and a margin
 RESTART_BACKOFF_S = (0.5, 30.0)  # first and longest wait before starting a dead child again
+_NEWS = b"news"  # a relay's datagram that is not a (tenant, queue, job type): poll the event tail now
 HEALTHY_AFTER_S = 30.0  # a child that lived this long resets the backoff
 
 
@@ -295,25 +296,35 @@ def parent_pid() -> int | None:
 
 
 class SiblingRelay:
-    """Tells a family's other processes that a queue has work of a type: one datagram each, no database.
+    """Tells a family's other processes that a queue has work of a type, or that news a worker's
+    Session waits for was committed (`news`): one datagram each, no database.
 
     Each child listens on an abstract Unix datagram socket named after its parent and its
-    place; a submit in one child wakes the waiting claims of all the others at once, where
-    the change feed would take a poll interval. A sibling that is restarting misses nothing
-    it needs: its feed reader catches up when it starts.
+    place; a submit in one child wakes the waiting claims of all the others at once, and a
+    cancel has their event tails poll at once, where the change feed would take a poll
+    interval. A sibling that is restarting misses nothing it needs: its feed reader catches
+    up when it starts.
     """
 
-    def __init__(self, parent: int, index: int, size: int, deliver: Callable[[str, str, str], None]) -> None:
+    def __init__(
+        self, parent: int, index: int, size: int, deliver: Callable[[str, str, str], None], on_news: Callable[[], None]
+    ) -> None:
         self._names = [f"\0jobwire-family-{parent}-{i}" for i in range(size)]
         self._index = index
         self._deliver = deliver
+        self._on_news = on_news
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._socket.setblocking(False)
         self._socket.bind(self._names[index])
         asyncio.get_running_loop().add_reader(self._socket.fileno(), self._receive)
 
     def __call__(self, tenant: str, queue: str, job_type: str) -> None:
-        message = f"{tenant}\0{queue}\0{job_type}".encode()
+        self._send(f"{tenant}\0{queue}\0{job_type}".encode())
+
+    def news(self) -> None:
+        self._send(_NEWS)
+
+    def _send(self, message: bytes) -> None:
         for i, name in enumerate(self._names):
             if i != self._index:
                 with contextlib.suppress(OSError):  # a sibling restarting, or a full buffer: its feed tells it
@@ -325,6 +336,9 @@ class SiblingRelay:
                 message = self._socket.recv(1024)
             except (BlockingIOError, InterruptedError):
                 return
+            if message == _NEWS:
+                self._on_news()
+                continue
             parts = message.decode(errors="replace").split("\0")
             if len(parts) == 3:  # names are validated: none holds a NUL
                 self._deliver(*parts)
@@ -346,12 +360,12 @@ def stands_for_chores() -> bool:
     return os.environ.get(INDEX_ENV, "0") == "0"
 
 
-def sibling_relay(deliver: Callable[[str, str, str], None]) -> SiblingRelay | None:
+def sibling_relay(deliver: Callable[[str, str, str], None], on_news: Callable[[], None]) -> SiblingRelay | None:
     """The relay of this process, when it is a family's child."""
     parent, index, size = parent_pid(), os.environ.get(INDEX_ENV), os.environ.get(SIZE_ENV)
     if parent is None or index is None or size is None:
         return None
-    return SiblingRelay(parent, int(index), int(size), deliver)
+    return SiblingRelay(parent, int(index), int(size), deliver, on_news)
 
 
 def run(settings: Settings) -> int:

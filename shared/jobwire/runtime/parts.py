@@ -41,6 +41,14 @@ class Runtime:
     wakeup: Wakeup
     tail: EventTail  # the one reader of job_event, for watch streams and waiting claims
     host: ServerHost
+    relay: family.SiblingRelay | None = None  # to the family's other processes, when in one
+
+    def news(self) -> None:
+        """A change a worker's Session waits to hear of (a cancel, a requeue) committed here:
+        this process's event tail and its siblings' poll now, not at their next poll (50 ms)."""
+        self.tail.wake()
+        if self.relay is not None:
+            self.relay.news()
 
     def lead(self, chores: str, duty: leadership.Duty) -> None:
         """Run `duty` in the one process of all replicas that holds the lease `chores`
@@ -82,9 +90,11 @@ def open_runtime(settings: Settings) -> Runtime:
     rt.host.add_task(asyncio.get_running_loop().create_task(rt.tail.run(), name="jobwire-event-tail"))
     rt.host.add_task(settling.start(store))  # what this process's endings leave of their dependents
     rt.host.add_task(lease_uploads.start(store, rt.results))  # the uploads of the leases they end
-    relay = family.sibling_relay(lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False))
+    relay = family.sibling_relay(
+        lambda tenant, queue, job_type: rt.wakeup.notify(tenant, queue, job_type, relay=False), on_news=rt.tail.wake
+    )
     if relay is not None:
-        rt.wakeup.relay = relay
+        rt.wakeup.relay = rt.relay = relay
         rt.host.add_stop_hook(relay.close)
     keeper = housekeeping.keeper(store, rt.blocking, settings, rt.host.metrics.jobs, rt.results)
     if keeper is not None:

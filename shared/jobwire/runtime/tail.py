@@ -99,6 +99,9 @@ class EventTail:
         try:
             await self._start()
             while True:
+                # Cleared as the poll starts, not as the pause does: news woken for while this
+                # poll runs (a cancel committed after its read began) gets a poll of its own at once.
+                self._wake.clear()
                 self._polling = True
                 rows = await self._poll()
                 self._polling = False
@@ -131,7 +134,6 @@ class EventTail:
             pause = min(self._poll_s * 2**self._quiet, BUSY_BACKOFF_S)
         else:
             pause = IDLE_POLL_S
-        self._wake.clear()
         # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow the stop's
         # cancellation when the wake comes at the same moment, and the tail would poll on.
         with contextlib.suppress(TimeoutError):

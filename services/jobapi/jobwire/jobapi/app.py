@@ -27,7 +27,7 @@ def add_jobapi(rt: Runtime) -> None:
     jobs = Jobs(
         rt.store, rt.blocking, rt.commits, rt.wakeup,
         no_worker_after=no_worker_after, worker_gone_after=gone_after,
-        list_scan_rows=rt.settings.list_scan_rows, deleter=deleter,
+        list_scan_rows=rt.settings.list_scan_rows, deleter=deleter, news=rt.news,
     )  # fmt: skip
     watches = add_watching(rt, no_worker_after)
     rt.host.add_servicer(

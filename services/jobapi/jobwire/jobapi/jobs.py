@@ -45,6 +45,7 @@ class Jobs:
         worker_gone_after: timedelta,
         list_scan_rows: int = LIST_SCAN_ROWS,
         deleter: ArtifactDeleter = keep_files,
+        news: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.deleter = deleter  # JOBWIRE_ARTIFACT_DELETER: a deleted job's result file goes too
@@ -55,6 +56,9 @@ class Jobs:
         self.blocking = blocking
         self.commits = commits
         self.wakeup = wakeup
+        # A cancel or requeue committed: the event tails poll at once, so the worker's Session
+        # holding the job is pushed it within milliseconds, not at the next poll.
+        self.news = news
 
     async def submit(self, who: Principal, new: NewJob) -> tuple[JobRecord, bool]:
         who.check_queue(new.queue)
@@ -90,6 +94,7 @@ class Jobs:
         job_nos = await self.blocking(partial(self.store.batch_job_nos, who.scope, batch_id, unfinished=True))
         if job_nos:
             await self.commits(Call([Cancel(scope=who.scope, job_no=job_no) for job_no in job_nos]))
+            self.news()
         return await self.blocking(self.store.get_batch, who.scope, batch_id)
 
     async def get(self, who: Principal, job_no: str) -> JobRecord:
@@ -107,7 +112,9 @@ class Jobs:
                 raise JobNotFound()
 
     async def cancel(self, who: Principal, job_no: str) -> JobRecord:
-        return await self._one(Cancel(scope=who.scope, job_no=job_no))
+        job = await self._one(Cancel(scope=who.scope, job_no=job_no))
+        self.news()
+        return job
 
     async def delete(self, who: Principal, job_no: str) -> None:
         """Remove a finished job now, as retention would later; an unfinished one is refused."""
@@ -147,6 +154,7 @@ class Jobs:
     async def requeue(self, who: Principal, job_no: str, reason: str) -> JobRecord:
         job = await self._one(Requeue(scope=who.scope, job_no=job_no, reason=reason))
         self.wakeup.notify(who.tenant, job.queue, job.job_type)
+        self.news()
         return job
 
     async def inspect(

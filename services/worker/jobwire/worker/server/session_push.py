@@ -4,8 +4,9 @@
 (jobwire.worker.server.holdings), and hears every job's changes from the event tail
 (jobwire.runtime.tail), whichever replica made them. While some session here holds a lease
 the tail polls every 50 ms with no backoff (`prompt`: twenty statements a second per
-process), so a cancel requested anywhere reaches the worker within a poll (bench/session_push.py:
-p50 55 ms), not at its next heartbeat:
+process), so a cancel requested on another replica reaches the worker within a poll
+(bench/session_push.py: p50 55 ms), not at its next heartbeat; one requested in this
+process or its family has the tail poll at once (`Runtime.news`):
 
 - a job a session holds went CANCEL_REQUESTED: `cancel_requested`, at once;
 - a job a session holds left its lease (requeued, revoked, timed out, ended by someone

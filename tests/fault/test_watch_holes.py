@@ -33,8 +33,8 @@ class LossyReader(FeedReader):
         self.lose = lose
         self.lost: list[FeedRow] = []
 
-    def poll(self) -> list[FeedRow]:
-        rows = super().poll()
+    def poll(self, full: bool = True) -> list[FeedRow]:
+        rows = super().poll(full)
         self.lost += [r for r in rows if self.lose(r)]
         return [r for r in rows if not self.lose(r)]
 

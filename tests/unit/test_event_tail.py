@@ -27,7 +27,7 @@ class CountingReader:
     def start(self) -> None:
         pass
 
-    def poll(self) -> list[FeedRow]:
+    def poll(self, full: bool = True) -> list[FeedRow]:
         self.polls += 1
         if not self.busy:
             return []
@@ -126,11 +126,11 @@ class HeldReader(CountingReader):
         super().__init__()
         self.in_poll, self.go = threading.Event(), threading.Event()
 
-    def poll(self) -> list[FeedRow]:
+    def poll(self, full: bool = True) -> list[FeedRow]:
         if self.polls == 1:
             self.in_poll.set()
             self.go.wait(10)
-        return super().poll()
+        return super().poll(full)
 
 
 async def test_a_wake_during_a_poll_gets_a_poll_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,6 +44,7 @@ class _Subscriber:
     deliver: Deliver
     listening: Callable[[], bool]
     prompt: Callable[[], bool]
+    snapshots: Callable[[], bool]  # it decodes versions that leave a job leased (watch streams)
 
 
 def _never() -> bool:
@@ -65,11 +66,18 @@ class EventTail:
         self._quiet = 0  # empty polls in a row
 
     def subscribe(
-        self, deliver: Deliver, *, listening: Callable[[], bool], prompt: Callable[[], bool] = _never
+        self,
+        deliver: Deliver,
+        *,
+        listening: Callable[[], bool],
+        prompt: Callable[[], bool] = _never,
+        snapshots: Callable[[], bool] = _never,
     ) -> None:
         """Hand every batch to `deliver`; poll fast while `listening()` says someone waits, and
-        every `poll_seconds` with no backoff while `prompt()` says news is wanted within a poll."""
-        self._subscribers.append(_Subscriber(deliver, listening, prompt))
+        every `poll_seconds` with no backoff while `prompt()` says news is wanted within a poll.
+        A poll reads the snapshot of a version that leaves its job leased (a progress report's)
+        only while `snapshots()` says some subscriber decodes those; else it is None."""
+        self._subscribers.append(_Subscriber(deliver, listening, prompt, snapshots))
 
     def wake(self) -> None:
         """Poll now: news is expected (a stream opened, a claim started waiting)."""
@@ -153,7 +161,8 @@ class EventTail:
 
     async def _poll(self) -> list[FeedRow] | None:
         try:
-            rows = await asyncio.get_running_loop().run_in_executor(self._thread, self._reader.poll)
+            full = any(s.snapshots() for s in self._subscribers)
+            rows = await asyncio.get_running_loop().run_in_executor(self._thread, self._reader.poll, full)
         except Exception:
             log.warning("event tail: poll failed; retrying", exc_info=True)
             return None

@@ -100,7 +100,10 @@ class ChangeFeed:
         self.no_worker_after = no_worker_after  # JOBWIRE_NO_WORKER_AFTER
         self._by_job: dict[tuple[str, str], set[Sink]] = defaultdict(set)
         self._by_owner: dict[str, dict[str, set[Sink]]] = defaultdict(lambda: defaultdict(set))  # tenant, owner
-        tail.subscribe(self.dispatch, listening=lambda: bool(self._by_job or self._by_owner))
+        tail.subscribe(self.dispatch, listening=self._watched, snapshots=self._watched)
+
+    def _watched(self) -> bool:
+        return bool(self._by_job or self._by_owner)
 
     async def ready(self) -> None:
         """Wait until the tail has its start position: events after it are delivered."""
@@ -136,14 +139,41 @@ class ChangeFeed:
     def dispatch(self, rows: Sequence[FeedRow], seq: int) -> Awaitable[None] | None:
         """Each row to the sinks that watch its job or its owner; `seq`: the poll that read it.
 
-        With a QUEUED version among them, the rest is left to do once where it stands is read.
+        With a QUEUED version among them, or one read without its snapshot, the rest is left
+        to do once where it stands, or the snapshot, is read.
         """
+        if any(row.snapshot is None and self._watches(row) for row in rows):
+            return self._dispatch_read(rows, seq)
+        return self._dispatch(rows, seq)
+
+    def _watches(self, row: FeedRow) -> bool:
+        return bool(self._by_job.get((row.tenant, row.job_no)) or self._by_owner.get(row.tenant))
+
+    async def _dispatch_read(self, rows: Sequence[FeedRow], seq: int) -> None:
+        """A poll that began before this process's first stream did read no progress snapshot:
+        those of the rows a stream may want are read back first (rare: the first poll of a stream)."""
+        full = list(rows)
+        for i, row in enumerate(full):
+            if row.snapshot is None and self._watches(row):
+                try:
+                    read = await self._blocking(self._store.replay, row.job_id, row.version - 1, row.version)
+                except Exception:  # the stream sees the hole at the next version and replays it
+                    log.warning("change feed: cannot read event %d of %s", row.id, row.job_no, exc_info=True)
+                    continue
+                full[i] = read[0] if read else row
+        left = self._dispatch(full, seq)
+        if left is not None:
+            await left
+
+    def _dispatch(self, rows: Sequence[FeedRow], seq: int) -> Awaitable[None] | None:
         fanned: list[tuple[Update, set[Sink]]] = []
         for row in rows:
             for_job = self._by_job.get((row.tenant, row.job_no))
             owners = self._by_owner.get(row.tenant)
             if not for_job and not owners:
                 continue  # nobody watches: not even decoded
+            if row.snapshot is None:
+                continue  # not read back: a stream that needs it sees the hole and replays it
             try:
                 update = Update.from_feed(row, seq)
             except (ValueError, KeyError, TypeError):

@@ -109,6 +109,20 @@ async def test_a_push_the_session_never_wrote_hands_its_lease_back(served, monke
     assert trail[-1] == ("RELEASED", "claim not delivered: the session ended before they were pushed"), trail
 
 
+async def held_in_its_transaction(
+    served: Served, job_type: str, work_wanted: asyncio.Event, in_transaction: asyncio.Event
+) -> tuple[Session, job_pb2.Job]:
+    """A session's standing claim for one job of `job_type`, and that job submitted: its claim's
+    transaction is held now (by the test's patch, once `work_wanted` is set)."""
+    session = Session(served)
+    await session.ask(1, standing_claim=standing(job_type, 1))
+    await claims_waiting(served)
+    work_wanted.set()
+    job = await submit(served, job_type)
+    await asyncio.wait_for(in_transaction.wait(), 10)
+    return session, job
+
+
 async def test_a_half_close_during_a_standing_claims_transaction_pushes_its_lease_not_hands_it_back(
     served, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -132,12 +146,7 @@ async def test_a_half_close_during_a_standing_claims_transaction_pushes_its_leas
     in_transaction, work_wanted = asyncio.Event(), asyncio.Event()
     monkeypatch.setattr(SessionPush, "wind_down", winding)
     monkeypatch.setattr(Leasing, "_claim_once", after_the_half_close)
-    session = Session(served)
-    await session.ask(1, standing_claim=standing("wound", 1))
-    await claims_waiting(served)
-    work_wanted.set()
-    job = await submit(served, "wound")
-    await asyncio.wait_for(in_transaction.wait(), 10)
+    session, job = await held_in_its_transaction(served, "wound", work_wanted, in_transaction)
     await session.call.done_writing()
     (lease,) = (await session.pushed()).leased.leases
     assert lease.job_no == job.job_no
@@ -164,12 +173,7 @@ async def test_asking_again_during_a_standing_claims_transaction_pushes_its_leas
         return await commit(self, work)
 
     monkeypatch.setattr(Batcher, "__call__", held_open)
-    session = Session(served)
-    await session.ask(1, standing_claim=standing("again", 1))
-    await claims_waiting(served)
-    work_wanted.set()
-    first = await submit(served, "again")
-    await asyncio.wait_for(in_transaction.wait(), 10)
+    session, first = await held_in_its_transaction(served, "again", work_wanted, in_transaction)
     assert (await session.ask(2, standing_claim=standing("again", 2))).WhichOneof("reply") == "claim"
     asked_again.set()
     (lease,) = (await session.pushed()).leased.leases

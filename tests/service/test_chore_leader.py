@@ -37,6 +37,18 @@ async def leading_all(s: Served) -> None:
     await eventually(probe, what="the first server leads every set of chores")
 
 
+async def settled(s: Served) -> None:
+    """`s` has started: asked for each set of chores once, and checked the database once (its
+    first health check, before any statement had reached it, sends one of its own)."""
+    registry = s.runtime.host.metrics.registry
+
+    async def probe() -> bool:
+        asked = all(registry.get_sample_value("jobwire_chore_leader", {"chores": c}) is not None for c in CHORES)
+        return asked and registry.get_sample_value("jobwire_database_up") == 1
+
+    await eventually(probe, what="the server asked for its chores and checked the database")
+
+
 def not_chores(statement: str) -> bool:
     """What any serving process runs, leader or not: a transaction's BEGIN, the event tail's
     poll (watch streams, waiting claims), a reading of the database clock (MySQL)."""
@@ -76,6 +88,7 @@ async def test_a_standby_sends_the_database_nothing_but_its_asking(serve: Serve)
     a = await serve()
     await leading_all(a)
     b = await serve()
+    await settled(b)
     with statements(a) as by_leader, statements(b) as by_standby:
         await asyncio.sleep(3.0)  # the leader's schedule rounds (every 1 s) against the standby's asking (every 5 s)
     assert leads(b) == set()

@@ -298,6 +298,15 @@ def watch_start(
     return WatchStart(current=_located(conn, [row], no_worker_after)[0], missed=missed)
 
 
+def events(conn: Connection, ids: Sequence[int]) -> list[FeedRow]:
+    """The events of `ids`, with their snapshots (what a lean poll read without them), in id order."""
+    rows: list[FeedRow] = []
+    for i in range(0, len(ids), GAP_CHUNK):
+        query = sa.select(*_FEED_COLUMNS, job_event.c.snapshot).where(job_event.c.id.in_(ids[i : i + GAP_CHUNK]))
+        rows += [_feed_row(r) for r in conn.execute(query.order_by(job_event.c.id))]
+    return rows
+
+
 def replay(conn: Connection, job_id: int, after: int, upto: int | None = None) -> list[FeedRow]:
     """Visible events of one job with `after < version <= upto`, progress coalesced.
 

@@ -418,6 +418,9 @@ class JobStore:
         them now, bar the place in line (jobwire.db.standing: each queue's facts kept a second)."""
         return standing.restand(self.db, self.recent_queues, versions, no_worker_after)
 
+    def events(self, ids: Sequence[int]) -> list[feed.FeedRow]:
+        return self.db.read(lambda c: feed.events(c, ids))
+
     def replay(self, job_id: int, after: int, upto: int | None) -> list[feed.FeedRow]:
         return self.db.read(lambda c: feed.replay(c, job_id, after, upto))
 

@@ -151,17 +151,15 @@ class ChangeFeed:
 
     async def _dispatch_read(self, rows: Sequence[FeedRow], seq: int) -> None:
         """A poll that began before this process's first stream did read no progress snapshot:
-        those of the rows a stream may want are read back first (rare: the first poll of a stream)."""
-        full = list(rows)
-        for i, row in enumerate(full):
-            if row.snapshot is None and self._watches(row):
-                try:
-                    read = await self._blocking(self._store.replay, row.job_id, row.version - 1, row.version)
-                except Exception:  # the stream sees the hole at the next version and replays it
-                    log.warning("change feed: cannot read event %d of %s", row.id, row.job_no, exc_info=True)
-                    continue
-                full[i] = read[0] if read else row
-        left = self._dispatch(full, seq)
+        those of the rows a stream may want are read back first, in one read (rare: the first
+        poll of a stream)."""
+        wanted = [row.id for row in rows if row.snapshot is None and self._watches(row)]
+        try:
+            read = {row.id: row for row in await self._blocking(self._store.events, wanted)}
+        except Exception:  # each stream sees the hole at the job's next version and replays it
+            log.warning("change feed: cannot read %d event(s) back", len(wanted), exc_info=True)
+            read = {}
+        left = self._dispatch([read.get(row.id, row) for row in rows], seq)
         if left is not None:
             await left
 

@@ -123,6 +123,35 @@ async def held_in_its_transaction(
     return session, job
 
 
+async def test_a_cancel_read_before_a_pushed_lease_is_written_is_pushed_after_it(served, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A Cancel has the event tail poll at once: it can bring the cancel while the lease's
+    `leased` frame still waits to be written. The lease is held from its claim, so the cancel
+    follows the lease instead of finding no holder (the worker heard it at its next heartbeat)."""
+    holding, release, write = asyncio.Event(), asyncio.Event(), session_module.written
+
+    async def held_back(context: Any, frame: worker_pb2.ServerFrame) -> None:
+        if frame.leased.leases:
+            holding.set()
+            await release.wait()
+        await write(context, frame)
+
+    monkeypatch.setattr(session_module, "written", held_back)
+    session = Session(served)
+    await session.ask(1, standing_claim=standing("raced", 1))
+    await claims_waiting(served)
+    job = await submit(served, "raced")
+    await asyncio.wait_for(holding.wait(), 10)
+    await served.jobs.Cancel(job_pb2.CancelRequest(job_no=job.job_no))
+    await served.runtime.tail.sync()  # the cancel delivered while the lease is unwritten
+    release.set()
+    (lease,) = (await session.pushed()).leased.leases
+    frame = await session.pushed()
+    assert frame.cancel_requested == worker_pb2.LeaseState(
+        job_no=lease.job_no, state=worker_pb2.LeaseState.CANCEL_REQUESTED
+    )
+    session.call.cancel()
+
+
 async def test_a_half_close_during_a_standing_claims_transaction_pushes_its_lease_not_hands_it_back(
     served, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]

@@ -13,8 +13,10 @@ one transaction, so concurrent calls share their round trips and their COMMIT:
 3. One guarded UPDATE per job, from the row it read or guessed to where its calls took it:
    the UPDATE matches only if id, version and status (and for worker calls the token and
    epoch) are still as read. All UPDATEs go in one round trip. A row this transaction read
-   locked (a claim's candidates) cannot have changed, so its UPDATE cannot miss: it waits
-   for the COMMIT's round trip (a claim makes two, not three), unless a follow-up (5) reads first.
+   locked (a claim's candidates) cannot have changed, so its UPDATE, guarded on that row's own
+   values only (no change's extra guard, which an earlier step may have moved), cannot miss:
+   it waits for the COMMIT's round trip (a claim makes two, not three), unless a follow-up (5)
+   reads first.
 4. A job whose UPDATE matched nothing (the guess was stale: a user cancelled, another
    replica reported), or whose guess led to a refusal, is read again, locked, and decided
    again: the read that explains a refusal is only made when there is one.
@@ -210,8 +212,9 @@ async def _round(
     await _bases(wire, ops, jobs.values(), cache, {**rows, **found})
     recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
     written = [job for job in jobs.values() if job.changes and job not in recheck]
-    certain = [_update(wire, job) for job in written if job.locked]
-    written = [job for job in written if not job.locked]
+    sure = [job for job in written if job.locked and not any(c.guards for c in job.changes)]
+    certain = [_update(wire, job) for job in sure]
+    written = [job for job in written if job not in sure]
     counts = await wire.run([_update(wire, job) for job in written])
     recheck += [job for job, matched in zip(written, counts, strict=True) if matched != 1]
     if recheck:

@@ -43,6 +43,10 @@ class Held:
     # The job's version when it was leased, when known (a standing claim's lease): the event
     # tail's rows up to it (its Submit, read after the claim) are the lease's past, not news.
     since: int = 0
+    # The worker was handed it. A standing claim's lease is held from its claim, so a cancel
+    # read before its `leased` frame is written is pushed after it; until then it is not the
+    # worker's, and a session that ends first hands it back rather than leaving it to expire.
+    written: bool = True
 
 
 class Holdings:
@@ -94,12 +98,20 @@ class Holdings:
         elif kind in ("report_stage", "record_evidence"):
             self._reported(request, outcome)
 
-    def delivered(self, leases: Sequence[worker_pb2.Lease], versions: Sequence[int] = ()) -> None:
-        """Leases the session handed its worker, with the job's version at each, when known."""
-        for i, lease in enumerate(leases):
+    def delivered(self, leases: Sequence[worker_pb2.Lease]) -> None:
+        """Leases the session handed its worker."""
+        for lease in leases:
+            self._hold(lease.tenant, lease.job_no, lease.worker_token)
+
+    def pushing(self, leases: Sequence[worker_pb2.Lease], versions: Sequence[int]) -> list[Held]:
+        """A standing claim's leases, about to be pushed, with the job's version at each: held
+        from now, not yet `written`."""
+        out = []
+        for lease, version in zip(leases, versions, strict=True):
             held = self._hold(lease.tenant, lease.job_no, lease.worker_token)
-            if i < len(versions):
-                held.since = max(held.since, versions[i])
+            held.since, held.written = version, False
+            out.append(held)
+        return out
 
     def drop(self, held: Held) -> None:
         if self._held.pop((held.job_no, held.token), None) is not None:

@@ -223,11 +223,17 @@ class SessionPush:
         undelivered Claim's are)."""
         written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         frame = worker_pb2.ServerFrame(leased=worker_pb2.ClaimResponse(leases=[self._hub.encode(x) for x in leases]))
+        # Held from now: a cancel the event tail brings before the frame is written (a Cancel
+        # has the tail poll at once) is pushed after it, not lost for want of a holder.
+        pushed = self.holdings.pushing(frame.leased.leases, [x.version for x in leases])
 
         def done(delivered: bool) -> None:
-            if delivered:
-                self.holdings.delivered(frame.leased.leases, [x.version for x in leases])
-            else:
+            for held in pushed:
+                if delivered:
+                    held.written = True
+                else:
+                    self.holdings.drop(held)
+            if not delivered:
                 self._hub.leasing.hand_back(tenant, leases, "the session ended before they were pushed")
             if not written.done():
                 written.set_result(delivered)
@@ -252,7 +258,7 @@ class SessionPush:
         a dead worker's (jobwire.worker.server.disconnects). None: it ended in silence, as the
         keepalive ends a stopped worker's too: they expire at their end and the stall grace."""
         self._closed = True
-        left = self.holdings.clear()
+        left = [held for held in self.holdings.clear() if held.written]  # the others are handed back
         if why is None:
             self._hub.metrics.disconnected("silent", len(left))
         else:

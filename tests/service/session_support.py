@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import grpc
+import pytest
 from google.protobuf.message import Message
 from served import Served, eventually
 from service_support import duration, spec
 
 from jobwire.v1 import worker_pb2
+from jobwire.worker.server import session as session_module
 
 SESSION = "jobwire.v1.WorkerService/Session"
 
@@ -63,3 +67,19 @@ async def claims_waiting(served: Served, n: int = 1) -> None:
         return served.runtime.host.metrics.claims_waiting() >= n
 
     await eventually(probe, what=f"{n} claim(s) waiting for work")
+
+
+def hold_writes(
+    monkeypatch: pytest.MonkeyPatch, which: Callable[[worker_pb2.ServerFrame], bool]
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Frames `which` picks wait, unwritten, at a gate until the test opens it: (held, gate)."""
+    held, gate, write = asyncio.Event(), asyncio.Event(), session_module.written
+
+    async def withheld(context: Any, frame: worker_pb2.ServerFrame) -> None:
+        if which(frame):
+            held.set()
+            await gate.wait()
+        await write(context, frame)
+
+    monkeypatch.setattr(session_module, "written", withheld)
+    return held, gate

@@ -36,7 +36,7 @@ from service_support import (
     when,
     woken,
 )
-from session_support import SESSION, Session, claim_request, claims_waiting, ref
+from session_support import SESSION, Session, claim_request, claims_waiting, hold_writes, ref
 
 from jobwire.client.status import error_reason
 from jobwire.db.store import Claim
@@ -387,16 +387,7 @@ def hold_claims_in_their_transaction(served: Served, monkeypatch: pytest.MonkeyP
 
 def hold_claim_replies(served: Served, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
     """A Claim's reply holding a lease is never written: it waits at a gate the test never opens."""
-    held, gate, write = asyncio.Event(), asyncio.Event(), session_module.written
-
-    async def withheld(context: Any, frame: worker_pb2.ServerFrame) -> None:
-        if frame.claim.leases:
-            held.set()
-            await gate.wait()
-        await write(context, frame)
-
-    monkeypatch.setattr(session_module, "written", withheld)
-    return held, gate
+    return hold_writes(monkeypatch, lambda frame: bool(frame.claim.leases))
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,11 @@ import grpc
 from google.rpc import code_pb2
 from served import Served, eventually, housekeeping_round
 from service_support import claim, duration, events, spec, submit, when
-from session_support import Session, claim_request, claims_waiting, ref
+from session_support import Session, claim_request, claims_waiting, hold_writes, ref
 
 from jobwire.db.store import Claim
 from jobwire.rpc.batching import Batcher
 from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
-from jobwire.worker.server import session as session_module
 from jobwire.worker.server.leasing import Leasing
 from jobwire.worker.server.session_push import SessionPush
 
@@ -89,15 +88,9 @@ async def test_a_standing_claim_is_refused_as_a_claim_would_be(served) -> None: 
 
 
 async def test_a_push_the_session_never_wrote_hands_its_lease_back(served, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    held_up, write = asyncio.Event(), session_module.written
-
-    async def withheld(context: Any, frame: worker_pb2.ServerFrame) -> None:
-        if frame.leased.leases:
-            held_up.set()
-            await asyncio.Event().wait()  # never written: the session ends first
-        await write(context, frame)
-
-    monkeypatch.setattr(session_module, "written", withheld)
+    held_up, _ = hold_writes(
+        monkeypatch, lambda frame: bool(frame.leased.leases)
+    )  # never written: the session ends first
     session = Session(served)
     await session.ask(1, standing_claim=standing("unwritten", 1))
     job = await submit(served, "unwritten")
@@ -127,15 +120,7 @@ async def test_a_cancel_read_before_a_pushed_lease_is_written_is_pushed_after_it
     """A Cancel has the event tail poll at once: it can bring the cancel while the lease's
     `leased` frame still waits to be written. The lease is held from its claim, so the cancel
     follows the lease instead of finding no holder (the worker heard it at its next heartbeat)."""
-    holding, release, write = asyncio.Event(), asyncio.Event(), session_module.written
-
-    async def held_back(context: Any, frame: worker_pb2.ServerFrame) -> None:
-        if frame.leased.leases:
-            holding.set()
-            await release.wait()
-        await write(context, frame)
-
-    monkeypatch.setattr(session_module, "written", held_back)
+    holding, release = hold_writes(monkeypatch, lambda frame: bool(frame.leased.leases))
     session = Session(served)
     await session.ask(1, standing_claim=standing("raced", 1))
     await claims_waiting(served)

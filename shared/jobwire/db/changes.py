@@ -178,20 +178,20 @@ async def apply_ops(
     `moved` gets the counted moves (jobwire.domain.transitions), and `leases_ended` the leases this
     transaction ended, once the COMMIT stands.
     """
-    jobs, certain = await _round(wire, ops, now, cache, rows or {})
+    jobs, deferred = await _round(wire, ops, now, cache, rows or {})
     every = list(jobs.values())
     ended = _ended(every)
     while follow is not None and ended:
-        await _run_certain(wire, certain)  # what follows up reads the rows as they now are
+        await _run_sure(wire, deferred)  # what follows up reads the rows as they now are
         more, locked = await follow(wire, ended)
         if not more:
-            certain = []
+            deferred = []
             break
-        followed_jobs, certain = await _round(wire, more, now, cache, locked)
+        followed_jobs, deferred = await _round(wire, more, now, cache, locked)
         followed = list(followed_jobs.values())
         every += followed
         ended = _ended(followed)
-    await wire.commit(certain + _records(wire, every, now, evidence) + list(extra))
+    await wire.commit(deferred + _records(wire, every, now, evidence) + list(extra))
     _remember(cache, every)
     if moved is not None:
         moved.extend(_moves(every))
@@ -212,22 +212,26 @@ async def _round(
     await _bases(wire, ops, jobs.values(), cache, {**rows, **found})
     recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
     written = [job for job in jobs.values() if job.changes and job not in recheck]
-    sure = [job for job in written if job.locked and not any(c.guards for c in job.changes)]
-    certain = [_update(wire, job) for job in sure]
-    written = [job for job in written if job not in sure]
-    counts = await wire.run([_update(wire, job) for job in written])
-    recheck += [job for job, matched in zip(written, counts, strict=True) if matched != 1]
+    deferred = [job for job in written if _cannot_miss(job)]
+    checked = [job for job in written if not _cannot_miss(job)]
+    counts = await wire.run([_update(wire, job) for job in checked])
+    recheck += [job for job, matched in zip(checked, counts, strict=True) if matched != 1]
     if recheck:
         await _read(wire, recheck, Lock.UPDATE)
         for job in recheck:
             _decide(job, ops, now)
-        again = [job for job in recheck if job.changes]
-        if any(matched != 1 for matched in await wire.run([_update(wire, job) for job in again])):
-            raise RetryTransaction()  # a locked row changed under us: only SQLite's rowid reuse could
-    return jobs, certain
+        await _run_sure(wire, [_update(wire, job) for job in recheck if job.changes])
+    return jobs, [_update(wire, job) for job in deferred]
 
 
-async def _run_certain(wire: Wire, updates: list[Statement]) -> None:
+def _cannot_miss(job: _Job) -> bool:
+    """Its base was read locked in this transaction and its UPDATE is guarded on that row's
+    own values only (no change's extra guard, which an earlier step may have moved)."""
+    return job.locked and not any(c.guards for c in job.changes)
+
+
+async def _run_sure(wire: Wire, updates: list[Statement]) -> None:
+    """UPDATEs of rows read locked here, which cannot miss: one that does reruns the transaction."""
     if any(matched != 1 for matched in await wire.run(updates)):
         raise RetryTransaction()  # a locked row changed under us: only SQLite's rowid reuse could
 

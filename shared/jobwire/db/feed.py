@@ -300,11 +300,7 @@ def watch_start(
 
 def events(conn: Connection, ids: Sequence[int]) -> list[FeedRow]:
     """The events of `ids`, with their snapshots (what a lean poll read without them), in id order."""
-    rows: list[FeedRow] = []
-    for i in range(0, len(ids), GAP_CHUNK):
-        query = sa.select(*_FEED_COLUMNS, job_event.c.snapshot).where(job_event.c.id.in_(ids[i : i + GAP_CHUNK]))
-        rows += [_feed_row(r) for r in conn.execute(query.order_by(job_event.c.id))]
-    return rows
+    return _in_chunks(conn, ids, job_event.c.id, job_event.c.id.in_)
 
 
 def replay(conn: Connection, job_id: int, after: int, upto: int | None = None) -> list[FeedRow]:
@@ -320,14 +316,21 @@ def replay(conn: Connection, job_id: int, after: int, upto: int | None = None) -
         where.append(job_event.c.version <= upto)
     marks = conn.execute(sa.select(job_event.c.version, job_event.c.kind).where(*where).order_by(job_event.c.version))
     keep = coalesced(list(marks))
+    # visible again: an invisible row (a checkpoint saved, evidence) shares its version with the change
+    return _in_chunks(
+        conn, keep, job_event.c.version,
+        lambda chunk: sa.and_(job_event.c.job_id == job_id, job_event.c.version.in_(chunk), job_event.c.visible),
+    )  # fmt: skip
+
+
+def _in_chunks(
+    conn: Connection, keys: Sequence[int], order: Any, where: Callable[[Sequence[int]], sa.ColumnElement[bool]]
+) -> list[FeedRow]:
+    """The events `where` picks for `keys`, a chunk of keys per statement, with their snapshots."""
     rows: list[FeedRow] = []
-    for i in range(0, len(keep), GAP_CHUNK):
-        chunk = keep[i : i + GAP_CHUNK]
-        # visible again: an invisible row (a checkpoint saved, evidence) shares its version with the change
-        query = sa.select(*_FEED_COLUMNS, job_event.c.snapshot).where(
-            job_event.c.job_id == job_id, job_event.c.version.in_(chunk), job_event.c.visible
-        )
-        rows += [_feed_row(r) for r in conn.execute(query.order_by(job_event.c.version))]
+    for i in range(0, len(keys), GAP_CHUNK):
+        query = sa.select(*_FEED_COLUMNS, job_event.c.snapshot).where(where(keys[i : i + GAP_CHUNK]))
+        rows += [_feed_row(r) for r in conn.execute(query.order_by(order))]
     return rows
 
 

@@ -102,6 +102,7 @@ class FakeWorkerService:
     claim_gate: asyncio.Event | None = None  # when set, Claim long-polls until the gate opens
     on_end: Callable[[str, Any], None] | None = None  # sees every ending call as it arrives
     report_gate: asyncio.Event | None = None  # when set, BatchReportStage answers once the gate opens
+    clock: Callable[[], float] = time.monotonic  # what each call's `at` reads
 
     def of(self, method: str, job_no: str | None = None) -> list[Any]:
         return [c.request for c in self.calls if c.method == method and (job_no is None or c.request.job_no == job_no)]
@@ -117,7 +118,7 @@ class FakeWorkerService:
         return self.of(method)
 
     def _record(self, method: str, request: message.Message) -> None:
-        self.calls.append(Call(method, request, time.monotonic()))
+        self.calls.append(Call(method, request, self.clock()))
         self.changed.set()
         queued = self.errors.get(method)
         if queued:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,6 +18,22 @@ from jobwire.worker.sdk._reporter import JobReporter, ReportSender
 
 INTERVAL = 0.25
 SLACK = 0.01  # timer granularity
+
+
+class StampClock:
+    """The sender's clock, remembering its last reading: the time the sender stamped its send.
+
+    A call's arrival time at the fake would be a second reading, and the process can be put
+    off the CPU between the two: a late first arrival makes the next gap look short. The
+    sender reads its clock last just before it calls, so the gaps are its own decisions.
+    """
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def __call__(self) -> float:
+        self.last = time.monotonic()
+        return self.last
 
 
 def snap(
@@ -40,7 +57,9 @@ async def running(sender: ReportSender) -> AsyncIterator[ReportSender]:
 @pytest.fixture
 async def sender(fake: FakeWorkerService) -> AsyncIterator[ReportSender]:
     """The worker's one sender for `fake`, running until the test ends."""
-    async with running(ReportSender(fake, interval=INTERVAL)) as started:
+    stamps = StampClock()
+    fake.clock = lambda: stamps.last
+    async with running(ReportSender(fake, interval=INTERVAL, clock=stamps)) as started:
         yield started
 
 

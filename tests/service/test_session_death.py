@@ -7,15 +7,19 @@ end and with no stall grace. The grace is a real timer: these servers run a shor
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import grpc
 from served import Served, eventually
 from service_support import LEASE_LOST, complete_request, events, get, rpc_error, submit, when
-from session_support import Session, claim_request, ref
+from session_support import Session, claim_request, hold_writes, ref
 
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.server import session as session_module
+from jobwire.worker.server.session_push import SessionPush
 
 GRACE_S = 1.0
 
@@ -65,6 +69,63 @@ async def test_a_dead_session_flags_its_inspect_job_and_reruns_nothing(serve) ->
     trail = [e.kind for e in await events(served, lease.job_no)]
     assert trail[-2:] == ["WORKER_DISCONNECTED", "LEASE_EXPIRED"], trail
     assert list((await served.workers.Claim(claim_request("inspected"))).leases) == []
+
+
+def heartbeat(lease: worker_pb2.Lease) -> worker_pb2.HeartbeatRequest:
+    return worker_pb2.HeartbeatRequest(worker_id="w1", leases=[worker_pb2.LeaseRef(**ref(lease))])
+
+
+async def test_a_dead_sessions_renewal_whose_answer_was_never_written_is_its_own(serve, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The worker died after its heartbeat reached the database, before the answer reached it:
+    the renewal is the session's, not a sign its worker came back elsewhere."""
+    served = await serve(session_grace_seconds=GRACE_S)
+    session = Session(served)
+    lease = await claimed(served, session, "beats", retry_policy=retry())
+    held, _ = hold_writes(monkeypatch, lambda frame: frame.HasField("heartbeat"))
+    await session.send(2, heartbeat=heartbeat(lease))
+    await asyncio.wait_for(held.wait(), 30)  # renewed in the database, its answer unwritten
+    start = time.monotonic()
+    session.call.cancel()
+    back = await eventually(when(served, lease.job_no, lambda j: j.status == job_pb2.Job.QUEUED), GRACE_S + 5)
+    assert time.monotonic() - start <= GRACE_S + 1
+    assert back.attempt == 1
+    assert served.runtime.host.metrics.disconnected_leases("marked") == 1
+
+
+async def test_a_dead_sessions_renewal_committing_as_it_ends_is_its_own(serve, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The worker died while its heartbeat's transaction was committing: the session waits
+    for it (it commits whoever waits), so the renewal is known as its own."""
+    served = await serve(session_grace_seconds=GRACE_S)
+    session = Session(served)
+    lease = await claimed(served, session, "commits", retry_policy=retry())
+    commits, committed, gate = served.runtime.commits, asyncio.Event(), asyncio.Event()
+    run = commits._run  # the store's apply, as the batcher was given it
+
+    async def answered_late(work: Sequence[Any]) -> Sequence[Any]:
+        results = await run(work)
+        if not committed.is_set():  # the heartbeat's: committed, its answer held back
+            committed.set()
+            await gate.wait()
+        return results
+
+    monkeypatch.setattr(commits, "_run", answered_late)
+    ending, stop_standing = asyncio.Event(), SessionPush.stop_standing
+
+    def stopping(push: SessionPush) -> asyncio.Task[None] | None:
+        ending.set()  # the session's end has begun
+        return stop_standing(push)
+
+    monkeypatch.setattr(SessionPush, "stop_standing", stopping)
+    await session.send(2, heartbeat=heartbeat(lease))
+    await asyncio.wait_for(committed.wait(), 30)
+    start = time.monotonic()
+    session.call.cancel()
+    await asyncio.wait_for(ending.wait(), 30)
+    gate.set()
+    back = await eventually(when(served, lease.job_no, lambda j: j.status == job_pb2.Job.QUEUED), GRACE_S + 5)
+    assert time.monotonic() - start <= GRACE_S + 1
+    assert back.attempt == 1
+    assert served.runtime.host.metrics.disconnected_leases("marked") == 1
 
 
 async def test_a_worker_back_within_the_grace_keeps_its_lease(serve) -> None:  # type: ignore[no-untyped-def]

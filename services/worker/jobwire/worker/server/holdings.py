@@ -81,22 +81,27 @@ class Holdings:
                 held.endings += 1
 
     def answered(self, kind: str, request: Message, outcome: Message, *, delivered: bool) -> None:
-        """A call's answer was written (`delivered`), or its session ended first."""
+        """A call's answer was written (`delivered`), or its session ended first.
+
+        Undelivered, what the call did in the database still holds: an ending ended the lease,
+        a renewal renewed it as this session's (its time is past `heard_at`, and a lease renewed
+        past it is taken for another session's). Only a claim's leases went back, and the worker
+        was told of no cancel.
+        """
         if kind in ENDINGS:
             self._ended(request, outcome)
-        elif not delivered:
-            return
         elif kind == "claim" and isinstance(outcome, worker_pb2.ClaimResponse):
-            self.delivered(outcome.leases)
+            if delivered:
+                self.delivered(outcome.leases)
         elif kind == "heartbeat" and isinstance(outcome, worker_pb2.HeartbeatResponse):
             for ref, state in zip(request.leases, outcome.leases, strict=True):  # type: ignore[attr-defined]
-                told_cancel = state.state == worker_pb2.LeaseState.CANCEL_REQUESTED
+                told_cancel = delivered and state.state == worker_pb2.LeaseState.CANCEL_REQUESTED
                 self._named(ref.job_no, ref.worker_token, state.state in _HELD_STATES, told_cancel)
         elif kind == "batch_report_stage" and isinstance(outcome, worker_pb2.BatchReportStageResponse):
             for report, result in zip(request.reports, outcome.results, strict=True):  # type: ignore[attr-defined]
-                self._reported(report, result.response if result.HasField("response") else result.error)
+                self._reported(report, result.response if result.HasField("response") else result.error, delivered)
         elif kind in ("report_stage", "record_evidence"):
-            self._reported(request, outcome)
+            self._reported(request, outcome, delivered)
 
     def delivered(self, leases: Sequence[worker_pb2.Lease]) -> None:
         """Leases the session handed its worker."""
@@ -132,13 +137,13 @@ class Holdings:
         if not isinstance(outcome, status_pb2.Status) or _lost(outcome):
             self.drop(held)  # done (or done before: a replay), or no longer this worker's
 
-    def _reported(self, request: Message, outcome: Message) -> None:
+    def _reported(self, request: Message, outcome: Message, delivered: bool) -> None:
         job_no, token = request.job_no, request.worker_token  # type: ignore[attr-defined]
         if isinstance(outcome, status_pb2.Status):
             if _lost(outcome):
                 self._named(job_no, token, held=False)
             return
-        told_cancel = isinstance(outcome, worker_pb2.ReportStageResponse) and outcome.cancel_requested
+        told_cancel = delivered and isinstance(outcome, worker_pb2.ReportStageResponse) and outcome.cancel_requested
         self._named(job_no, token, held=True, told_cancel=told_cancel)
 
     def _named(self, job_no: str, token: str, held: bool, told_cancel: bool = False) -> None:

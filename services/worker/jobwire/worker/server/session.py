@@ -166,10 +166,16 @@ class WorkerSession:
             if self._refusal is not None:
                 raise self._refusal
         finally:
-            # Cancelled (the worker left, the server stops) or refused: no call outlives the stream.
+            # Cancelled (the worker left, the server stops) or refused: no call outlives the
+            # stream, but only a claim is stopped, for it may wait long (its leases go back). Any
+            # other call is one transaction, sent to the database and committed whether or not
+            # its caller still waits (jobwire.rpc.batching): it runs to its end, so what it did
+            # is known here. A renewal committed unbeknown to the session would look like its
+            # worker's from a new session elsewhere, and the dead worker's lease would not be
+            # marked (jobwire.db.disconnects): its job would wait for the lease's end.
             calls = list(self._in_flight.values())
             standing = self._push.stop_standing()
-            for task in (reader, *calls):
+            for task in (reader, *(c for c in calls if c.get_name() == "claim")):
                 task.cancel()
             await asyncio.gather(reader, *calls, *([standing] if standing else []), return_exceptions=True)
             for call in list(self._unwritten):
@@ -233,7 +239,7 @@ class WorkerSession:
                 # worker about to close its session. It asks anew when it wants more.
                 self._push.stop_standing()
             self._push.holdings.starting(kind, request)
-            self._in_flight[call_id] = asyncio.create_task(self._answer(call_id, kind, request, call))
+            self._in_flight[call_id] = asyncio.create_task(self._answer(call_id, kind, request, call), name=kind)
 
     def _refuse(self, call_id: int, error: JobwireError) -> None:
         self._replies.put_nowait(Outgoing(worker_pb2.ServerFrame(call_id=call_id, error=status_proto(error)), None))

@@ -128,6 +128,37 @@ async def test_a_dead_sessions_renewal_committing_as_it_ends_is_its_own(serve, m
     assert served.runtime.host.metrics.disconnected_leases("marked") == 1
 
 
+async def test_a_worker_that_moved_keeps_its_lease_when_its_old_sessions_renewal_lands_late(serve, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The worker moved to a new session (its old stream cut, say) while a heartbeat on the old
+    one was committed but unanswered, and renewed on the new one first: the old session's end,
+    handled after both, marks the lease (its guard sees no renewal past its own). The new
+    session holds the lease and hears of the mark: it renews it, and the worker keeps it."""
+    served = await serve(session_grace_seconds=GRACE_S)
+    old = Session(served)
+    lease = await claimed(served, old, "moves", retry_policy=retry())
+    once = [True]
+
+    def first_heartbeat(frame: worker_pb2.ServerFrame) -> bool:
+        if frame.HasField("heartbeat") and once:
+            once.pop()
+            return True
+        return False
+
+    held, _ = hold_writes(monkeypatch, first_heartbeat)
+    await old.send(2, heartbeat=heartbeat(lease))
+    await asyncio.wait_for(held.wait(), 30)  # renewed on the old session, its answer unwritten
+    new = Session(served)
+    assert (await new.ask(1, heartbeat=heartbeat(lease))).heartbeat.leases[0].state == worker_pb2.LeaseState.OK
+    old.call.cancel()
+    await eventually(disconnected(served, "marked"), what="the old session's end marked the lease")
+    await eventually(disconnected(served, "untouched"), GRACE_S + 5, "the grace's end found the lease renewed")
+    assert served.runtime.host.metrics.disconnected_leases("renewed") == 1
+    job = await get(served, lease.job_no)
+    assert (job.status, job.attempt, job.stalled) == (job_pb2.Job.RUNNING, 1, False)
+    done = await new.ask(2, complete=complete_request(lease))
+    assert not done.HasField("error"), done.error
+
+
 async def test_a_worker_back_within_the_grace_keeps_its_lease(serve) -> None:  # type: ignore[no-untyped-def]
     served = await serve(session_grace_seconds=3.0)  # the new session speaks well within it
     first = Session(served)

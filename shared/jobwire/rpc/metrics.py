@@ -142,7 +142,8 @@ class Metrics:
         return float(self.registry.get_sample_value("jobwire_session_pushes_total", {"push": push}) or 0.0)
 
     def disconnected(self, step: str, leases: int) -> None:
-        """`leases` of ended Sessions went through `step` (marked, expired, untouched)."""
+        """`leases` of ended Sessions went through `step` (marked, expired, untouched, silent;
+        renewed: held by a live session of the same worker)."""
         if leases:
             self._disconnected.labels(step).inc(leases)
 

@@ -9,7 +9,8 @@ held. So, from the process that saw it end:
 1. at once, each lease it held ends within JOBWIRE_SESSION_GRACE_SECONDS (3 s), with a
    WORKER_DISCONNECTED event (jobwire.db.disconnects.MarkDisconnected): a worker that only
    lost its connection names its tokens again from a new session (a Heartbeat, a report)
-   and its leases run on;
+   and its leases run on; one that did so before this mark has its new session renew them
+   when it hears of the mark (jobwire.worker.server.session_push);
 2. at the grace's end (a timer here, not the reaper's next round), the reaper's own steps
    for those leases alone, with no stall grace: RETRY requeues (a new epoch, the old token
    refused), INSPECT is marked stalled, a pending cancel ends CANCELLED.

@@ -180,6 +180,12 @@ class Leasing:
         call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id))
         return lease_states(held, await self.commits(call))
 
+    async def renew(self, tenant: str, job_no: str, token: str) -> LeaseStatus:
+        """The lease renewed as its worker's heartbeat would, on the word of a live session that holds it."""
+        held = [(job_no, token)]
+        (status,) = lease_states(held, await self.commits(heartbeat_call(tenant, "", held, touch=False)))
+        return status
+
     async def reports(self, reports: Sequence[ProgressReport]) -> list[LeaseStatus | JobwireError]:
         """Several reports (one worker's batch) in one call: each its status or its refusal."""
         outcomes: list[LeaseStatus | JobwireError] = await self.commits(Call([Report.of(r) for r in reports]))

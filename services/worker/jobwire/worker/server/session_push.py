@@ -12,7 +12,13 @@ process or its family has the tail poll at once (`Runtime.news`):
 - a job a session holds left its lease (requeued, revoked, timed out, ended by someone
   else): `lease_lost`, once a read confirms the token no longer holds it, so a change the
   tail delivers late (the QUEUED version of a job the session has since claimed) or the
-  session's own ending in flight pushes nothing.
+  session's own ending in flight pushes nothing;
+- a lease a session holds was marked disconnected (WORKER_DISCONNECTED) by the end of
+  another session, here or on another replica: its worker is alive on this one, so the
+  lease is renewed at once, as its heartbeat would. The mark's guard (renewed since that
+  session last heard of it) compares times the two sessions' servers took apart: a worker
+  that moved while its old session's last call was still on its way can have its new
+  session's renewal land before that call's, and the mark then takes it for dead.
 
 `SessionPush` is one session's side: its holdings, its standing claim (one task claiming
 through Leasing.claim as a Claim does, with the same fencing, shares, limits and wake-ups,
@@ -86,6 +92,7 @@ class PushHub:
         self._tail = tail
         self._by_job: dict[Name, dict[Held, SessionPush]] = {}
         self._checks: dict[Held, asyncio.Task[None]] = {}
+        self._renewals: set[asyncio.Task[None]] = set()
         tail.subscribe(self._deliver, listening=self._holding, prompt=self._holding)
 
     async def ready(self) -> None:
@@ -129,10 +136,31 @@ class PushHub:
             if row.kind == EventKind.CANCEL_REQUESTED and row.to_status == Status.CANCEL_REQUESTED:
                 for held, session in list(holders.items()):
                     session.tell_cancel(held)
+            elif row.kind == EventKind.WORKER_DISCONNECTED:
+                for held, session in list(holders.items()):
+                    if held.written and not held.endings:
+                        self._renew(held, session)
             elif row.to_status not in LEASED:
                 for held, session in list(holders.items()):
                     if row.version > held.since and not held.endings and held not in self._checks:
                         self._check(held, session)
+
+    def _renew(self, held: Held, session: SessionPush) -> None:
+        """Renew a lease another session's end marked: this session's worker holds it."""
+
+        async def renew() -> None:
+            try:
+                status = await self.leasing.renew(held.tenant, held.job_no, held.token)
+            except Exception:  # the worker's next renewal, within the grace, keeps it instead
+                log.warning("session push: cannot renew the lease of %s", held.job_no, exc_info=True)
+                return
+            self.metrics.disconnected("renewed", 1)
+            if status.state in _LOST:
+                session.tell_lost(held, _LOST[status.state])
+
+        task = asyncio.get_running_loop().create_task(renew())
+        self._renewals.add(task)
+        task.add_done_callback(self._renewals.discard)
 
     def _check(self, held: Held, session: SessionPush) -> None:
         """Read where the lease stands; push lease_lost if it is gone."""

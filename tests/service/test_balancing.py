@@ -132,7 +132,11 @@ async def test_a_session_worker_moves_to_the_other_server_when_its_connection_ag
     caplog.set_level(logging.WARNING, logger="jobwire.worker")
     running = asyncio.create_task(worker.run())
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + sum(AGE.values()) + 15
+    # A stream cut every age plus grace (3.5 s) goes to either server: round robin's picker
+    # starts at a random index each time the subchannels change, as each connection's age
+    # makes them. So a cut moves the worker with odds of one half; 60 s is about 17 cuts
+    # (18.5 s, five cuts, stayed put in 1 of 8 runs on a loaded machine). Most runs end in seconds.
+    deadline = loop.time() + 60
     done = 0
     try:
         async with AsyncJobClient.connect(target) as client:

@@ -154,9 +154,10 @@ class PushHub:
             except Exception:  # the worker's next renewal, within the grace, keeps it instead
                 log.warning("session push: cannot renew the lease of %s", held.job_no, exc_info=True)
                 return
-            self.metrics.disconnected("renewed", 1)
-            if status.state in _LOST:
+            if status.state in _LOST:  # gone before the renewal came (the grace ran out first)
                 session.tell_lost(held, _LOST[status.state])
+            else:
+                self.metrics.disconnected("renewed", 1)
 
         task = asyncio.get_running_loop().create_task(renew())
         self._renewals.add(task)

@@ -88,9 +88,14 @@ async def test_counts_of_both_children_add_up_and_database_gauges_are_not_double
 
     async def read() -> dict[str, float] | None:
         totals = await asyncio.to_thread(_scrape, port)
-        return totals if totals.get("jobwire_jobs:READY") == done else None
+        # A reading once every queued job is due. Each process estimates the database's clock
+        # (jobwire.db.clock) and their estimates differ by up to a reading's round trip: a job
+        # the other child submitted just before a census (run_after its own "now") may not be
+        # due yet by the census's clock. A depth doubled (one per process) would never match.
+        settled = totals.get("jobwire_queue_depth") == totals.get("jobwire_jobs:QUEUED")
+        return totals if totals.get("jobwire_jobs:READY") == done and settled else None
 
-    totals = await eventually(read, what="the gauges read after the last Complete")
+    totals = await eventually(read, what="the gauges read after the last Complete, every queued job due")
     assert totals["jobwire_jobs_submitted_total"] == submitted
     assert totals["jobwire_jobs_claimed_total"] == done
     assert totals["jobwire_jobs_completed_total"] == done

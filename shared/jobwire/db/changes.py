@@ -211,9 +211,12 @@ async def _round(
         jobs.setdefault(name, _Job(name, [])).ops.append(i)
     await _bases(wire, ops, jobs.values(), cache, {**rows, **found})
     recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
-    written = [job for job in jobs.values() if job.changes and job not in recheck]
-    deferred = [job for job in written if _cannot_miss(job)]
-    checked = [job for job in written if not _cannot_miss(job)]
+    rechecked = {id(job) for job in recheck}  # by identity: a dataclass's == compares every field
+    deferred: list[_Job] = []
+    checked: list[_Job] = []
+    for job in jobs.values():
+        if id(job) not in rechecked and job.changes:
+            (deferred if _cannot_miss(job) else checked).append(job)
     counts = await wire.run([_update(wire, job) for job in checked])
     recheck += [job for job, matched in zip(checked, counts, strict=True) if matched != 1]
     if recheck:

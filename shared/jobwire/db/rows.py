@@ -11,6 +11,7 @@ import functools
 import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from json.encoder import encode_basestring as _text
 from typing import Any
 
 from jobwire.domain import stages as stage_plans
@@ -222,14 +223,37 @@ def _artifact(row: Mapping[str, Any]) -> Artifact | None:
 
 
 SNAPSHOT_COLUMNS = (*VISIBLE_COLUMNS, *ARTIFACT_COLUMNS)
-# One encoder for every event (json.dumps with options builds a new one per call);
-# c_make_encoder calls `default` for what JSON lacks: here only datetimes.
+_SNAPSHOT_KEYS = tuple((name, json.dumps(name) + ":") for name in SNAPSHOT_COLUMNS)
+# For a value that is not text, a whole number, a flag, a time or nothing (no column today).
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=datetime.isoformat).encode
 
 
 def snapshot(row: Mapping[str, Any]) -> str:
-    """The user-visible state of `row` as JSON, for the event that produced it."""
-    return _encode({name: row.get(name) for name in SNAPSHOT_COLUMNS})
+    """The user-visible state of `row` as JSON, for the event that produced it.
+
+    Written value by value, not by json's encoder over a dict built for it: every change
+    writes one, and this way costs two thirds of the time (the encoder called back into
+    Python for each of the row's times). The same JSON: texts escaped as json does with
+    ensure_ascii off, times as isoformat().
+    """
+    parts = []
+    for name, key in _SNAPSHOT_KEYS:
+        value: Any = row.get(name)
+        kind: type = type(value)
+        if kind is str:
+            text = _text(value)
+        elif value is None:
+            text = "null"
+        elif kind is int:
+            text = int.__repr__(value)
+        elif kind is bool:
+            text = "true" if value else "false"
+        elif kind is datetime:
+            text = '"' + value.isoformat() + '"'
+        else:
+            text = _encode(value)
+        parts.append(key + text)
+    return "{" + ",".join(parts) + "}"
 
 
 def row_from_snapshot(text: str) -> dict[str, Any]:

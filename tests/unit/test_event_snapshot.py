@@ -13,7 +13,7 @@ import pytest
 from jobwire.db.rows import SNAPSHOT_COLUMNS, TIME_COLUMNS, row_from_snapshot, snapshot
 
 
-class Shade(str, enum.Enum):
+class Shade(enum.StrEnum):
     LIGHT = "light"
 
 

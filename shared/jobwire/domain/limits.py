@@ -23,6 +23,7 @@ MIN_LEASE_S = 1.0
 MAX_LEASE_S = 3600.0
 MAX_TIMEOUT_S = 30 * 86_400.0  # an attempt, a job, or a stage without progress (jobwire.domain.timeouts)
 MAX_PAGE_SIZE = 500
+MAX_JOBS_PER_CLAIM = 100  # a Claim's max_jobs, and what a standing claim may owe at once
 # Rows one ListJobs call looks at where no index serves every filter (JOBWIRE_LIST_SCAN_ROWS,
 # jobwire.db.job_pages): ~1 ms on SQLite, ~5 ms on MariaDB, for a label no job has.
 LIST_SCAN_ROWS = 1000

@@ -65,11 +65,30 @@ async def test_a_standing_claim_takes_pushed_leases_and_is_renewed_as_slots_free
         assert [spec.name for spec in first.job_types] == ["quick", "endless"]
         stream.push(leased=worker_pb2.ClaimResponse(leases=[make_lease("PT-1", "quick")]))
         await fake.wait_for("Complete")
-        # The slot PT-1 held is free again: the claim is renewed for every free slot.
+        # The slot PT-1 held is free again: the claim asks for it, on top of the one still owed.
         await eventually(until(lambda: len(sessions.standing_claims) >= 2), what="the claim renewed")
-        assert sessions.standing_claims[-1].max_jobs == config.concurrency
+        assert sessions.standing_claims[-1].max_jobs == 1
     assert fake.of("Claim") == []  # no long poll while the standing claim stands
     assert fake.ended == {"PT-1": "Complete"}
+
+
+async def test_a_lease_pushed_beyond_the_free_slots_is_handed_back_not_run(
+    config: WorkerConfig, fake: FakeWorkerService
+) -> None:
+    """Should a server push more leases than the worker has slots for, the one too many goes
+    back at once, uncharged: the worker never runs more than its concurrency."""
+    sessions = FakeSessions(fake)
+    leases = [make_lease(f"PT-{i}", "endless", heartbeat_s=60) for i in range(config.concurrency + 1)]
+    async with running(config, sessions):
+        stream = await sessions.stream(0)
+        await eventually(until(lambda: sessions.standing_claims), what="a standing claim")
+        stream.push(leased=worker_pb2.ClaimResponse(leases=leases))
+        await fake.wait_for("Release")
+        [released] = fake.of("Release")
+        assert released.job_no == leases[-1].job_no and "no free slot" in released.note
+        reported = lambda: {report.job_no for report in fake.of("ReportStage")}  # noqa: E731
+        await eventually(until(lambda: reported() >= {x.job_no for x in leases[:-1]}), what="each job with a slot")
+        assert leases[-1].job_no not in reported()
 
 
 async def test_a_new_stream_gets_the_standing_claim_again(config: WorkerConfig, fake: FakeWorkerService) -> None:

@@ -1,9 +1,9 @@
 """How a worker gets its leases: one standing claim on its session, or long-poll Claims.
 
 On a session whose server takes standing claims, the worker asks once for as many jobs as it
-has free slots and the server pushes leases as jobs come (ServerFrame.leased); it asks again
-whenever slots free up beyond what the server still owes it, and on every new stream (a
-standing claim lives and dies with its stream). A server that refuses the standing claim
+has free slots and the server pushes leases as jobs come (ServerFrame.leased); it asks again,
+for the slots beyond what the server still owes it, whenever slots free up, and anew on every
+new stream (a standing claim lives and dies with its stream). A server that refuses the standing claim
 (UNIMPLEMENTED, INVALID_ARGUMENT: one built before it) is long-polled on that stream, as a
 worker without a session always is.
 
@@ -112,11 +112,15 @@ class Claims:
 
     async def _stand(self, free: int) -> bool:
         assert self._session is not None
-        request = self.request(free)
+        # On the stream a standing claim lives on, asking again adds to what the server still
+        # owes (leases on their way included): only the slots beyond it. A new stream's claim
+        # starts from nothing.
+        more = free - self._owed if self._standing() else free
+        request = self.request(more)
         request.ClearField("wait")
         generation = self._session.generation
         # Owed from now: the server may push the first lease before this task hears the answer.
-        self._owed = free
+        self._owed = self._owed + more if self._standing() else more
         try:
             self._stood_on = await self._session.stand(request, timeout=CALL_TIMEOUT_S)
         except grpc.RpcError as exc:

@@ -244,9 +244,13 @@ class Worker:
         runner: JobRunner | None = None
         job = contextvars.copy_context()  # the job's log lines, and only they, name it
         job.run(logs.bind, job_no=lease.job_no)
-        if spec is None or self._stopping:
-            # Claimed as shutdown began (or a type we do not run): hand it straight back.
-            back = self._hand_back(stub, deps, lease, known=spec is not None)
+        jobs_running = sum(1 for running in self._running.values() if running.runner is not None)
+        if spec is None or self._stopping or jobs_running >= self.config.concurrency:
+            # Claimed as shutdown began, a type we do not run, or (should a server push more
+            # than the worker asked for) a lease with no slot free: handed straight back, the
+            # attempt not charged.
+            note = "worker shutting down" if self._stopping else "no free slot: the worker runs as many as it may"
+            back = self._hand_back(stub, deps, lease, known=spec is not None, note=note)
             task: asyncio.Task[object] = asyncio.create_task(back, context=job)
         else:
             runner = JobRunner(deps, lease, spec)
@@ -262,11 +266,13 @@ class Worker:
             # A bug in the runtime itself: say so loudly; the lease expires and the policy decides.
             log.error("job %s: the worker runtime failed", job_no, exc_info=task.exception())
 
-    async def _hand_back(self, stub: WorkerStub, deps: RunnerDeps, lease: worker_pb2.Lease, *, known: bool) -> object:
+    async def _hand_back(
+        self, stub: WorkerStub, deps: RunnerDeps, lease: worker_pb2.Lease, *, known: bool, note: str
+    ) -> object:
         job_no, token, give_up = lease.job_no, lease.worker_token, deps.give_up_at
         with contextlib.suppress(grpc.RpcError):
             if known:
-                request = worker_pb2.ReleaseRequest(job_no=job_no, worker_token=token, note="worker shutting down")
+                request = worker_pb2.ReleaseRequest(job_no=job_no, worker_token=token, note=note)
                 await call_retrying(
                     lambda: stub.Release(request, timeout=CALL_TIMEOUT_S), what="Release", give_up_at=give_up
                 )

@@ -26,7 +26,6 @@ from jobwire.worker.server.result_uploads import Results
 from jobwire.worker.server.session import WorkerSession, routes
 from jobwire.worker.server.session_push import PushHub
 
-MAX_JOBS_PER_CLAIM = 100
 MAX_WAIT_S = 60.0
 MAX_JOB_TYPES = 100
 MAX_QUEUES = 64
@@ -85,8 +84,8 @@ def decode_claim(request: worker_pb2.ClaimRequest, settings: Settings) -> tuple[
             f"queues x job types is {len(queues) * len(plans)}, at most {MAX_CLAIM_KINDS} a claim: "
             "split the worker into workers of fewer queues or job types",
         )
-    if not 0 <= request.max_jobs <= MAX_JOBS_PER_CLAIM:
-        raise InvalidArgument("max_jobs", f"must be between 0 and {MAX_JOBS_PER_CLAIM}")
+    if not 0 <= request.max_jobs <= limits.MAX_JOBS_PER_CLAIM:
+        raise InvalidArgument("max_jobs", f"must be between 0 and {limits.MAX_JOBS_PER_CLAIM}")
     wait = convert.seconds(request.wait, "wait")
     if not 0 <= wait <= MAX_WAIT_S:
         raise InvalidArgument("wait", f"must be between 0 and {MAX_WAIT_S:.0f} s")

@@ -23,11 +23,13 @@ class CountingReader:
     def __init__(self) -> None:
         self.polls = 0
         self.busy = False
+        self.threads: set[int] = set()  # where start, poll and close were called
 
     def start(self) -> None:
-        pass
+        self.threads.add(threading.get_ident())
 
     def poll(self, full: bool = True) -> list[FeedRow]:
+        self.threads.add(threading.get_ident())
         self.polls += 1
         if not self.busy:
             return []
@@ -55,9 +57,13 @@ def _polls_reach(tail: EventTail, count: int) -> Callable[[], Awaitable[bool]]:
 
 @contextlib.asynccontextmanager
 async def _tailing(
-    reader: CountingReader, listening: Callable[[], bool], prompt: Callable[[], bool] = lambda: False
+    reader: CountingReader,
+    listening: Callable[[], bool],
+    prompt: Callable[[], bool] = lambda: False,
+    *,
+    on_loop: bool = False,
 ) -> AsyncIterator[tuple[EventTail, list[int]]]:
-    tail = EventTail(reader, poll_seconds=0.02)  # type: ignore[arg-type]
+    tail = EventTail(reader, poll_seconds=0.02, on_loop=on_loop)  # type: ignore[arg-type]
     delivered: list[int] = []
     tail.subscribe(lambda rows, seq: delivered.append(len(rows)), listening=listening, prompt=prompt)
     task = asyncio.create_task(tail.run())
@@ -184,3 +190,20 @@ async def test_a_subscriber_that_has_more_to_do_holds_the_next_batch_not_the_oth
 
 async def _async(value: bool) -> bool:
     return value
+
+
+@pytest.mark.parametrize("on_loop", [False, True], ids=["on its thread (MySQL)", "on the loop (SQLite)"])
+async def test_the_reader_is_called_from_one_thread_the_loops_only_when_asked(on_loop: bool) -> None:
+    reader = CountingReader()
+    reader.busy = True
+    async with _tailing(reader, lambda: True, on_loop=on_loop) as (_, delivered):
+        await eventually(_delivered(delivered, 3), what="three batches")
+    assert len(reader.threads) == 1
+    assert (threading.get_ident() in reader.threads) is on_loop
+
+
+def _delivered(delivered: list[int], count: int) -> Callable[[], Awaitable[bool]]:
+    async def probe() -> bool:
+        return len(delivered) >= count
+
+    return probe

@@ -201,7 +201,7 @@ def _start_window(conn: Connection, window: int, grace_s: float, now: datetime) 
 class FeedReader:
     """Tails job_event for one process, on one held connection, from one thread.
 
-    Not thread-safe: the change feed calls it from a single dedicated thread.
+    Not thread-safe: the event tail calls it from one thread only (jobwire.runtime.tail).
     """
 
     def __init__(self, db: Database, *, grace_s: float = GAP_GRACE_S, batch: int = BATCH) -> None:

@@ -82,7 +82,7 @@ def open_runtime(settings: Settings) -> Runtime:
         transfers=Transfers(settings.max_transfers, host.tenants, settings.stream_idle_seconds),
         commits=Batcher(store.apply, lanes=COMMIT_LANES, max_items=MAX_BATCH),
         wakeup=Wakeup(),
-        tail=EventTail(FeedReader(store.db), settings.feed_poll_seconds),
+        tail=EventTail(FeedReader(store.db), settings.feed_poll_seconds, on_loop=not store.db.is_mysql),
         host=host,
     )
     store.observe = rt.host.metrics.jobs.moved  # every committed move, counted once (jobwire.db.store)

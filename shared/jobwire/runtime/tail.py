@@ -1,11 +1,11 @@
 """The one reader of `job_event` in a server process, for every part that needs its news.
 
 Watch streams (jobapi's ChangeFeed) and waiting claims (worker.server's runnable-work
-watcher) both learn of changes from the event table; one reader polls it for both (on MySQL from
-a thread of its own, its reads block; SQLite is read on the loop) and hands each batch of
-rows to every subscriber on the event loop. A subscriber that has more to do with a batch first (the
-change feed reads where QUEUED jobs stand) hands back an awaitable: the next batch waits
-for it, so every subscriber gets the batches in order. The reading rules (gaps, late
+watcher) both learn of changes from the event table; one reader polls it for both (on MySQL
+from a thread of its own, its reads block; SQLite is read on the loop) and hands each batch
+of rows to every subscriber on the event loop. A subscriber that has more to do with a batch
+first (the change feed reads where QUEUED jobs stand) hands back an awaitable: the next batch
+waits for it, so every subscriber gets the batches in order. The reading rules (gaps, late
 commits) are jobwire.db.feed's.
 
 Pace: while someone listens (a stream is open, a claim waits, a caller wants a sync), a

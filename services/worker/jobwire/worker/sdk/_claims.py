@@ -3,9 +3,9 @@
 On a session whose server takes standing claims, the worker asks once for as many jobs as it
 has free slots and the server pushes leases as jobs come (ServerFrame.leased); it asks again,
 for the slots beyond what the server still owes it, whenever slots free up, and anew on every
-new stream (a standing claim lives and dies with its stream). A server that refuses the standing claim
-(UNIMPLEMENTED, INVALID_ARGUMENT: one built before it) is long-polled on that stream, as a
-worker without a session always is.
+new stream (a standing claim lives and dies with its stream). A server that refuses the
+standing claim (UNIMPLEMENTED, INVALID_ARGUMENT: one built before it) is long-polled on that
+stream, as a worker without a session always is.
 
 A refusal of the worker's token on its first claim stops the worker (`refused`); any other
 failure is waited out with backoff.

@@ -137,7 +137,7 @@ class _Step:
     error: JobwireError | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # one job's state in one round: told apart by identity
 class _Job:
     name: Name
     ops: list[int]
@@ -211,11 +211,11 @@ async def _round(
         jobs.setdefault(name, _Job(name, [])).ops.append(i)
     await _bases(wire, ops, jobs.values(), cache, {**rows, **found})
     recheck = [job for job in jobs.values() if not _decide(job, ops, now)]
-    rechecked = {id(job) for job in recheck}  # by identity: a dataclass's == compares every field
+    rechecked = set(recheck)
     deferred: list[_Job] = []
     checked: list[_Job] = []
     for job in jobs.values():
-        if id(job) not in rechecked and job.changes:
+        if job not in rechecked and job.changes:
             (deferred if _cannot_miss(job) else checked).append(job)
     counts = await wire.run([_update(wire, job) for job in checked])
     recheck += [job for job, matched in zip(checked, counts, strict=True) if matched != 1]

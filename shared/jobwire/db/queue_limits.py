@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from jobwire.db.reads import clock
-from jobwire.db.sql import Lock, RowShape, sqlite_param
+from jobwire.db.sql import Lock, RowShape
 from jobwire.db.tables import job, queue_limits
 from jobwire.db.wire import Statement, Wire
 from jobwire.db.writer import RetryTransaction
@@ -114,9 +114,8 @@ class Budgets:
             "UPDATE queue_limits SET tokens = :tokens, refilled_at = :refilled_at"
             " WHERE tenant = :tenant AND queue = :queue"
         )
-        now = _param(wire, self._now)
         return [
-            (sql, {"tokens": b.tokens - b.used, "refilled_at": now, "tenant": tenant, "queue": queue})
+            (sql, {"tokens": b.tokens - b.used, "refilled_at": self._now, "tenant": tenant, "queue": queue})
             for (tenant, queue), b in sorted(self._by.items())
             if b is not None and b.used and b.limits.rate_per_second
         ]
@@ -171,10 +170,6 @@ def _limits(row: dict[str, Any]) -> QueueLimits:
 
 def _time(value: Any) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
-
-
-def _param(wire: Wire, value: datetime) -> Any:
-    return sqlite_param(value) if wire.sql.dialect.name == "sqlite" else value
 
 
 # -- what operators do (AdminService), on the cold path ------------------------------------

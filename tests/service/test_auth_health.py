@@ -137,6 +137,9 @@ async def test_no_or_unknown_token_is_unauthenticated(authed) -> None:  # type: 
         for md in bad_metadata:
             exc = await rpc_failure(call(md))
             assert (exc.code(), error_reason(exc)) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED"), md
+            # what to do next: send a token at all, or one the auth file holds
+            known_scheme = bool(md) and md[0][1].startswith("Bearer ") and md[0][1] != "Bearer "
+            assert ("auth file" if known_scheme else "authorization: Bearer") in (exc.details() or ""), md
     assert await db_rows(authed) == rows
 
 
@@ -153,6 +156,8 @@ async def test_a_token_calls_only_its_roles_service(authed) -> None:  # type: ig
     for token, call in denied:
         exc = await rpc_failure(call(_auth(token)))
         assert (exc.code(), error_reason(exc)) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED"), token
+        has = token.removeprefix("acme-")  # the role it has, and the one the call needs
+        assert f"this one has {has}" in (exc.details() or "") and "needs a token with the " in (exc.details() or "")
     assert await db_rows(authed) == rows
     # and each works with its own
     await authed.jobs.ListJobs(job_pb2.ListJobsRequest(), metadata=_auth("acme-client"))

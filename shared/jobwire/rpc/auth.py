@@ -34,6 +34,9 @@ SERVICE_ROLES = {
     # Operations are jobs seen by a generic long-running-operations client: JobService's callers.
     "google.longrunning.Operations": "client",
 }
+# What an UNAUTHENTICATED caller is told: what to send next.
+_NO_TOKEN = "this server asks every call for a token: send the header authorization: Bearer <token>"
+_UNKNOWN_TOKEN = "this token is not in the server's auth file (JOBWIRE_AUTH_FILE): check it, or ask for one"
 # Methods a role besides their service's may call: a review is decided, and a failed job
 # retried, by a person, through a backend (client) or an operator's console (admin). A
 # forced Retry (RetryRequest.force) asks the admin role itself (`Principal.check_role`).
@@ -170,13 +173,17 @@ class Authenticator:
         bearer = next((v for k, v in metadata or () if k == "authorization"), "")
         scheme, _, token = str(bearer).partition(" ")
         if scheme.lower() != "bearer" or not token:
-            raise Unauthenticated()
+            raise Unauthenticated(_NO_TOKEN)
         digest = hashlib.sha256(token.encode()).hexdigest()
         principal = next((p for h, p in self._tokens.items() if hmac.compare_digest(h, digest)), None)
         if principal is None:
-            raise Unauthenticated()
-        if not principal.roles & METHOD_ROLES.get(full_name, frozenset({role})):
-            raise PermissionDenied(f"this token is not allowed to call {full_name}")
+            raise Unauthenticated(_UNKNOWN_TOKEN)
+        needed = METHOD_ROLES.get(full_name, frozenset({role}))
+        if not principal.roles & needed:
+            raise PermissionDenied(
+                f"{full_name} needs a token with the {' or '.join(sorted(needed))} role;"
+                f" this one has {', '.join(sorted(principal.roles))}"
+            )
         return principal
 
 

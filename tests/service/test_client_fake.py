@@ -441,10 +441,13 @@ def test_jobctl_watch_exit_codes_and_error_category(fake: Fake) -> None:
     assert jobctl(fake, "watch", JOB_NO)[0] == 3
 
 
-def test_jobctl_errors_are_one_line_on_stderr(fake: Fake) -> None:
+def test_jobctl_errors_are_one_line_on_stderr_then_what_to_do(fake: Fake) -> None:
     code, out, err = jobctl(fake, "get", "PT-20261008-999")
     assert (code, out) == (4, "")
-    assert err == "error: NOT_FOUND JOB_NOT_FOUND: No such job.\n"
+    assert err.splitlines() == [
+        "error: NOT_FOUND JOB_NOT_FOUND: No such job.",
+        "  no job PT-20261008-999 in this token's tenant (numbers are per tenant); `jobctl list` shows its jobs",
+    ]
 
 
 def test_jobctl_submit_list_and_operator_tables(fake: Fake) -> None:

@@ -303,6 +303,16 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     return parser
 
 
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` were parsed for: `jobctl schedule pause`'s, not jobctl's."""
+    while True:
+        subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subcommands[0].dest, None) if subcommands else None
+        if chosen not in (subcommands[0].choices if subcommands else {}):
+            return parser
+        parser = subcommands[0].choices[chosen]
+
+
 def make_context(args: argparse.Namespace, out: Console, err: Console) -> c.Context:
     if args.tls_ca is not None and not os.access(args.tls_ca, os.R_OK):
         # Read only when the channel opens; a missing file is the caller's mistake, not the server's.
@@ -318,14 +328,21 @@ def make_context(args: argparse.Namespace, out: Console, err: Console) -> c.Cont
     )
 
 
-def report_error(err: Console, error: ClientError, target: str) -> int:
-    """Print `error: <CODE> <REASON>: message` and return the exit code for it."""
+def report_error(err: Console, error: ClientError, target: str, job_no: str | None = None) -> int:
+    """Print `error: <CODE> <REASON>: message`, then what to do about it where that is known,
+    and return the exit code for it. `job_no`: the job the command named, if one."""
     _say(err, f"error: {error}")
     for field, description in error.violations:
         if f"{field}: {description}" not in error.message:  # the message often says it already
             _say(err, f"  {field}: {description}")
     if error.code == grpc.StatusCode.UNAVAILABLE and error.reason is None:
         _say(err, f"  is jobwire running at {target}?")
+    elif error.reason == "JOB_NOT_FOUND" and job_no:
+        _say(err, f"  no job {job_no} in this token's tenant (numbers are per tenant); `jobctl list` shows its jobs")
+    elif error.code == grpc.StatusCode.UNAUTHENTICATED:
+        _say(err, "  pass --token, or set JOBWIRE_TOKEN, to a token of the server's auth file")
+    elif error.code == grpc.StatusCode.PERMISSION_DENIED:
+        _say(err, "  use a token whose entry in the server's auth file has that role (role = ... or roles = [...])")
     return c.EXIT_UNAVAILABLE if error.code in _TRANSIENT else c.EXIT_REFUSED
 
 
@@ -342,14 +359,17 @@ def run(
 ) -> int:
     """Run one jobctl command and return its exit code; never raises for user errors."""
     try:
-        args = build_parser(env).parse_args(argv)
+        parser = build_parser(env)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # refused by the command's own parser, whose usage shows the options it has
+            _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as stop:  # argparse already printed the usage or the help
         return stop.code if isinstance(stop.code, int) else c.EXIT_USAGE
     try:
         ctx = make_context(args, out, err)
         code: int = args.handler(ctx, args)
     except ClientError as error:
-        return report_error(err, error, args.target)
+        return report_error(err, error, args.target, getattr(args, "job_no", None))
     except c.UsageError as error:
         _say(err, f"error: {error}")
         return c.EXIT_USAGE

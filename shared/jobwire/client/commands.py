@@ -217,7 +217,12 @@ def cmd_result(ctx: Context, args: argparse.Namespace) -> int:
     """The bytes as they arrive; to a file only once whole (a failed fetch leaves no partial FILE)."""
     with ctx.jobs() as client:
         if args.output is None:
-            client.result_to(args.job_no, sys.stdout.buffer)
+            last = b""
+            for data in client.result_chunks(args.job_no):
+                sys.stdout.buffer.write(data)
+                last = data[-1:] or last
+            if sys.stdout.isatty() and last not in (b"", b"\n"):
+                sys.stdout.buffer.write(b"\n")  # the prompt on a line of its own; a pipe gets the bytes exactly
             sys.stdout.buffer.flush()
             return EXIT_OK
         partial = args.output.with_name(args.output.name + ".part")

@@ -47,7 +47,8 @@ class ClientError(Exception):
         return str(self.code.name)
 
     def __str__(self) -> str:
-        head = f"{self.code_name} {self.reason}" if self.reason else self.code_name
+        # A reason that only repeats the code (UNAUTHENTICATED UNAUTHENTICATED) is said once.
+        head = f"{self.code_name} {self.reason}" if self.reason and self.reason != self.code_name else self.code_name
         return f"{head}: {self.message}"
 
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from jobwire.client import Job, commands
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.cli import build_parser, report_error, run
-from jobwire.client.errors import NotFoundError, UnavailableError
+from jobwire.client.errors import NotFoundError, PermissionDeniedError, UnauthenticatedError, UnavailableError
 from jobwire.v1 import job_pb2
 
 pytestmark = pytest.mark.timeout(10)
@@ -193,6 +193,37 @@ def test_unreachable_server_exit_code_and_hint() -> None:
     ]
 
 
+def test_token_refusals_say_the_code_once_and_what_to_do() -> None:
+    err = console()
+    error = UnauthenticatedError(grpc.StatusCode.UNAUTHENTICATED, "send a token", reason="UNAUTHENTICATED")
+    assert report_error(err, error, "h:1") == commands.EXIT_REFUSED
+    first, hint = err.export_text().splitlines()
+    assert first == "error: UNAUTHENTICATED: send a token"
+    assert "--token" in hint and "JOBWIRE_TOKEN" in hint
+    err = console()
+    denied = PermissionDeniedError(grpc.StatusCode.PERMISSION_DENIED, "needs client", reason="PERMISSION_DENIED")
+    report_error(err, denied, "h:1")
+    first, hint = err.export_text().splitlines()
+    assert first == "error: PERMISSION_DENIED: needs client"
+    assert "auth file" in hint and "role" in hint
+
+
+def test_a_missing_job_names_it_and_where_to_look() -> None:
+    err = console()
+    error = NotFoundError(grpc.StatusCode.NOT_FOUND, "No such job.", reason="JOB_NOT_FOUND")
+    report_error(err, error, "h:1", job_no="PT-20260101-009")
+    assert err.export_text().splitlines()[1].startswith("  no job PT-20260101-009 in this token's tenant")
+
+
+def test_an_unknown_option_is_refused_by_its_commands_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, usage in ((["submit", "count-words", "--bogus"], "jobctl submit"),
+                        (["schedule", "list", "--zzz"], "jobctl schedule list")):  # fmt: skip
+        assert run(argv, out=console(), err=console(), env={}) == 2
+        said = capsys.readouterr().err
+        assert f"{usage}: error: unrecognized arguments: {argv[-1]}" in said
+        assert said.startswith(f"usage: {usage} ")  # the options that command has
+
+
 def test_usage_errors_exit_2_without_a_traceback(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -258,3 +289,49 @@ def test_resolve_and_list_by_assignee_arguments() -> None:
         parse("resolve", "PT-1", "maybe")
     args = parse("list", "--status", "WAITING", "--assignee", "alice")
     assert (args.status, args.assignee) == ([job_pb2.Job.WAITING], "alice")
+
+
+class _Results:
+    """What `jobctl result` asks of a JobClient: the result's chunks."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    def __enter__(self) -> _Results:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def result_chunks(self, job_no: str) -> list[bytes]:
+        return self.chunks
+
+
+class _Stdout:
+    def __init__(self, terminal: bool) -> None:
+        self.buffer = io.BytesIO()
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+@pytest.mark.parametrize(
+    ("chunks", "terminal", "shown"),
+    [
+        ([b'{"a":', b" 1}"], True, b'{"a": 1}\n'),  # a terminal's prompt starts a line of its own
+        ([b'{"a":', b" 1}"], False, b'{"a": 1}'),  # piped: the bytes exactly
+        ([b"line\n"], True, b"line\n"),
+        ([b"x", b""], True, b"x\n"),
+    ],
+)
+def test_result_to_a_terminal_ends_its_line(
+    monkeypatch: pytest.MonkeyPatch, chunks: list[bytes], terminal: bool, shown: bytes
+) -> None:
+    stdout = _Stdout(terminal)
+    monkeypatch.setattr(commands.sys, "stdout", stdout)
+    monkeypatch.setattr(commands.Context, "jobs", lambda self: _Results(chunks))
+    ctx = commands.Context(config=ChannelConfig(target="h:1"), locale="en", as_json=False, timeout=5.0,
+                           out=console(), err=console())  # fmt: skip
+    assert commands.cmd_result(ctx, argparse.Namespace(job_no="PT-20260101-001", output=None)) == 0
+    assert stdout.buffer.getvalue() == shown

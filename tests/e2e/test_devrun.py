@@ -49,14 +49,19 @@ def _gone_within(pids: list[int], seconds: float) -> bool:
 
 
 @contextmanager
-def _launch(tmp_path: Path, gateway_listen: str = "127.0.0.1:0") -> Iterator[Launched]:
-    """The launcher on port 0 and a fresh SQLite file, once it printed how to use it."""
+def _launch(tmp_path: Path, gateway_listen: str = "127.0.0.1:0", *, as_background: bool = False) -> Iterator[Launched]:
+    """The launcher on port 0 and a fresh SQLite file, once it printed how to use it.
+
+    `as_background`: in a process group of its own with SIGINT ignored, as a shell without
+    job control starts `make run &`."""
     env = {**os.environ, "JOBWIRE_PROCESSES": "1"}
     env.pop("JOBWIRE_AUTH_FILE", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobwire.devrun", "--listen", "127.0.0.1:0",
          "--database-url", f"sqlite:///{tmp_path}/j.db", "--gateway-listen", gateway_listen],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=as_background,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if as_background else None,
     )  # fmt: skip
     assert proc.stdout is not None
     printed = []
@@ -88,6 +93,18 @@ def test_sigterm_stops_the_server_the_example_worker_and_the_gateway(launcher: L
     launcher.proc.send_signal(signal.SIGTERM)
     assert launcher.proc.wait(timeout=60) == 0
     assert _gone_within(launcher.children, 5), "a child outlived the launcher"
+
+
+def test_ctrl_c_to_the_process_group_is_a_clean_stop(tmp_path: Path) -> None:
+    """Every process of the group hears SIGINT; the launcher, even started with SIGINT
+    ignored, stops them all and says so, exiting 0 (not "the example worker exited")."""
+    with _launch(tmp_path, as_background=True) as launched:
+        os.killpg(launched.proc.pid, signal.SIGINT)
+        assert launched.proc.wait(timeout=60) == 0
+        assert launched.proc.stdout is not None
+        said = launched.proc.stdout.read()
+        assert "stopping" in said and "exited" not in said, said
+        assert _gone_within(launched.children, 5), "a child outlived the launcher"
 
 
 def test_a_dead_server_stops_the_launcher_its_worker_and_gateway(launcher: Launched) -> None:

@@ -132,13 +132,18 @@ def _pass_through(stream: IO[str]) -> None:
         sys.stdout.flush()
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM (a service manager, `kill`) stops both processes as Ctrl-C does."""
+def _stop_on_signals() -> None:
+    """Ctrl-C, and SIGTERM (a service manager, `kill`), stop every process.
+
+    SIGINT too is set here: a shell without job control starts a background command with
+    SIGINT ignored, and the launcher would then outlive the children a Ctrl-C (or `kill
+    -INT`) stopped, and take their ending for a failure."""
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
 
 
 def examples(results: Path) -> dict[str, dict[str, object]]:
@@ -230,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = Path("var/demo").resolve()
     results.mkdir(parents=True, exist_ok=True)
-    _stop_on_sigterm()
+    _stop_on_signals()
     try:
         gateway_listen = None if args.demo or args.no_gateway else args.gateway_listen
         with service_pair(args.listen, args.database_url, gateway_listen) as pair:

@@ -81,6 +81,17 @@ async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie(gateway: str
         assert (await client.get("/jobs")).headers["location"].startswith("/signin")
 
 
+async def test_a_first_visit_is_asked_to_sign_in_and_a_stale_token_told_to_sign_in_again(gateway: str) -> None:
+    async with browser(gateway) as client:
+        first = await client.get("/jobs")
+        assert first.status_code == 303 and first.headers["location"] == "/signin"
+        assert "Please sign in again." not in (await client.get("/signin")).text
+        client.cookies.set(TOKEN_COOKIE, "revoked-since")  # a token the server no longer knows
+        stale = await client.get("/jobs")
+        assert stale.status_code == 303 and stale.headers["location"] == "/signin?expired=1"
+        assert "Please sign in again." in (await client.get(stale.headers["location"])).text
+
+
 async def test_a_token_the_server_refuses_is_not_kept(gateway: str) -> None:
     async with browser(gateway) as client:
         for token in ("nobody-gave-me-this", "  "):

@@ -32,8 +32,10 @@ _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 def signin_again(request: Request) -> Response:
-    """Back to the sign-in form, with the stale token dropped."""
-    response = RedirectResponse("/signin?expired=1", status_code=303)
+    """Back to the sign-in form, with the stale token dropped; "sign in again" only to a
+    browser that had one (a first visit is asked to sign in, not told it was signed out)."""
+    had_token = session.token_of(request) is not None
+    response = RedirectResponse("/signin?expired=1" if had_token else "/signin", status_code=303)
     session.sign_out(response)
     return response
 

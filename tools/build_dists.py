@@ -6,6 +6,8 @@ The one recipe `make dist` (OUTDIR dist/), the Dockerfile's build stage and
 tests/e2e/test_wheels.py run. Each wheel is built from its sdist, so an sdist that misses a
 file fails here; each build gets a fresh environment holding what its pyproject.toml's
 [build-system] requires (jobwire-shared's compiles protos/ into jobwire.v1). Needs `build`.
+constraints.txt goes beside them: a machine that gets only the folder installs with the
+versions jobwire is tested with (`pip install -c dist/constraints.txt --find-links dist/ ...`).
 A build's log (about 300 lines) is printed only when it fails, with its command; the last
 lines name the files written.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -38,6 +41,7 @@ def build_all(outdir: Path) -> bool:
     if failed:
         print(f"build_dists.py: could not build {', '.join(failed)}: see above", file=sys.stderr)
         return False
+    shutil.copyfile(ROOT / "constraints.txt", outdir / "constraints.txt")
     written = sorted(path for path, stamp in _files(outdir).items() if before.get(path) != stamp)
     print(f"built {len(DISTRIBUTIONS)} distributions, {len(written)} files in {_shown(outdir)}:")
     for path in written:

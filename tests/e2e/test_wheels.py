@@ -3,7 +3,8 @@
 tools/build_dists.py (what `make dist` runs) builds every sdist and wheel into a temporary
 folder, once per session. A fresh virtual environment outside the checkout installs the
 jobwire-worker wheel, with jobwire-shared from that folder and everything else from the
-package index this machine uses (pinned by constraints.txt), and runs a handler module
+package index this machine uses (pinned by the constraints.txt `make dist` puts beside the
+wheels, as the README's fleet install does), and runs a handler module
 written here against a server started from the checkout. A second one installs only
 jobwire-shared, as a backend does, and submits, watches and reads a job with JobClient.
 """
@@ -122,7 +123,7 @@ def venvs(dists: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
         venv = tmp_path_factory.mktemp(name) / "venv"
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
         pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q", "--no-compile",
-               "--disable-pip-version-check", "-c", str(ROOT / "constraints.txt"), "--find-links", str(dists),
+               "--disable-pip-version-check", "-c", str(dists / "constraints.txt"), "--find-links", str(dists),
                str(wheel)]  # fmt: skip
         output = subprocess.PIPE
         installs[name] = (venv, subprocess.Popen(pip, env=_clean_env(venv), stdout=output, stderr=output, text=True))

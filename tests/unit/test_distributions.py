@@ -116,9 +116,11 @@ def test_make_dist_prints_no_build_log_and_ends_with_the_files_it_wrote(
     assert BUILD_DISTS.build_all(tmp_path) is True
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        f"built 5 distributions, 5 files in {tmp_path}:",
+        f"built 5 distributions, 6 files in {tmp_path}:",
+        "  constraints.txt",  # the pins, for a machine that gets only the folder
         *(f"  {name}.whl" for name in sorted(["shared", "worker", "jobapi", "server", "gateway"])),
     ]
+    assert (tmp_path / "constraints.txt").read_text() == (ROOT / "constraints.txt").read_text()
 
 
 def test_make_dist_prints_a_failed_build_s_log_and_command(

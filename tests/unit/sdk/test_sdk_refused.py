@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 
 import grpc
@@ -10,6 +11,7 @@ import pytest
 from sdk_support import FakeWorkerService, make_lease, rpc_error, unavailable
 
 from jobwire.worker.sdk import Handlers, JobContext, Result, Worker, WorkerConfig, WorkerRefused
+from jobwire.worker.sdk import _frames as frames
 
 handlers = Handlers()
 
@@ -80,3 +82,22 @@ async def test_a_refusal_after_the_token_was_let_in_is_waited_out(
     assert not task.done()
     worker.shutdown()
     assert await asyncio.wait_for(task, 5) == 0
+
+
+@pytest.mark.parametrize("session_said_it", [False, True])
+async def test_a_claim_failure_is_warned_once_not_again_for_a_session_that_said_it(
+    config: WorkerConfig, fake: FakeWorkerService, caplog: pytest.LogCaptureFixture, session_said_it: bool
+) -> None:
+    # A session down logs its own warning each time it cannot open; the claims it cut short
+    # would repeat it (two warnings a retry): they go to DEBUG. Any other failure is warned.
+    failure = frames.session_down("the worker's session is down: refused") if session_said_it else unavailable()
+    fake.fail_next("Claim", failure)
+    fake.pending.append(make_lease("PT-1", "echo", b"hi"))
+    worker = Worker(config, handlers, stub=fake)
+    task = asyncio.create_task(worker.run())
+    with caplog.at_level(logging.DEBUG, logger="jobwire.worker"):
+        await fake.wait_for("Complete", timeout=10)
+    worker.shutdown()
+    assert await asyncio.wait_for(task, 5) == 0
+    said = [r for r in caplog.records if r.getMessage().startswith("claim failed")]
+    assert [r.levelno for r in said] == [logging.DEBUG if session_said_it else logging.WARNING]

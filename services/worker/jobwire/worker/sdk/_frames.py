@@ -74,6 +74,15 @@ def failed(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
 
 
+class SessionDown(grpc.aio.AioRpcError):  # type: ignore[misc]  # grpc.aio is untyped
+    """A call cut short because the worker's session is down (UNAVAILABLE). The session says
+    so in a log line of its own, so a caller that would only repeat it need not."""
+
+
+def session_down(details: str) -> SessionDown:
+    return SessionDown(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
 def copy(error: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
-    """The same failure as a fresh exception, for each of the calls it ends."""
-    return grpc.aio.AioRpcError(error.code(), error.initial_metadata(), error.trailing_metadata(), error.details())
+    """The same failure as a fresh exception of its type, for each of the calls it ends."""
+    return type(error)(error.code(), error.initial_metadata(), error.trailing_metadata(), error.details())

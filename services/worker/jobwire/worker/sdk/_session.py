@@ -376,4 +376,4 @@ def _call_failure(ended: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
     (a token refused) as it is, as a unary call would be refused; anything else UNAVAILABLE."""
     if ended.code() in REFUSED:
         return ended
-    return frames.failed(grpc.StatusCode.UNAVAILABLE, f"the worker's session is down: {describe(ended)}")
+    return frames.session_down(f"the worker's session is down: {describe(ended)}")

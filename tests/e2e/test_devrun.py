@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -21,6 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 from proc_support import alive, children
+
+from jobwire.client import JobClient, JobStatus
 
 pytestmark = pytest.mark.timeout(90)
 READY = "Ctrl-C (or SIGTERM) stops every process"
@@ -49,19 +52,20 @@ def _gone_within(pids: list[int], seconds: float) -> bool:
 
 
 @contextmanager
-def _launch(tmp_path: Path, gateway_listen: str = "127.0.0.1:0", *, as_background: bool = False) -> Iterator[Launched]:
+def _launch(tmp_path: Path, gateway_listen: str = "127.0.0.1:0", *, started: str = "") -> Iterator[Launched]:
     """The launcher on port 0 and a fresh SQLite file, once it printed how to use it.
 
-    `as_background`: in a process group of its own with SIGINT ignored, as a shell without
-    job control starts `make run &`."""
+    `started`: "terminal", in a process group of its own, as a shell with job control
+    starts `make run` in the foreground; "background", the same with SIGINT ignored, as a
+    shell without job control starts `make run &`."""
     env = {**os.environ, "JOBWIRE_PROCESSES": "1"}
     env.pop("JOBWIRE_AUTH_FILE", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobwire.devrun", "--listen", "127.0.0.1:0",
          "--database-url", f"sqlite:///{tmp_path}/j.db", "--gateway-listen", gateway_listen],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=as_background,
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if as_background else None,
+        start_new_session=bool(started),
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if started == "background" else None,
     )  # fmt: skip
     assert proc.stdout is not None
     printed = []
@@ -95,16 +99,33 @@ def test_sigterm_stops_the_server_the_example_worker_and_the_gateway(launcher: L
     assert _gone_within(launcher.children, 5), "a child outlived the launcher"
 
 
-def test_ctrl_c_to_the_process_group_is_a_clean_stop(tmp_path: Path) -> None:
-    """Every process of the group hears SIGINT; the launcher, even started with SIGINT
-    ignored, stops them all and says so, exiting 0 (not "the example worker exited")."""
-    with _launch(tmp_path, as_background=True) as launched:
+@pytest.mark.parametrize("started", ["terminal", "background"])
+def test_ctrl_c_stops_every_process_in_order_and_the_running_job_is_released(tmp_path: Path, started: str) -> None:
+    """SIGINT to the launcher's process group, as a terminal's Ctrl-C sends it, even to a
+    launcher started with SIGINT ignored: it exits 0 and says it is stopping (not "the
+    example worker exited"), and its worker, stopped before the server, hands its running
+    job back (told at once with the server, it used to abandon it)."""
+    with _launch(tmp_path, started=started) as launched:
+        found = re.search(r"AdminService on (\S+)\n", launched.printed)
+        assert found, launched.printed
+        with JobClient.connect(found.group(1)) as client:
+            job, _ = client.submit("report", {"seconds": 60})
+            deadline = time.monotonic() + 30
+            while client.get(job.job_no).status != JobStatus.RUNNING:
+                assert time.monotonic() < deadline, "the example worker never started the job"
+                time.sleep(0.05)
         os.killpg(launched.proc.pid, signal.SIGINT)
         assert launched.proc.wait(timeout=60) == 0
         assert launched.proc.stdout is not None
         said = launched.proc.stdout.read()
         assert "stopping" in said and "exited" not in said, said
+        # in order: the worker hands its job back while the server still takes calls
+        assert said.index("released without a checkpoint") < said.index("stopping: finishing calls in flight"), said
         assert _gone_within(launched.children, 5), "a child outlived the launcher"
+    with sqlite3.connect(tmp_path / "j.db") as db:
+        (status,) = db.execute("SELECT status FROM job WHERE job_no = ?", (job.job_no,)).fetchone()
+        kinds = [k for (k,) in db.execute("SELECT kind FROM job_event WHERE job_no = ? ORDER BY id", (job.job_no,))]
+    assert status == "QUEUED" and kinds[-1] == "RELEASED", (status, kinds)
 
 
 def test_a_dead_server_stops_the_launcher_its_worker_and_gateway(launcher: Launched) -> None:

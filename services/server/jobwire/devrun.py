@@ -61,7 +61,9 @@ class ServicePair:
 def service_pair(listen: str, database_url: str, gateway_listen: str | None = None) -> Iterator[ServicePair]:
     """Start the server, then an example worker against it (and the gateway); stop them all on exit."""
     env = {**os.environ, "JOBWIRE_DATABASE_URL": database_url, "JOBWIRE_LISTEN": listen}
-    server = subprocess.Popen([sys.executable, "-m", "jobwire", "serve"], env=env, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jobwire", "serve"], env=env, stdout=subprocess.PIPE, text=True, process_group=0
+    )
     worker = gateway = None
     try:
         port = _announced(server, "server", "jobwire serving on port ")
@@ -69,7 +71,7 @@ def service_pair(listen: str, database_url: str, gateway_listen: str | None = No
             raise SystemExit("the server exited before it was ready; see the log above")
         target = f"{listen.rsplit(':', 1)[0]}:{port}"
         worker = subprocess.Popen(
-            [_tool("jobwire-worker"), "--target", target, "--handlers", "jobwire.examples:handlers"]
+            [_tool("jobwire-worker"), "--target", target, "--handlers", "jobwire.examples:handlers"], process_group=0
         )
         pair = ServicePair(target, server, worker)
         if gateway_listen is not None:
@@ -78,7 +80,10 @@ def service_pair(listen: str, database_url: str, gateway_listen: str | None = No
         yield pair
     finally:
         # The gateway first (its pages' streams end), then the worker, so it can still
-        # Release its running jobs to the server.
+        # Release its running jobs to the server. Each child has a process group of its own:
+        # a terminal's Ctrl-C reaches only this launcher, never the children at once (a
+        # worker told twice gives up its grace and abandons its jobs; a server stopped with
+        # it refuses their Release).
         for proc in (gateway, worker, server):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
@@ -105,7 +110,9 @@ def _start_gateway(target: str, listen: str) -> tuple[subprocess.Popen[str] | No
 
 def _gateway(target: str, listen: str) -> tuple[subprocess.Popen[str], str | None]:
     env = {**os.environ, "JOBWIRE_TARGET": target, "JOBWIRE_GATEWAY_LISTEN": listen}
-    gateway = subprocess.Popen([sys.executable, "-m", "jobwire.gateway"], env=env, stdout=subprocess.PIPE, text=True)
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "jobwire.gateway"], env=env, stdout=subprocess.PIPE, text=True, process_group=0
+    )
     return gateway, _announced(gateway, "web gateway", "jobwire gateway serving on ")
 
 
@@ -133,13 +140,15 @@ def _pass_through(stream: IO[str]) -> None:
 
 
 def _stop_on_signals() -> None:
-    """Ctrl-C, and SIGTERM (a service manager, `kill`), stop every process.
+    """Ctrl-C, and SIGTERM (a service manager, `kill`), stop every process, in order.
 
     SIGINT too is set here: a shell without job control starts a background command with
     SIGINT ignored, and the launcher would then outlive the children a Ctrl-C (or `kill
     -INT`) stopped, and take their ending for a failure."""
 
     def stop(signum: int, frame: object) -> None:
+        for each in (signal.SIGTERM, signal.SIGINT):  # once: a second Ctrl-C must not cut the stopping short
+            signal.signal(each, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)

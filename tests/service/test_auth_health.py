@@ -143,21 +143,26 @@ async def test_no_or_unknown_token_is_unauthenticated(authed) -> None:  # type: 
     assert await db_rows(authed) == rows
 
 
+RETRY = job_pb2.RetryRequest(job_no="PT-20260101-001")
+HEARTBEAT = worker_pb2.HeartbeatRequest(worker_id="w1")
+
+
 async def test_a_token_calls_only_its_roles_service(authed) -> None:  # type: ignore[no-untyped-def]
-    denied = [
-        ("acme-client", lambda md: authed.workers.Claim(_claim(), metadata=md)),
-        ("acme-client", lambda md: authed.admin.Inspect(admin_pb2.InspectRequest(), metadata=md)),
-        ("acme-worker", lambda md: authed.jobs.Submit(job_pb2.SubmitRequest(job_type="frames"), metadata=md)),
-        ("acme-worker", lambda md: authed.admin.ListWorkers(admin_pb2.ListWorkersRequest(), metadata=md)),
-        ("acme-admin", lambda md: authed.jobs.ListJobs(job_pb2.ListJobsRequest(), metadata=md)),
-        ("acme-admin", lambda md: authed.workers.Heartbeat(worker_pb2.HeartbeatRequest(worker_id="w1"), metadata=md)),
-    ]
+    denied = [  # the token, the role(s) the call needs, the call
+        ("acme-client", "worker", lambda md: authed.workers.Claim(_claim(), metadata=md)),
+        ("acme-client", "admin", lambda md: authed.admin.Inspect(admin_pb2.InspectRequest(), metadata=md)),
+        ("acme-worker", "client", lambda md: authed.jobs.Submit(job_pb2.SubmitRequest(job_type="frames"), metadata=md)),
+        ("acme-worker", "admin", lambda md: authed.admin.ListWorkers(admin_pb2.ListWorkersRequest(), metadata=md)),
+        ("acme-worker", "admin or client", lambda md: authed.jobs.Retry(RETRY, metadata=md)),
+        ("acme-admin", "client", lambda md: authed.jobs.ListJobs(job_pb2.ListJobsRequest(), metadata=md)),
+        ("acme-admin", "worker", lambda md: authed.workers.Heartbeat(HEARTBEAT, metadata=md)),
+    ]  # fmt: skip
     rows = await db_rows(authed)
-    for token, call in denied:
+    for token, needs, call in denied:
         exc = await rpc_failure(call(_auth(token)))
         assert (exc.code(), error_reason(exc)) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED"), token
-        has = token.removeprefix("acme-")  # the role it has, and the one the call needs
-        assert f"this one has {has}" in (exc.details() or "") and "needs a token with the " in (exc.details() or "")
+        has = token.removeprefix("acme-")  # what to do next: the role it needs, beside the one it has
+        assert (exc.details() or "").endswith(f"needs a token with the {needs} role; this one has {has}"), exc.details()
     assert await db_rows(authed) == rows
     # and each works with its own
     await authed.jobs.ListJobs(job_pb2.ListJobsRequest(), metadata=_auth("acme-client"))
@@ -183,6 +188,7 @@ async def test_queue_grants_are_enforced(authed) -> None:  # type: ignore[no-unt
             authed.jobs.Submit(job_pb2.SubmitRequest(job_type="frames", queue=queue), metadata=bulk)
         )
         assert (exc.code(), error_reason(exc)) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED"), queue
+        assert "its queues are bulk" in (exc.details() or ""), exc.details()  # which ones it may use
     exc = await rpc_failure(authed.workers.Claim(_claim(), metadata=_auth("acme-bulk-worker")))
     assert exc.code() == grpc.StatusCode.PERMISSION_DENIED
     exc = await rpc_failure(

@@ -446,7 +446,7 @@ def test_jobctl_errors_are_one_line_on_stderr_then_what_to_do(fake: Fake) -> Non
     assert (code, out) == (4, "")
     assert err.splitlines() == [
         "error: NOT_FOUND JOB_NOT_FOUND: No such job.",
-        "  no job PT-20261008-999 in this token's tenant (numbers are per tenant); `jobctl list` shows its jobs",
+        "  no job PT-20261008-999 that this token can see: numbers are per tenant, and a token sees its queues'",
     ]
 
 

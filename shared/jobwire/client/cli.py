@@ -306,11 +306,11 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
 def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
     """The parser of the (sub)command `args` were parsed for: `jobctl schedule pause`'s, not jobctl's."""
     while True:
-        subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        chosen = getattr(args, subcommands[0].dest, None) if subcommands else None
-        if chosen not in (subcommands[0].choices if subcommands else {}):
+        commands = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = commands.choices.get(getattr(args, commands.dest, "")) if commands is not None else None
+        if chosen is None:
             return parser
-        parser = subcommands[0].choices[chosen]
+        parser = chosen
 
 
 def make_context(args: argparse.Namespace, out: Console, err: Console) -> c.Context:
@@ -338,11 +338,9 @@ def report_error(err: Console, error: ClientError, target: str, job_no: str | No
     if error.code == grpc.StatusCode.UNAVAILABLE and error.reason is None:
         _say(err, f"  is jobwire running at {target}?")
     elif error.reason == "JOB_NOT_FOUND" and job_no:
-        _say(err, f"  no job {job_no} in this token's tenant (numbers are per tenant); `jobctl list` shows its jobs")
+        _say(err, f"  no job {job_no} that this token can see: numbers are per tenant, and a token sees its queues'")
     elif error.code == grpc.StatusCode.UNAUTHENTICATED:
         _say(err, "  pass --token, or set JOBWIRE_TOKEN, to a token of the server's auth file")
-    elif error.code == grpc.StatusCode.PERMISSION_DENIED:
-        _say(err, "  use a token whose entry in the server's auth file has that role (role = ... or roles = [...])")
     return c.EXIT_UNAVAILABLE if error.code in _TRANSIENT else c.EXIT_REFUSED
 
 

@@ -218,12 +218,14 @@ def cmd_result(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.jobs() as client:
         if args.output is None:
             last = b""
-            for data in client.result_chunks(args.job_no):
-                sys.stdout.buffer.write(data)
-                last = data[-1:] or last
-            if sys.stdout.isatty() and last not in (b"", b"\n"):
-                sys.stdout.buffer.write(b"\n")  # the prompt on a line of its own; a pipe gets the bytes exactly
-            sys.stdout.buffer.flush()
+            try:
+                for data in client.result_chunks(args.job_no):
+                    sys.stdout.buffer.write(data)
+                    last = data[-1:] or last
+            finally:  # what follows (the prompt, an error) on a line of its own; a pipe gets the bytes exactly
+                if sys.stdout.isatty() and last not in (b"", b"\n"):
+                    sys.stdout.buffer.write(b"\n")
+                sys.stdout.buffer.flush()
             return EXIT_OK
         partial = args.output.with_name(args.output.name + ".part")
         try:

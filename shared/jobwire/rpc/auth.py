@@ -74,7 +74,10 @@ class Principal:
 
     def check_queue(self, queue: str) -> None:
         if not self.may_use(queue):
-            raise PermissionDenied(f"this token may not use queue {queue!r}")
+            raise PermissionDenied(
+                f"this token may not use queue {queue!r}: its queues are {', '.join(sorted(self.queues))}"
+                " (the auth file's queues = [...])"
+            )
 
     def check_role(self, role: str, to: str) -> None:
         """PERMISSION_DENIED unless this caller has `role`; `to` says what it was needed for."""

@@ -12,6 +12,7 @@ from sdk_support import FakeWorkerService, make_lease, rpc_error, unavailable
 
 from jobwire.worker.sdk import Handlers, JobContext, Result, Worker, WorkerConfig, WorkerRefused
 from jobwire.worker.sdk import _frames as frames
+from jobwire.worker.sdk._rpc import describe
 
 handlers = Handlers()
 
@@ -41,7 +42,7 @@ async def test_a_wrong_token_stops_the_worker_naming_the_token_settings(
 ) -> None:
     fake.fail_next("Claim", unauthenticated())
     said = await refused_by(fake, replace(config, token="wrong"))
-    assert "does not know this worker's token (UNAUTHENTICATED" in said
+    assert "does not know this worker's token (UNAUTHENTICATED): check" in said  # the code once, the fix named
     assert "JOBWIRE_TOKEN, or --token-file / JOBWIRE_TOKEN_FILE" in said
 
 
@@ -101,3 +102,10 @@ async def test_a_claim_failure_is_warned_once_not_again_for_a_session_that_said_
     assert await asyncio.wait_for(task, 5) == 0
     said = [r for r in caplog.records if r.getMessage().startswith("claim failed")]
     assert [r.levelno for r in said] == [logging.DEBUG if session_said_it else logging.WARNING]
+
+
+def test_a_reason_that_repeats_the_code_is_said_once() -> None:
+    assert describe(unauthenticated()) == "UNAUTHENTICATED: a valid bearer token is required"
+    assert describe(denied("no")) == "PERMISSION_DENIED: no"
+    lost = rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "WORKER_LEASE_LOST", "gone")
+    assert describe(lost) == "FAILED_PRECONDITION WORKER_LEASE_LOST: gone"

@@ -18,7 +18,8 @@ from served import eventually
 from jobwire.client import error_reason
 from jobwire.client.status import error_info
 from jobwire.v1 import job_pb2, worker_pb2
-from jobwire.worker.sdk._rpc import CHANNEL_OPTIONS, describe, is_lease_lost, is_transient, refusal
+from jobwire.worker.sdk import _frames as frames
+from jobwire.worker.sdk._rpc import CHANNEL_OPTIONS, describe, is_lease_lost, is_transient, refusal, retry_level
 from jobwire.worker.sdk._session import SessionStub
 
 BEAT = worker_pb2.HeartbeatRequest(worker_id="w-test")
@@ -143,6 +144,8 @@ async def test_a_broken_stream_fails_its_calls_unavailable_and_the_next_call_goe
             await call
         assert raised.value.code() is grpc.StatusCode.UNAVAILABLE and is_transient(raised.value)
         assert "Socket closed" in raised.value.details()
+        # the session warned of the break itself: the caller, told so, need not say it again
+        assert isinstance(raised.value, frames.SessionDown) and retry_level(raised.value) == logging.DEBUG
         second = await sessions.stream(1)
         again = asyncio.ensure_future(stub.Heartbeat(BEAT, timeout=5))
         second.answer((await second.next_frame()).call_id, heartbeat=worker_pb2.HeartbeatResponse())
@@ -170,6 +173,7 @@ async def test_calls_while_no_stream_can_open_fail_as_the_last_attempt_did(fake:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await stub.Heartbeat(BEAT, timeout=5)
         assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert isinstance(raised.value, frames.SessionDown)  # each call's copy of the outage keeps its kind
         stream = await sessions.stream(3)  # open at last
         beat = asyncio.ensure_future(stub.Heartbeat(BEAT, timeout=5))
         stream.answer((await stream.next_frame()).call_id, heartbeat=worker_pb2.HeartbeatResponse())

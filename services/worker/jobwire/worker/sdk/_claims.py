@@ -25,9 +25,8 @@ from jobwire.client import Backoff, Pauses, status_code
 from jobwire.codec import stages_to_proto
 from jobwire.v1 import worker_pb2
 from jobwire.worker.sdk._config import WorkerConfig
-from jobwire.worker.sdk._frames import SessionDown
 from jobwire.worker.sdk._handlers import Handlers
-from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerRefused, WorkerStub, describe, refusal
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerRefused, WorkerStub, describe, refusal, retry_level
 from jobwire.worker.sdk._session import SessionStub
 
 log = logging.getLogger("jobwire.worker")
@@ -94,9 +93,7 @@ class Claims:
                     self.refused = refused
                     return
                 delay = backoff.next()
-                # A session down has said why in its own warning: not twice for each retry.
-                said = log.debug if isinstance(exc, SessionDown) else log.warning
-                said("claim failed (%s); retrying in %.1fs", describe(exc), delay)
+                log.log(retry_level(exc), "claim failed (%s); retrying in %.1fs", describe(exc), delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 continue

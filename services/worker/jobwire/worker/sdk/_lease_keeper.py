@@ -20,7 +20,7 @@ import grpc
 from jobwire.client import Backoff, Pauses
 from jobwire.v1 import worker_pb2
 from jobwire.worker.sdk._attempt import StopReason
-from jobwire.worker.sdk._rpc import WorkerStub, describe
+from jobwire.worker.sdk._rpc import WorkerStub, describe, retry_level
 
 log = logging.getLogger("jobwire.worker")
 _STATE_STOPS = {
@@ -119,7 +119,13 @@ class LeaseKeeper:
             reply = await self._stub.Heartbeat(request, timeout=self.interval())
         except grpc.RpcError as exc:
             delay = min(self._backoff.next(), self.interval())
-            log.warning("heartbeat for %d lease(s) failed (%s); again in %.1fs", len(held), describe(exc), delay)
+            log.log(
+                retry_level(exc),
+                "heartbeat for %d lease(s) failed (%s); again in %.1fs",
+                len(held),
+                describe(exc),
+                delay,
+            )
             return delay
         self._backoff.reset()
         for entry, state in zip(held.values(), reply.leases, strict=False):  # one state per lease, in order

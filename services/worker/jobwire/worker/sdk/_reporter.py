@@ -35,7 +35,7 @@ from jobwire.client import Backoff, Pauses, status_info
 from jobwire.domain.handler_evidence import MAX_ENTRIES_PER_CALL, Entry
 from jobwire.v1 import worker_pb2
 from jobwire.worker.sdk._attempt import Snapshot, StopReason
-from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerStub, describe, is_transient
+from jobwire.worker.sdk._rpc import CALL_TIMEOUT_S, WorkerStub, describe, is_transient, retry_level
 
 log = logging.getLogger("jobwire.worker")
 REPORT_INTERVAL_S = 0.25
@@ -275,7 +275,13 @@ class ReportSender:
         except grpc.RpcError as exc:
             if is_transient(exc):
                 delay = self._backoff.next()
-                log.warning("evidence of job %s failed (%s); again in %.2fs", reporter.job_no, describe(exc), delay)
+                log.log(
+                    retry_level(exc),
+                    "evidence of job %s failed (%s); again in %.2fs",
+                    reporter.job_no,
+                    describe(exc),
+                    delay,
+                )
                 self._last_sent_at = self._clock() + delay - self._interval
             reporter.entries_settled(exc)
             return
@@ -304,7 +310,13 @@ class ReportSender:
                 refused.error.code, refused.error.message = code_pb2.FAILED_PRECONDITION, describe(exc)
                 return [refused for _ in requests]
             delay = self._backoff.next()
-            log.warning("reports of %d job(s) failed (%s); again in %.2fs", len(requests), describe(exc), delay)
+            log.log(
+                retry_level(exc),
+                "reports of %d job(s) failed (%s); again in %.2fs",
+                len(requests),
+                describe(exc),
+                delay,
+            )
             self._last_sent_at = self._clock() + delay - self._interval
             return [None for _ in requests]
         self._backoff.reset()

@@ -19,6 +19,7 @@ import grpc
 
 from jobwire.client import Backoff, Pauses, error_reason, status_code
 from jobwire.v1 import job_pb2, worker_pb2
+from jobwire.worker.sdk._frames import SessionDown
 
 log = logging.getLogger("jobwire.worker")
 
@@ -108,7 +109,14 @@ def describe(error: BaseException) -> str:
         return repr(error)
     details = getattr(error, "details", lambda: "")()
     reason = error_reason(error) if isinstance(error, grpc.RpcError) else None
+    reason = None if reason == code.name else reason  # said once: not UNAUTHENTICATED UNAUTHENTICATED
     return f"{code.name}" + (f" {reason}" if reason else "") + (f": {details}" if details else "")
+
+
+def retry_level(error: BaseException) -> int:
+    """How loudly a failed call that is tried again is logged: WARNING, or DEBUG for a
+    SessionDown, whose session has warned of it already (once per try, not once per call)."""
+    return logging.DEBUG if isinstance(error, SessionDown) else logging.WARNING
 
 
 async def call_retrying(
@@ -134,7 +142,7 @@ async def call_retrying(
             delay = backoff.next()
             if not is_transient(exc) or (deadline is not None and time.monotonic() + delay > deadline):
                 raise
-            log.warning("%s failed (%s); retrying in %.2fs", what, describe(exc), delay)
+            log.log(retry_level(exc), "%s failed (%s); retrying in %.2fs", what, describe(exc), delay)
             await asyncio.sleep(delay)
 
 
@@ -156,10 +164,12 @@ def refusal(error: BaseException, *, has_token: bool, queues: tuple[str, ...]) -
     if code not in REFUSED:
         return None
     said = describe(error)
+    # UNAUTHENTICATED: the sentence names the worker's own setting, where the server's words
+    # (send a header, check the auth file) would say it a second time.
     if code is grpc.StatusCode.UNAUTHENTICATED and not has_token:
-        why = f"the server needs a token and none was given ({said}): set {_TOKEN_SETTINGS}"
+        why = f"the server needs a token and none was given (UNAUTHENTICATED): set {_TOKEN_SETTINGS}"
     elif code is grpc.StatusCode.UNAUTHENTICATED:
-        why = f"the server does not know this worker's token ({said}): check {_TOKEN_SETTINGS}"
+        why = f"the server does not know this worker's token (UNAUTHENTICATED): check {_TOKEN_SETTINGS}"
     else:
         why = (
             f"the server refused this worker's token ({said}): its entry in the server's auth file needs"

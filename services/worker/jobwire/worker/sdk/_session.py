@@ -368,12 +368,14 @@ async def _drain(stream: SessionStream, serving: asyncio.Task[grpc.aio.AioRpcErr
         stream.call.cancel()
         stream.fail(frames.failed(grpc.StatusCode.CANCELLED, "the worker is stopping"))
         raise
-    stream.fail(_call_failure(ended))
+    stream.fail(_call_failure(ended, logged=False))
 
 
-def _call_failure(ended: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+def _call_failure(ended: grpc.aio.AioRpcError, *, logged: bool = True) -> grpc.aio.AioRpcError:
     """What the calls a stream's end cut short raise: a refusal of the stream itself
-    (a token refused) as it is, as a unary call would be refused; anything else UNAVAILABLE."""
+    (a token refused) as it is, as a unary call would be refused; anything else UNAVAILABLE,
+    a SessionDown where the session has logged its trouble (`logged`), so its callers need not."""
     if ended.code() in REFUSED:
         return ended
-    return frames.session_down(f"the worker's session is down: {describe(ended)}")
+    details = f"the worker's session is down: {describe(ended)}"
+    return frames.session_down(details) if logged else frames.failed(grpc.StatusCode.UNAVAILABLE, details)

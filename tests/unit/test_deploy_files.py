@@ -81,8 +81,11 @@ def test_servers_beyond_loopback_have_an_auth_file_that_loads() -> None:
         assert env["JOBWIRE_LISTEN"].startswith("0.0.0.0:")
         assert env["JOBWIRE_AUTH_FILE"]
     tokens = load_tokens(ROOT / "deploy/auth.dev.toml")
-    digest = hashlib.sha256(b"dev-worker-token").hexdigest()
-    assert "worker" in tokens[digest].roles
+    roles = {name: tokens[hashlib.sha256(name.encode()).hexdigest()].roles for name in
+             ("dev-client-token", "dev-worker-token", "dev-admin-token")}  # fmt: skip
+    assert roles["dev-worker-token"] == {"worker"} and roles["dev-client-token"] == {"client"}
+    # an operator's token does what the runbook tells an operator to: jobctl list and cancel too
+    assert roles["dev-admin-token"] == {"client", "admin"}
 
 
 def test_the_image_installs_the_wheels_make_dist_builds() -> None:

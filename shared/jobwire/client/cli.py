@@ -236,7 +236,7 @@ def _admin_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
         type=c.kind_arg,
         action="append",
         default=[],
-        help="repeatable: STALLED, NO_PROGRESS, RUNNING_WITHOUT_LEASE, TERMINAL_WITH_TOKEN",
+        help=f"repeatable: {', '.join(c.FINDING_KINDS)}",
     )
     p.add_argument("--stalled-after", type=float, metavar="SECONDS", help="only leases expired at least this long ago")
     p.set_defaults(handler=a.cmd_inspect)

@@ -20,7 +20,7 @@ from jobwire.client import render, views
 from jobwire.client.admin import AdminClient
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.convert import finding_kind, status_value
-from jobwire.client.enums import JobStatus
+from jobwire.client.enums import FindingKind, JobStatus
 from jobwire.client.errors import ClientError, FailedPreconditionError, NotFoundError, from_rpc_error
 from jobwire.client.job_calls import Timeouts
 from jobwire.client.jobs import JobClient
@@ -54,6 +54,8 @@ STATUS_NAMES = (
     "CANCELLED",
     "WAITING",
 )
+# Inspect's kinds of finding, for --kind: every one the wire knows, so none is left unsaid.
+FINDING_KINDS = tuple(kind.name for kind in FindingKind if kind is not FindingKind.KIND_UNSPECIFIED)
 
 # What shell completion offers for --status: the names, then the words of the default locale.
 STATUS_CHOICES = (*STATUS_NAMES, *(labels["en"] for labels in STATUS_LABELS.values()))
@@ -112,7 +114,7 @@ def kind_arg(text: str) -> int:
     try:
         return int(finding_kind(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"unknown finding kind {text!r}") from None
+        raise argparse.ArgumentTypeError(f"unknown finding kind {text!r} ({', '.join(FINDING_KINDS)})") from None
 
 
 def count_arg(text: str) -> int:

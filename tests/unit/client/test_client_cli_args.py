@@ -343,3 +343,12 @@ def test_result_to_a_terminal_ends_its_line(
     else:
         assert commands.cmd_result(ctx, asked) == 0
     assert stdout.buffer.getvalue() == shown
+
+
+def test_inspect_kind_offers_and_names_every_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    assert set(commands.FINDING_KINDS) == {"STALLED", "RUNNING_WITHOUT_LEASE", "TERMINAL_WITH_TOKEN", "NO_PROGRESS",
+                                           "NO_WORKER"}  # fmt: skip
+    assert run(["inspect", "--kind", "STALE"], out=console(), err=console(), env={}) == 2
+    said = capsys.readouterr().err
+    assert "unknown finding kind 'STALE'" in said and all(kind in said for kind in commands.FINDING_KINDS)
+    assert build_parser({}).parse_args(["inspect", "--kind", "no_worker"]).kind == [5]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from jobwire.db.engine import Database
-from jobwire.db.migrate import upgrade
+from jobwire.db.migrate import NotServable, upgrade
 from jobwire.jobapi.app import add_jobapi
 from jobwire.observe import logs
 from jobwire.observe.version import add_version_flag
@@ -25,7 +25,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "migrate":
         logs.configure(settings.log_format, settings.log_level)
         db = Database(settings.database_url)
-        upgrade(db)
+        try:
+            upgrade(db)
+        except NotServable as exc:
+            raise SystemExit(f"jobwire: {exc}") from None
         print(f"schema is current in {db.url.render_as_string(hide_password=True)}")
         return
     serve_processes(settings, add_jobapi, add_worker_service)

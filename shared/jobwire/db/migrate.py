@@ -31,8 +31,17 @@ HEAD = "0020"
 LOCK_WAIT_S = 120  # an upgrade of a large table may take this long; a waiting one gives up after
 
 
-class SchemaNotCurrent(Exception):
+class NotServable(Exception):
+    """The database cannot be served as it is: a server stops at start, saying why in one line."""
+
+
+class SchemaNotCurrent(NotServable):
     """The database's schema is not the one this server needs, and it may not upgrade it."""
+
+
+class DatabaseUnreachable(NotServable):
+    """The database did not let this server in (down, a wrong host or port, user or password,
+    a MySQL database not created)."""
 
 
 def alembic_config(db: Database) -> Config:
@@ -45,8 +54,22 @@ def alembic_config(db: Database) -> Config:
 
 
 def current_revision(db: Database) -> str | None:
-    """The database's revision, or None before its first migration (no alembic_version yet)."""
-    with db.engine.connect() as conn:
+    """The database's revision, or None before its first migration (no alembic_version yet);
+    DatabaseUnreachable when it cannot be reached (the first statement a server sends)."""
+    try:
+        conn = db.engine.connect()
+    except sa.exc.DBAPIError as exc:
+        what_to_check = (
+            "its host, port, user, password and database name, that the server is up, and that the database"
+            " was created (CREATE DATABASE)"
+            if db.is_mysql
+            else "that the file's folder exists and this process may write there"
+        )
+        raise DatabaseUnreachable(
+            f"cannot reach the database {db.url.render_as_string(hide_password=True)}: {exc.orig};"
+            f" check JOBWIRE_DATABASE_URL: {what_to_check}"
+        ) from None
+    with conn:
         try:
             found = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
         except sa.exc.DBAPIError:  # no such table: never migrated (any other trouble, the upgrade meets it)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import uvloop
 
-from jobwire.db.migrate import SchemaNotCurrent
+from jobwire.db.migrate import NotServable
 from jobwire.observe import logs, tracing
 from jobwire.rpc.auth import load_tokens
 from jobwire.rpc.serve import serve_until_signalled
@@ -92,7 +92,7 @@ def serve_processes(settings: Settings, *services: AddService) -> None:
             raise SystemExit(family.run(settings))
         else:
             run_loop(serve(settings, *services))
-    except SchemaNotCurrent as exc:
+    except NotServable as exc:  # an old schema, a database out of reach: one line, no traceback
         raise SystemExit(f"jobwire: {exc}") from None
 
 

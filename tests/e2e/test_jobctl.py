@@ -107,7 +107,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "schedule resume": set(),
     "schedule delete": set(),
     "inspect": {"--queue", "--kind", "--stalled-after"},
-    "events": {"--limit"},
+    "events": {"--limit", "--all"},
     "checkpoint": {"--output"},
     "requeue": {"--reason"},
     "workers": {"--queue"},
@@ -1174,7 +1174,8 @@ def test_events_shows_the_evidence_trail(stack: Stack) -> None:
     job_type = fresh_type("events")
     job_no = stack.submit(job_type, title="Import <customers> 客户")
     lease = stack.worker.claim(job_type)
-    stack.worker.report(lease, "PROCESSING", 1, 2)
+    for done in range(1, 6):
+        stack.worker.report(lease, "PROCESSING", done, 5)
     stack.worker.complete(lease)
     as_json = stack.jobctl("--json", "events", job_no, token=ADMIN)
     assert as_json.code == 0, as_json
@@ -1188,7 +1189,15 @@ def test_events_shows_the_evidence_trail(stack: Stack) -> None:
     heading, trail = text.out.split("\n", 1)
     assert heading == "Import <customers> 客户", text  # the job's title, above its trail
     rows = table(trail)
-    assert [row["KIND"] for row in rows] == kinds, text
+    progress = [i for i, kind in enumerate(kinds) if kind == "PROGRESS"]
+    assert len(progress) >= 3 and progress == list(range(progress[0], progress[-1] + 1)), kinds  # one run
+    # the table keeps the run's first and last, and says how many it leaves out; --all shows them all
+    folded = [*kinds[: progress[0] + 1], "PROGRESS", *kinds[progress[-1] :]]
+    assert [row["KIND"] for row in rows] == folded, text
+    assert f"{len(progress) - 2} more progress reports" in text.out
+    assert [
+        row["KIND"] for row in table(stack.jobctl("events", job_no, "--all", token=ADMIN).out.split("\n", 1)[1])
+    ] == kinds
     assert rows[-1]["TRANSITION"] == "RUNNING → READY" and rows[0]["TRANSITION"] == "QUEUED"
     limited = stack.jobctl("--json", "events", job_no, "--limit", "2", token=ADMIN).json()
     assert [e["kind"] for e in limited] == kinds[:2]

@@ -31,7 +31,8 @@ def cmd_events(ctx: Context, args: argparse.Namespace) -> int:
         return EXIT_OK
     if first.title:  # the trail's heading, as on the evidence page
         ctx.out.print(first.title, markup=False, highlight=False)
-    ctx.out.print(render.events_table(e.raw for e in events))
+    trail = [e.raw for e in events]
+    ctx.out.print(render.events_table(trail if args.all else render.fold_progress(trail)))
     return EXIT_OK
 
 

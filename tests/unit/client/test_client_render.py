@@ -161,6 +161,20 @@ def test_plain_watch_output_prints_changes_once_and_the_outcome() -> None:
     ]
 
 
+def test_a_trail_keeps_each_run_of_progress_by_its_first_and_last() -> None:
+    def event(version: int, kind: str) -> admin_pb2.JobEvent:
+        return admin_pb2.JobEvent(version=version, kind=kind)
+
+    kinds = ["CLAIMED", *["PROGRESS"] * 6, "WORKER_DISCONNECTED", "PROGRESS", "PROGRESS", "COMPLETED"]
+    trail = [event(v, k) for v, k in enumerate(kinds, start=1)]
+    folded = render.fold_progress(trail)
+    shown = [e.version if isinstance(e, admin_pb2.JobEvent) else e for e in folded]
+    assert shown == [1, 2, render.Folded(4), 7, 8, 9, 10, 11]  # a run of two stays whole
+    table = text_of(render.events_table(folded))
+    assert "4 more progress reports (--all shows them)" in table and "WORKER_DISCONNECTED" in table
+    assert render.fold_progress(trail[:3]) == trail[:3]
+
+
 def test_tables_have_readable_headers() -> None:
     finding = admin_pb2.Finding(
         kind=admin_pb2.Finding.STALLED,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,15 @@ def test_servers_close_connections_after_their_age_with_a_grace() -> None:
         ("grpc.max_connection_age_grace_ms", 250),
     ]
     assert connection_age_options(endpoint(Settings.from_env({"JOBWIRE_MAX_CONNECTION_AGE_SECONDS": "0"}))) == []
+
+
+def test_every_server_setting_is_in_the_deployment_table() -> None:
+    """An operator's first hour: JOBWIRE_DB_POOL_SIZE and the retention days were read by the
+    code and in no table. Every variable Settings.from_env reads has its row in docs/deployment.md."""
+    root = Path(__file__).resolve().parents[2]
+    read = set(re.findall(r'"(JOBWIRE_[A-Z0-9_]+)"', (root / "shared/jobwire/runtime/settings.py").read_text()))
+    # a row's first cell names one variable or several (`JOBWIRE_TLS_CERT`, `JOBWIRE_TLS_KEY`, ...)
+    first_cells = [line.split("|")[1] for line in (root / "docs/deployment.md").read_text().splitlines()
+                   if line.startswith("| `JOBWIRE_")]  # fmt: skip
+    rows = set(re.findall(r"`(JOBWIRE_[A-Z0-9_]+)`", " ".join(first_cells)))
+    assert read - rows == set()

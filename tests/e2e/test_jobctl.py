@@ -111,6 +111,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "checkpoint": {"--output"},
     "requeue": {"--reason"},
     "workers": {"--queue"},
+    "health": {"--service"},
     "queue limits": {"--max-running", "--rate", "--burst"},
     "queue pause": set(),
     "queue resume": set(),
@@ -1274,6 +1275,14 @@ def test_requeue_prints_labels_in_the_asked_locale(stack: Stack, stalled: Stalle
     run = stack.jobctl("--locale", "zh-CN", "requeue", job_no, "--reason", "x", token=ADMIN)
     assert run.code == 0, run
     assert details(run.out)["status"] == "排队中", run
+
+
+def test_health_answers_a_probe_without_a_token(stack: Stack) -> None:
+    serving = stack.jobctl("health", token=None)
+    assert serving.code == 0 and serving.out.strip().endswith(": SERVING"), serving
+    one = stack.jobctl("--json", "health", "--service", "jobwire.v1.JobService", token=None)
+    assert one.code == 0 and one.json() == {"status": "SERVING"}, one
+    assert_clean_error(stack.jobctl("health", "--service", "no.such.Service", token=None), 4, "NOT_FOUND")
 
 
 def test_workers_lists_the_tenants_workers(stack: Stack) -> None:

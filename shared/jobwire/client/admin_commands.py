@@ -1,12 +1,17 @@
-"""jobctl's operator commands (the admin role): inspect, events, checkpoint, requeue, workers."""
+"""jobctl's operator commands (the admin role): inspect, events, checkpoint, requeue, workers;
+and health, which any caller may ask (grpc.health.v1 takes no token)."""
 
 from __future__ import annotations
 
 import argparse
 from itertools import chain
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from jobwire.client import convert, render
-from jobwire.client.commands import EXIT_OK, Context, show_job
+from jobwire.client.commands import EXIT_OK, EXIT_UNAVAILABLE, Context, show_job
+from jobwire.client.errors import from_rpc_error
 
 
 def cmd_inspect(ctx: Context, args: argparse.Namespace) -> int:
@@ -65,3 +70,21 @@ def cmd_workers(ctx: Context, args: argparse.Namespace) -> int:
     else:
         ctx.out.print(render.workers_table(w.raw for w in workers))
     return EXIT_OK
+
+
+def cmd_health(ctx: Context, args: argparse.Namespace) -> int:
+    """grpc.health.v1's answer, as a probe or a person asks it: SERVING exits 0, anything else 5
+    (a server whose database is unreachable answers NOT_SERVING); no token needed."""
+    with ctx.jobs() as client:
+        try:
+            reply = health_pb2_grpc.HealthStub(client.channel).Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=ctx.timeout
+            )
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    if ctx.as_json:
+        ctx.emit({"status": status})
+    else:
+        ctx.out.print(f"{ctx.config.target}: {status}", markup=False, highlight=False)
+    return EXIT_OK if reply.status == health_pb2.HealthCheckResponse.SERVING else EXIT_UNAVAILABLE

@@ -256,6 +256,11 @@ def _admin_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("workers", parents=[common], help="known workers")
     p.add_argument("--queue", default="")
     p.set_defaults(handler=a.cmd_workers)
+    p = sub.add_parser("health", parents=[common], help="is the server serving? (grpc.health.v1; exit 0 SERVING)")
+    p.add_argument(
+        "--service", default="", help="one service's health, e.g. jobwire.v1.JobService (default: the server's)"
+    )
+    p.set_defaults(handler=a.cmd_health)
 
 
 def _queue_commands(sub: _SubParsers, common: argparse.ArgumentParser) -> None:

@@ -10,13 +10,14 @@ from test_dashboard import as_scraped, documented
 
 from jobwire.client.channel import DEFAULT_TARGET
 from jobwire.gateway.budget import LiveBudget, OverBudget, SharedReads
+from jobwire.gateway.detail import by_whom
 from jobwire.gateway.i18n import CATALOG, LOCALES, pick_locale
 from jobwire.gateway.metrics import GatewayMetrics
 from jobwire.gateway.routes import local_path
 from jobwire.gateway.settings import GatewaySettings
 from jobwire.gateway.sse import NewJobs
 from jobwire.gateway.views import download_headers
-from jobwire.v1 import job_pb2
+from jobwire.v1 import admin_pb2, job_pb2
 
 
 @pytest.mark.parametrize(
@@ -149,3 +150,18 @@ async def test_pages_of_one_key_share_one_read_and_a_failed_read_is_not_shared()
     with pytest.raises(RuntimeError):
         await reads.read("carol", broken)
     assert await reads.read("carol", fetch) == 3  # a failed read is read again, not shared
+
+
+@pytest.mark.parametrize(
+    ("kind", "worker_id", "shown"),
+    [
+        ("REQUEUED", "w-7", "an operator"),  # the worker named held the job; an operator requeued it
+        ("CANCEL_REQUESTED", "w-7", "a person"),
+        ("CANCELLED", "w-7", "worker w-7"),  # the worker confirming the cancel at its safe point
+        ("CANCELLED", "", "a person"),  # a queued job's cancel
+        ("PROGRESS", "w-7", "worker w-7"),
+        ("LEASE_EXPIRED", "", "the server"),
+    ],
+)
+def test_the_trail_credits_each_event_to_whoever_made_it(kind: str, worker_id: str, shown: str) -> None:
+    assert by_whom(admin_pb2.JobEvent(kind=kind, worker_id=worker_id), "en") == shown

@@ -103,6 +103,7 @@ class Requeue(_UserAction):
     scope: Scope
     job_no: str
     reason: str = ""
+    by: str = ""  # the operator's name (the auth file's `name`): the trail says who decided
     fresh = True  # the row is read in this transaction: "is the lease alive" is judged at its time
 
     def decide(self, row: Row | None, now: datetime) -> Change:
@@ -110,4 +111,5 @@ class Requeue(_UserAction):
         holding = holding_of(row)
         ending = on_requeue(Status(row["status"]), holding, attempts_of(row), now)
         values = {**holding_values(revoke(holding)), **ending_values(ending, now)}
-        return Change(action=Action.REQUEUE, kind=ending.kind, values=values, detail=self.reason or None)
+        said = ": ".join(part for part in (f"requeued by {self.by}" if self.by else "", self.reason) if part)
+        return Change(action=Action.REQUEUE, kind=ending.kind, values=values, detail=said or None)

@@ -82,18 +82,22 @@ class Fold:
         return cls(first[:FOLD_CHARS] + ("…" if len(first) > FOLD_CHARS else ""), text)
 
 
-# Who makes an event happen, by its kind, when no worker is named on it.
-_BY_PERSON = {"SUBMITTED", "CANCEL_REQUESTED", "CANCELLED", "RETRIED", "REVIEW_APPROVED", "REVIEW_REJECTED"}
+# Who makes an event happen, by its kind. An event names the worker that held the job then,
+# so a person's cancel or an operator's requeue of a running job names one too: these kinds
+# are theirs whatever worker is named. A CANCELLED naming a worker is that worker confirming.
+_BY_PERSON = {"SUBMITTED", "CANCEL_REQUESTED", "RETRIED", "REVIEW_APPROVED", "REVIEW_REJECTED"}
 _BY_OPERATOR = {"REQUEUED"}
 
 
 def by_whom(event: admin_pb2.JobEvent, locale: str) -> str:
-    if event.worker_id:
-        return t("by_worker", locale, worker=event.worker_id)
-    if event.kind in _BY_PERSON:
-        return t("by_person", locale)
     if event.kind in _BY_OPERATOR:
         return t("by_operator", locale)
+    if event.kind in _BY_PERSON:
+        return t("by_person", locale)
+    if event.worker_id:
+        return t("by_worker", locale, worker=event.worker_id)
+    if event.kind == "CANCELLED":
+        return t("by_person", locale)
     return t("by_server", locale)
 
 

@@ -9,6 +9,7 @@ began past the moment that matters.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,13 +83,17 @@ async def assert_lease_lost(call: Any) -> None:
     assert await rpc_error(call) == LEASE_LOST
 
 
-async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve, caplog) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO)
     s = await serve(**ROUNDS_ON_CALL)
     job = await submit(s)
     [lease] = await claim(s, lease=LEASE_S)
     await report(s, lease, stage="PROCESSING", processed_units=3, total_units=10, checkpoint=b"cp-3")
 
     await later(s, PAST_THE_LEASE)
+    # the server's log names the job, for an operator who reads logs before the trail
+    said = [r.getMessage() for r in caplog.records if r.name == "jobwire.db.reaper"]
+    assert f"leases expired, marked stalled: {job.job_no} (LEASE_EXPIRED)" in said, said
     stalled = await get(s, job.job_no)
     assert stalled.stalled and stalled.status == job_pb2.Job.RUNNING and stalled.stage == "PROCESSING"
     with statements_of(s.runtime.store.db.engine) as sent:
@@ -116,6 +121,8 @@ async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve) -> None
 
     requeued = await s.admin.Requeue(admin_pb2.RequeueRequest(job_no=job.job_no, reason="host w1 is gone"))
     assert requeued.status == job_pb2.Job.QUEUED and not requeued.stalled
+    said = [r.getMessage() for r in caplog.records if r.name == "jobwire.jobapi.jobs"]
+    assert f"job {job.job_no} requeued by anonymous: host w1 is gone" in said, said
     [second] = await claim(s, worker_id="w2", lease=30)
     assert second.job_no == job.job_no and second.worker_token != lease.worker_token
     assert second.checkpoint == b"cp-3" and second.attempt == 2

@@ -6,6 +6,7 @@ so the per-minute figures can be recomputed from the table and must agree minute
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -140,9 +141,12 @@ async def test_the_minutes_and_counts_agree_with_the_job_rows(served: Served) ->
     assert (reply.queues[1].queued, reply.queues[1].running) == (1, 0)
 
 
-async def test_limits_pause_and_a_wider_window_show(served: Served) -> None:
+async def test_limits_pause_and_a_wider_window_show(served: Served, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="jobwire.jobapi.jobs")
     await _submit(served, "exports")
     await served.admin.PauseQueue(admin_pb2.PauseQueueRequest(queue="exports"), metadata=ADMIN.metadata)
+    said = [r.getMessage() for r in caplog.records if r.name == "jobwire.jobapi.jobs"]
+    assert len(said) == 1 and said[0].startswith("queue exports of tenant acme paused by "), said  # for the logs
     limits = admin_pb2.QueueLimits(max_running=3, rate_per_second=2.5, burst=4)
     await served.admin.SetQueueLimits(
         admin_pb2.SetQueueLimitsRequest(queue="idle", limits=limits), metadata=ADMIN.metadata

@@ -8,6 +8,7 @@ end and with no stall grace. The grace is a real timer: these servers run a shor
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -41,7 +42,8 @@ def disconnected(served: Served, step: str, leases: int = 1):  # type: ignore[no
     return probe
 
 
-async def test_a_dead_session_requeues_its_retry_job_at_the_grace_end(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_a_dead_session_requeues_its_retry_job_at_the_grace_end(serve, caplog) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="jobwire.worker.server.disconnects")
     served = await serve(session_grace_seconds=GRACE_S)
     session = Session(served)
     lease = await claimed(served, session, "dies", retry_policy=retry())
@@ -57,6 +59,10 @@ async def test_a_dead_session_requeues_its_retry_job_at_the_grace_end(serve) -> 
     (again,) = (await served.workers.Claim(claim_request("dies"))).leases
     assert again.attempt == 2 and again.worker_token != lease.worker_token
     assert served.runtime.host.metrics.disconnected_leases("expired") == 1
+    # an operator's log says it too, naming the job: the session's end, then the lease's
+    said = [r.getMessage() for r in caplog.records if r.name == "jobwire.worker.server.disconnects"]
+    assert len(said) == 2 and all(lease.job_no in line for line in said), said
+    assert said[0].startswith("a worker session ended") and said[1].startswith("leases of an ended session expired")
 
 
 async def test_a_dead_session_flags_its_inspect_job_and_reruns_nothing(serve) -> None:  # type: ignore[no-untyped-def]

@@ -73,15 +73,25 @@ async def reap(db: Database, read: Read, run: RunOps, grace: timedelta, *, by: s
     """
     found = await read(partial(expired, limit=batch))
     marks = await apply_each(run, [MarkStalled(tenant=t, job_no=n, by=by) for t, n in found])
+    _said("leases expired, marked stalled", found, marks)
     cutoff = db.clock.now() - grace
     due = await read(partial(overdue, cutoff=cutoff, limit=batch))
-    actions = Counter(await apply_each(run, [ApplyPolicy(tenant=t, job_no=n, grace=grace, by=by) for t, n in due]))
+    outcomes = await apply_each(run, [ApplyPolicy(tenant=t, job_no=n, grace=grace, by=by) for t, n in due])
+    _said("stalled past the grace, their policy applied", due, outcomes)
+    actions = Counter(outcomes)
     return Reaped(
         stalled=marks.count(EventKind.LEASE_EXPIRED),
         requeued=actions[EventKind.LEASE_REVOKED_REQUEUED],
         failed=actions[EventKind.LEASE_REVOKED_FAILED],
         cancelled=actions[EventKind.LEASE_REVOKED_CANCELLED],
     )
+
+
+def _said(what: str, jobs: Sequence[tuple[str, str]], outcomes: Sequence[Any]) -> None:
+    """An operator's log line: the jobs an expiry acted on, and what each became."""
+    acted = [f"{no} ({kind})" for (_, no), kind in zip(jobs, outcomes, strict=False) if isinstance(kind, str)]
+    if acted:
+        log.info("%s: %s%s", what, ", ".join(acted[:10]), f" and {len(acted) - 10} more" if len(acted) > 10 else "")
 
 
 async def apply_each(run: RunOps, ops: Sequence[JobOp[Any]]) -> list[Any]:

@@ -6,6 +6,7 @@ one transaction. Reads run on the blocking pool.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -31,6 +32,7 @@ from jobwire.runtime.blocking import Blocking
 from jobwire.runtime.wakeup import Wakeup
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class Jobs:
@@ -152,7 +154,8 @@ class Jobs:
         )
 
     async def requeue(self, who: Principal, job_no: str, reason: str) -> JobRecord:
-        job = await self._one(Requeue(scope=who.scope, job_no=job_no, reason=reason))
+        job = await self._one(Requeue(scope=who.scope, job_no=job_no, reason=reason, by=who.name))
+        log.info("job %s requeued by %s: %s", job_no, who.name, reason or "no reason given")
         self.wakeup.notify(who.tenant, job.queue, job.job_type)
         self.news()
         return job
@@ -178,19 +181,20 @@ class Jobs:
         return await self.blocking(self.store.queue_limits, who.tenant, queue)
 
     async def set_queue_limits(self, who: Principal, queue: str, limits: QueueLimits) -> QueueLimits:
-        return await self._change_queue(who, queue, lambda old: replace(limits, paused=old.paused))
+        return await self._change_queue(who, queue, lambda old: replace(limits, paused=old.paused), "limits set")
 
     async def pause_queue(self, who: Principal, queue: str) -> QueueLimits:
-        return await self._change_queue(who, queue, lambda old: replace(old, paused=True))
+        return await self._change_queue(who, queue, lambda old: replace(old, paused=True), "paused")
 
     async def resume_queue(self, who: Principal, queue: str) -> QueueLimits:
-        return await self._change_queue(who, queue, lambda old: replace(old, paused=False))
+        return await self._change_queue(who, queue, lambda old: replace(old, paused=False), "resumed")
 
     async def _change_queue(
-        self, who: Principal, queue: str, change: Callable[[QueueLimits], QueueLimits]
+        self, who: Principal, queue: str, change: Callable[[QueueLimits], QueueLimits], what: str
     ) -> QueueLimits:
         who.check_queue(queue)
         after = await self.blocking(self.store.change_queue_limits, who.tenant, queue, change)
+        log.info("queue %s of tenant %s %s by %s: now %s", queue, who.tenant, what, who.name, after)
         # Claims held back here may lease now (a resume, a higher limit): wake them.
         self.wakeup.notify_held(who.tenant, queue)
         return after

@@ -85,8 +85,14 @@ class Disconnects:
             marked = await self._mark(leases, why)
             if not marked:
                 return
+            log.info(
+                "a worker session ended (%s) holding %s: each ends as an expired lease in %.1fs unless its worker"
+                " names it again", why, _job_nos(marked), self._grace.total_seconds(),
+            )  # fmt: skip
             await asyncio.sleep(max(0.0, max((g.ends_at - self._now()).total_seconds() for g in marked)) + MARGIN_S)
             acted = await expire(self._run, marked, by=self._by)
+            if acted:
+                log.info("leases of an ended session expired (their worker did not come back): %s", _job_nos(marked))
             self._metrics.disconnected("expired", acted)
             self._metrics.disconnected("untouched", len(marked) - acted)
         except Exception:  # whatever it was, the reaper handles them as any expired lease
@@ -104,3 +110,8 @@ class Disconnects:
 
     async def _run(self, ops: Sequence[JobOp[Any]]) -> list[Any]:
         return list(await self._commits(Call(ops)))
+
+
+def _job_nos(leases: Sequence[Disconnected]) -> str:
+    shown = ", ".join(g.job_no for g in leases[:10])
+    return shown + (f" and {len(leases) - 10} more" if len(leases) > 10 else "")

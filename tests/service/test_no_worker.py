@@ -4,14 +4,17 @@ told so instead of a place in line. Claims through any replica count."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from served import Served, eventually
-from service_support import claim, get, submit
+from service_support import claim, get, heartbeat, submit
 
 from jobwire.rpc.convert import timestamp
-from jobwire.v1 import admin_pb2, job_pb2
+from jobwire.v1 import admin_pb2, job_pb2, worker_pb2
+from jobwire.worker.server import leasing
 
 NO_WORKER = admin_pb2.Finding.NO_WORKER
 UNSERVED = "Queued · No worker is serving this kind of job yet"
@@ -53,6 +56,28 @@ async def test_a_worker_that_stopped_claiming_leaves_its_kind_unserved_again(ser
     assert found.HasField("worker_claimed_at")
     assert "a worker last asked for it: " in found.detail and "s ago)" in found.detail
     assert (await get(s, job.job_no)).display.detail == UNSERVED
+
+
+async def test_a_busy_worker_keeps_its_kind_served_by_its_heartbeats(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in an operator's first hour: a worker whose every slot runs a long job claims
+    nothing, and its kind read as served by nobody ("No worker is serving this kind of job
+    yet") while it ran them. Its heartbeats keep the kinds of its last claim served."""
+    monkeypatch.setattr(leasing, "SEEN_EVERY_S", 0.2)  # a kind is recorded at most this often
+    s: Served = await serve(no_worker_after_seconds=1.0)
+    await submit(s, "render")
+    (lease,) = await claim(s, "render", worker_id="w-busy")  # its only slot: it claims no more
+    waiting = await submit(s, "render")
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 2.5  # past the second NO_WORKER looks back over, more than twice
+    while loop.time() < until:
+        assert (await heartbeat(s, lease, worker_id="w-busy")).state == worker_pb2.LeaseState.OK
+        await asyncio.sleep(0.2)
+    assert waiting.job_no not in await unserved(s)
+    assert (await get(s, waiting.job_no)).display.detail != UNSERVED
+    # its heartbeats stop (the worker is gone): the kind is unserved again within the second
+    await eventually(lambda: _finding(s, waiting.job_no), timeout=30, what="NO_WORKER once the heartbeats stop")
 
 
 async def test_a_claim_through_another_replica_counts(serve: Any) -> None:

@@ -2,10 +2,10 @@
 
 Get, ListJobs and a watch's first messages turn their rows into records here (`records`).
 A page of rows costs, per tenant: one statement for the job types served in its queues
-(worker_claim: a claim within JOBWIRE_NO_WORKER_AFTER by the tenant's workers or a shared
-fleet's, tenant "*"), one for the queues that hold their jobs back
-(jobwire.db.queue_limits.holds), one for the dependencies still awaited; and per queue one
-statement for the places in line.
+(worker_claim: a claim, or a busy worker's heartbeat after its claim, within
+JOBWIRE_NO_WORKER_AFTER by the tenant's workers or a shared fleet's, tenant "*"), one for
+the queues that hold their jobs back (jobwire.db.queue_limits.holds), one for the
+dependencies still awaited; and per queue one statement for the places in line.
 
 A place in line counts the jobs ahead that a worker could claim now: runnable (no
 dependency left, run_after passed) and of a served job type. So a job no worker serves is

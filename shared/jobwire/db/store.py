@@ -569,10 +569,16 @@ class JobStore:
         retention.delete_finished(self.db, scope, job_no, deleter)
 
 
-def heartbeat_call(tenant: str, worker_id: str, held: Sequence[tuple[str, str]], *, touch: bool) -> Call:
-    """A worker's heartbeat as one call: a renewal per lease, and its last-seen time."""
+def heartbeat_call(
+    tenant: str, worker_id: str, held: Sequence[tuple[str, str]], *, touch: bool, kinds: Sequence[tuple[str, str]] = ()
+) -> Call:
+    """A worker's heartbeat as one call: a renewal per lease, its last-seen time, and the
+    (queue, job type) pairs it serves (`kinds`): a worker whose every slot is busy claims
+    nothing, and its kinds must not read as served by nobody (NO_WORKER) while it runs them."""
     ops = [leases.Renew(tenant=tenant, job_no=job_no, token=token) for job_no, token in held]
     extra: list[Extra] = [lambda wire, now: claims.touch_worker(wire, tenant, worker_id, now)] if touch else []
+    if kinds:
+        extra.append(lambda wire, now: claims.claimed_kinds(wire, tenant, kinds, now))
     return Call(ops, extra)
 
 

@@ -83,6 +83,9 @@ class Leasing:
         # not leave another's without a place to wait (jobwire.runtime.shares).
         self.waiting = TenantShares(MAX_WAITING_CLAIMS, tenants)
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        # Each worker's last claim (what it serves), bounded as `_seen`: its heartbeats keep
+        # those kinds served while every slot it has is busy and it claims nothing.
+        self._claimants: OrderedDict[tuple[str, str], Claimant] = OrderedDict()
         self._kinds = ClaimKinds(
             every_s=SEEN_EVERY_S, keep_s=kinds_kept_s, per_tenant=kinds_per_tenant, full=_no_more_kinds
         )
@@ -107,6 +110,7 @@ class Leasing:
                 # Whose turn it is needs to know who has work: listed by a read of its own,
                 # never inside the claim's transaction (jobwire.process_state.turns).
                 await self.blocking(self.store.list_turns, who.queues, sorted(who.plans))
+            self._remember(who)
             work = Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id), kinds=self._kinds_due(who))
             try:
                 leases = await self._claim_once(who, work)
@@ -176,8 +180,17 @@ class Leasing:
         and a tenant's rows are bounded (MAX_CLAIM_KINDS_PER_TENANT)."""
         return self._kinds.due(who.tenant, who.queues, who.plans)
 
+    def _remember(self, who: Claimant) -> None:
+        key = (who.tenant, who.worker_id)
+        self._claimants[key] = who
+        self._claimants.move_to_end(key)
+        if len(self._claimants) > MAX_SEEN:
+            self._claimants.popitem(last=False)  # the longest unheard: its next claim brings it back
+
     async def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[LeaseStatus]:
-        call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id))
+        who = self._claimants.get((tenant, worker_id)) if held else None
+        kinds = self._kinds_due(who) if who is not None else []
+        call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id), kinds=kinds)
         return lease_states(held, await self.commits(call))
 
     async def renew(self, tenant: str, job_no: str, token: str) -> LeaseStatus:

@@ -96,6 +96,9 @@ async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve, caplog)
     assert f"leases expired, marked stalled: {job.job_no} (LEASE_EXPIRED)" in said, said
     stalled = await get(s, job.job_no)
     assert stalled.stalled and stalled.status == job_pb2.Job.RUNNING and stalled.stage == "PROCESSING"
+    # ListWorkers says which of a worker's leases are stalled: a dead worker's read so at once
+    (w1,) = [w for w in (await s.admin.ListWorkers(admin_pb2.ListWorkersRequest())).workers if w.worker_id == "w1"]
+    assert (w1.leases_held, w1.leases_stalled) == (1, 1)
     with statements_of(s.runtime.store.db.engine) as sent:
         found = (await s.admin.Inspect(admin_pb2.InspectRequest(kinds=[admin_pb2.Finding.STALLED]))).findings
     # Security review, finding 12: Inspect read whole rows, payload and checkpoint blobs included.

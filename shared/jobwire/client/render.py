@@ -371,9 +371,14 @@ def workers_table(workers: Iterable[admin_pb2.WorkerInfo]) -> Table:
             ", ".join(w.queues) or DASH,
             ", ".join(w.job_types) or DASH,
             fmt_time(w.last_seen_at),
-            str(w.leases_held),
+            leases_cell(w.leases_held, w.leases_stalled),
         )
     return table
+
+
+def leases_cell(held: int, stalled: int, stalled_word: str = "stalled") -> str:
+    """A worker's leases, its stalled ones said: a worker killed mid-job shows `2 (2 stalled)`."""
+    return f"{held} ({stalled} {stalled_word})" if stalled else str(held)
 
 
 # Identifiers stay whole; free text folds when the terminal is narrow.

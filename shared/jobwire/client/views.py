@@ -334,5 +334,6 @@ class WorkerInfo(View[admin_pb2.WorkerInfo]):
     job_types: Field[Sequence[str]] = Field(getattr)
     last_seen_at = moment()
     leases_held = plain(int)
+    leases_stalled = plain(int)
     live = plain(bool)
     shared_fleet = plain(bool)

@@ -38,7 +38,11 @@ def list_workers(
     if not rows:
         return [], ""
     held = (
-        sa.select(job.c.worker_id, sa.func.count().label("n"))
+        sa.select(
+            job.c.worker_id,
+            sa.func.count().label("n"),
+            sa.func.sum(sa.case((job.c.stalled.is_(True), 1), else_=0)).label("stalled"),
+        )
         .where(
             *scoped(scope),
             job.c.worker_id.in_([r["worker_id"] for r in rows]),
@@ -47,7 +51,7 @@ def list_workers(
         )
         .group_by(job.c.worker_id)
     )
-    counts = {r.worker_id: r.n for r in conn.execute(held)}
+    counts = {r.worker_id: (r.n, int(r.stalled or 0)) for r in conn.execute(held)}
     now = clock(conn)
     workers = [
         WorkerInfo(
@@ -55,7 +59,8 @@ def list_workers(
             queues=[q for q in json.loads(r["queues"]) if scope.queues is None or q in scope.queues],
             job_types=json.loads(r["job_types"]),
             last_seen_at=r["last_seen_at"],
-            leases_held=counts.get(r["worker_id"], 0),
+            leases_held=counts.get(r["worker_id"], (0, 0))[0],
+            leases_stalled=counts.get(r["worker_id"], (0, 0))[1],
             live=now - r["last_seen_at"] <= gone_after,
             shared_fleet=r["tenant"] == EVERY_TENANT,
         )

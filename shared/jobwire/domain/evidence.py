@@ -152,4 +152,5 @@ class WorkerInfo:
     last_seen_at: datetime
     leases_held: int
     live: bool  # seen within the time after which its leases would be lost
+    leases_stalled: int = 0  # of leases_held, those stalled (their lease ran out, or the worker's session ended)
     shared_fleet: bool = False  # serves every tenant (auth file tenant = "*"), this one among them

@@ -188,6 +188,8 @@ def test_tables_have_readable_headers() -> None:
     assert "QUEUED → RUNNING" in text_of(render.events_table([event]))
     workers = text_of(render.workers_table([worker]))
     assert "LAST SEEN" in workers and "w-7" in workers
+    dead = admin_pb2.WorkerInfo(worker_id="w-8", leases_held=2, leases_stalled=2, live=True)
+    assert "2 (2 stalled)" in text_of(render.workers_table([dead]))
     jobs = text_of(render.jobs_table([running(5, 10)], "en"))
     assert "PT-20261008-001" in jobs and "50%" in jobs
 

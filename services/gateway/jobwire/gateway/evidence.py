@@ -8,10 +8,11 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from jobwire.client.render import fmt_time, status_label
+from jobwire.client.render import fmt_time, leases_cell, status_label
 from jobwire.gateway import session
 from jobwire.gateway.detail import timeline
 from jobwire.gateway.errors import csrf_refused
+from jobwire.gateway.i18n import t
 from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.routes import calls_for
 from jobwire.gateway.views import HANDLER_EVIDENCE, checkpoint_view
@@ -49,7 +50,7 @@ async def evidence_page(request: Request) -> Response:
                 "queues": ", ".join(w.queues),
                 "job_types": ", ".join(w.job_types),
                 "last_seen": fmt_time(w.last_seen_at, short=True),
-                "leases": w.leases_held,
+                "leases": leases_cell(w.leases_held, w.leases_stalled, t("leases_stalled", locale)),
                 "shared_fleet": w.shared_fleet,
             }
             for w in workers

@@ -101,6 +101,7 @@ CATALOG: dict[str, dict[str, str]] = {
     "col_job_types": {"en": "Job types", "zh-CN": "任务类型"},
     "col_last_seen": {"en": "Last seen", "zh-CN": "最后出现"},
     "col_leases": {"en": "Leases held", "zh-CN": "持有租约"},
+    "leases_stalled": {"en": "stalled", "zh-CN": "已停滞"},
     "shared_fleet": {"en": "shared fleet", "zh-CN": "共享处理程序组"},
     "trail": {"en": "Event trail", "zh-CN": "事件记录"},
     "handler_evidence": {"en": "What the handler recorded", "zh-CN": "处理程序记录的证据"},

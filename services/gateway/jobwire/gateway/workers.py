@@ -10,8 +10,9 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobwire.client.render import fmt_time
-from jobwire.gateway.pages import page
+from jobwire.client.render import fmt_time, leases_cell
+from jobwire.gateway.i18n import t
+from jobwire.gateway.pages import locale_of, page
 from jobwire.gateway.routes import calls_for
 
 
@@ -20,6 +21,7 @@ async def workers_page(request: Request) -> Response:
     back = request.query_params.get("back", "").split(",") if token else []
     async with calls_for(request) as calls:
         found = await calls.workers(token)
+    stalled = t("leases_stalled", locale_of(request))
     return page(
         request,
         "workers.html",
@@ -30,7 +32,7 @@ async def workers_page(request: Request) -> Response:
                 "last_seen": fmt_time(w.last_seen_at),
                 "queues": ", ".join(w.queues),
                 "job_types": ", ".join(w.job_types),
-                "leases": w.leases_held,
+                "leases": leases_cell(w.leases_held, w.leases_stalled, stalled),
                 "shared_fleet": w.shared_fleet,
             }
             for w in found.workers

@@ -70,6 +70,7 @@ def worker(found: WorkerInfo) -> admin_pb2.WorkerInfo:
     return admin_pb2.WorkerInfo(
         worker_id=found.worker_id, queues=found.queues, job_types=found.job_types,
         last_seen_at=convert.timestamp(found.last_seen_at), leases_held=found.leases_held, live=found.live,
+        leases_stalled=found.leases_stalled,
         shared_fleet=found.shared_fleet,
     )  # fmt: skip
 

@@ -91,7 +91,7 @@ OPTIONS = {  # every command and its own options, each exercised below against t
     "resolve": {"--note"},
     "watch": {"--after-version"},
     "result": {"--output"},  # against a server in tests/e2e/test_results_processes.py
-    "list": {"--owner", "--status", "--type", "--limit", "--assignee"},
+    "list": {"--owner", "--status", "--type", "--queue", "--limit", "--assignee"},
     # a group: each of its commands has the global options and its own
     "batch submit": {"--idempotency-key", "--watch"},
     "batch get": set(),
@@ -741,7 +741,7 @@ def test_get_never_shows_a_user_the_workers_internal_detail(stack: Stack) -> Non
 def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
     job_type = fresh_type("list")
     alice = [stack.submit(job_type, owner="alice") for _ in range(2)]
-    bob = stack.submit(job_type, owner="bob")
+    bob = stack.submit(job_type, owner="bob", queue="bulk")
     cancelled = stack.jobctl("cancel", alice[0])
     assert cancelled.code == 0, cancelled
     every = stack.jobctl("--json", "list", "--type", job_type)
@@ -756,8 +756,9 @@ def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
 
         return run_it
 
-    by_owner, by_status, lower_case, by_word, two_statuses, none_match, limited, other_tenant = each(
+    by_owner, by_queue, by_status, lower_case, by_word, two_statuses, none_match, limited, other_tenant = each(
         listed("--owner", "alice"),
+        listed("--queue", "bulk"),
         listed("--status", "CANCELLED"),
         listed("--status", "queued"),
         listed("--status", "排队中", "--status", "not COMPLETED"),  # the words shown: QUEUED, FAILED
@@ -767,6 +768,7 @@ def test_list_filters_by_type_owner_status_and_limit(stack: Stack) -> None:
         listed(token=OTHER_CLIENT),
     )
     assert by_owner == sorted(alice)
+    assert by_queue == [bob]
     assert by_status == [alice[0]]
     assert lower_case == sorted([alice[1], bob])
     assert by_word == sorted([alice[1], bob])

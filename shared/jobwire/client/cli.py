@@ -167,6 +167,7 @@ def _job_commands(sub: _SubParsers, common: argparse.ArgumentParser, job_common:
     )  # fmt: skip
     status.completer = lambda **_: c.STATUS_CHOICES  # type: ignore[attr-defined]  # argcomplete filters by prefix
     p.add_argument("--type", default="", help="job type")
+    p.add_argument("--queue", default="", help="only this queue's jobs")
     p.add_argument("--assignee", default="", help="jobs handed to this reviewer (with --status WAITING: still waiting)")
     p.add_argument("--limit", type=c.count_arg, default=50, help="at most this many (default 50)")
     p.set_defaults(handler=c.cmd_list)

@@ -358,6 +358,7 @@ def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
                 owner=args.owner,
                 statuses=args.status,
                 job_type=args.type,
+                queue=args.queue,
                 assignee=args.assignee,
                 page_size=min(args.limit, 500),
                 limit=args.limit,

@@ -92,6 +92,7 @@ class ListFilters(TypedDict, total=False):
     owner: str
     statuses: Iterable[str | int]
     job_type: str
+    queue: str  # one the token may use (else PERMISSION_DENIED)
     assignee: str
     page_size: int
     locale: str | None
@@ -217,6 +218,7 @@ def list_request(default_locale: str, filters: ListFilters) -> job_pb2.ListJobsR
         owner=filters.get("owner", ""),
         statuses=convert.statuses(filters.get("statuses", ())),
         job_type=filters.get("job_type", ""),
+        queue=filters.get("queue", ""),
         assignee=filters.get("assignee", ""),
         page_size=filters.get("page_size", 0),
         locale=locale_or(filters.get("locale"), default_locale),

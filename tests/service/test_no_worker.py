@@ -63,16 +63,23 @@ async def test_a_busy_worker_keeps_its_kind_served_by_its_heartbeats(
 ) -> None:
     """Found in an operator's first hour: a worker whose every slot runs a long job claims
     nothing, and its kind read as served by nobody ("No worker is serving this kind of job
-    yet") while it ran them. Its heartbeats keep the kinds of its last claim served."""
+    yet") while it ran them. Its heartbeats keep the kinds of its last claim served, also
+    through a replica that never saw that claim (a new connection lands anywhere)."""
     monkeypatch.setattr(leasing, "SEEN_EVERY_S", 0.2)  # a kind is recorded at most this often
     s: Served = await serve(no_worker_after_seconds=1.0)
+    other: Served = await serve(no_worker_after_seconds=1.0)  # a second server on the same database
     await submit(s, "render")
     (lease,) = await claim(s, "render", worker_id="w-busy")  # its only slot: it claims no more
     waiting = await submit(s, "render")
     loop = asyncio.get_running_loop()
     until = loop.time() + 2.5  # past the second NO_WORKER looks back over, more than twice
     while loop.time() < until:
-        assert (await heartbeat(s, lease, worker_id="w-busy")).state == worker_pb2.LeaseState.OK
+        for server in (s, other):
+            assert (await heartbeat(server, lease, worker_id="w-busy")).state == worker_pb2.LeaseState.OK
+        await asyncio.sleep(0.2)
+    other_alone = loop.time() + 2.5  # then through the other replica only
+    while loop.time() < other_alone:
+        assert (await heartbeat(other, lease, worker_id="w-busy")).state == worker_pb2.LeaseState.OK
         await asyncio.sleep(0.2)
     assert waiting.job_no not in await unserved(s)
     assert (await get(s, waiting.job_no)).display.detail != UNSERVED

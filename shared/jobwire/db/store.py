@@ -364,6 +364,11 @@ class JobStore:
     ) -> tuple[list[WorkerInfo], str]:
         return self.db.read(lambda c: workers.list_workers(c, scope, queue, page_size, page_token, gone_after))
 
+    def worker_serves(self, tenant: str, worker_id: str) -> tuple[list[str], list[str]]:
+        """The queues and job types of a worker's last claim, as any serving process recorded
+        them (its ListWorkers row); none for a worker never seen."""
+        return self.db.read(lambda c: workers.serves(c, tenant, worker_id))
+
     def turns_due(self, queues: Sequence[str]) -> bool:
         """Whether a shared fleet's claim of `queues` must first list whose turn it is (`list_turns`)."""
         return any(self.turns.due(queue) for queue in queues)

@@ -52,6 +52,7 @@ def list_workers(
         .group_by(job.c.worker_id)
     )
     counts = {r.worker_id: (r.n, int(r.stalled or 0)) for r in conn.execute(held)}
+    none_held = (0, 0)
     now = clock(conn)
     workers = [
         WorkerInfo(
@@ -59,14 +60,23 @@ def list_workers(
             queues=[q for q in json.loads(r["queues"]) if scope.queues is None or q in scope.queues],
             job_types=json.loads(r["job_types"]),
             last_seen_at=r["last_seen_at"],
-            leases_held=counts.get(r["worker_id"], (0, 0))[0],
-            leases_stalled=counts.get(r["worker_id"], (0, 0))[1],
+            leases_held=counts.get(r["worker_id"], none_held)[0],
+            leases_stalled=counts.get(r["worker_id"], none_held)[1],
             live=now - r["last_seen_at"] <= gone_after,
             shared_fleet=r["tenant"] == EVERY_TENANT,
         )
         for r in rows
     ]
     return workers, "" if last is None else encode_worker_token(last)
+
+
+def serves(conn: Connection, tenant: str, worker_id: str) -> tuple[list[str], list[str]]:
+    """The queues and job types a worker's row records (its last claim's); none if it has no row."""
+    query = sa.select(worker_table.c.queues, worker_table.c.job_types).where(
+        worker_table.c.tenant == tenant, worker_table.c.worker_id == worker_id
+    )
+    found = conn.execute(query).first()
+    return (json.loads(found.queues), json.loads(found.job_types)) if found is not None else ([], [])
 
 
 def _serves(queue: str) -> sa.ColumnElement[bool]:

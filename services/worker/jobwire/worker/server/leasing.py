@@ -27,6 +27,7 @@ from jobwire.domain.lease import Lease, LeaseStatus
 from jobwire.domain.review import ReviewRequest
 from jobwire.domain.states import Status
 from jobwire.process_state.claim_kinds import ClaimKinds
+from jobwire.process_state.last_claims import LastClaims
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.metrics import Metrics
 from jobwire.runtime.blocking import Blocking
@@ -83,9 +84,7 @@ class Leasing:
         # not leave another's without a place to wait (jobwire.runtime.shares).
         self.waiting = TenantShares(MAX_WAITING_CLAIMS, tenants)
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
-        # Each worker's last claim (what it serves), bounded as `_seen`: its heartbeats keep
-        # those kinds served while every slot it has is busy and it claims nothing.
-        self._claimants: OrderedDict[tuple[str, str], Claimant] = OrderedDict()
+        self._last_claims = LastClaims(MAX_SEEN)  # what a busy worker's heartbeats keep served
         self._kinds = ClaimKinds(
             every_s=SEEN_EVERY_S, keep_s=kinds_kept_s, per_tenant=kinds_per_tenant, full=_no_more_kinds
         )
@@ -110,7 +109,7 @@ class Leasing:
                 # Whose turn it is needs to know who has work: listed by a read of its own,
                 # never inside the claim's transaction (jobwire.process_state.turns).
                 await self.blocking(self.store.list_turns, who.queues, sorted(who.plans))
-            self._remember(who)
+            self._last_claims.claimed(who.tenant, who.worker_id, who.queues, who.plans)
             work = Claim(who, max_jobs, self._note_seen(who.tenant, who.worker_id), kinds=self._kinds_due(who))
             try:
                 leases = await self._claim_once(who, work)
@@ -180,18 +179,22 @@ class Leasing:
         and a tenant's rows are bounded (MAX_CLAIM_KINDS_PER_TENANT)."""
         return self._kinds.due(who.tenant, who.queues, who.plans)
 
-    def _remember(self, who: Claimant) -> None:
-        key = (who.tenant, who.worker_id)
-        self._claimants[key] = who
-        self._claimants.move_to_end(key)
-        if len(self._claimants) > MAX_SEEN:
-            self._claimants.popitem(last=False)  # the longest unheard: its next claim brings it back
-
     async def heartbeat(self, tenant: str, worker_id: str, held: Sequence[tuple[str, str]]) -> list[LeaseStatus]:
-        who = self._claimants.get((tenant, worker_id)) if held else None
-        kinds = self._kinds_due(who) if who is not None else []
+        kinds = await self._serving(tenant, worker_id) if held else []
         call = heartbeat_call(tenant, worker_id, held, touch=self._note_seen(tenant, worker_id), kinds=kinds)
         return lease_states(held, await self.commits(call))
+
+    async def _serving(self, tenant: str, worker_id: str) -> list[tuple[str, str]]:
+        """The kinds a worker holding leases serves that are due to be recorded (NO_WORKER)."""
+        serves = self._last_claims.heard(tenant, worker_id)
+        if serves is None:  # it claimed through another process, or before this one started
+            try:
+                queues, job_types = await self.blocking(self.store.worker_serves, tenant, worker_id)
+            except Exception:
+                log.debug("could not read what worker %s serves", worker_id, exc_info=True)
+                return []
+            serves = self._last_claims.claimed(tenant, worker_id, queues, job_types)
+        return self._kinds.due(tenant, *serves)
 
     async def renew(self, tenant: str, job_no: str, token: str) -> LeaseStatus:
         """The lease renewed as its worker's heartbeat would, on the word of a live session that holds it."""

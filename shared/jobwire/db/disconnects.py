@@ -81,9 +81,9 @@ class MarkDisconnected(JobOp[Disconnected | None]):
         )
 
 
-async def expire(run: RunOps, gone: Sequence[Disconnected], *, by: str) -> int:
-    """The reaper's two steps for these leases alone, now, with no stall grace: how many were
-    acted on (marked stalled, or their policy applied). Each waits for a lock another holds
+async def expire(run: RunOps, gone: Sequence[Disconnected], *, by: str) -> list[Disconnected]:
+    """The reaper's two steps for these leases alone, now, with no stall grace: those acted
+    on (marked stalled, or their policy applied). Each waits for a lock another holds
     (Lock.UPDATE): skipped, the lease would wait for the reaper's next round and its grace."""
     marks = await apply_each(run, [
         MarkStalled(tenant=g.tenant, job_no=g.job_no, by=by, token=g.token, lock=Lock.UPDATE) for g in gone
@@ -93,4 +93,5 @@ async def expire(run: RunOps, gone: Sequence[Disconnected], *, by: str) -> int:
         for g in gone
     ])  # fmt: skip
     acted = {i for i, kind in enumerate(marks) if isinstance(kind, str)}
-    return len(acted | {i for i, kind in enumerate(acts) if isinstance(kind, str)})
+    acted |= {i for i, kind in enumerate(acts) if isinstance(kind, str)}
+    return [g for i, g in enumerate(gone) if i in acted]

@@ -45,6 +45,7 @@ from jobwire.domain.evidence import EventKind
 from jobwire.domain.lease import revoke
 from jobwire.domain.retry import OnLeaseLost
 from jobwire.domain.states import LEASED, Action, Status
+from jobwire.observe import logs
 
 BATCH = 200  # jobs per step and run; the rest wait for the next run
 _LEASED = [s.value for s in LEASED]
@@ -89,9 +90,11 @@ async def reap(db: Database, read: Read, run: RunOps, grace: timedelta, *, by: s
 
 def _said(what: str, jobs: Sequence[tuple[str, str]], outcomes: Sequence[Any]) -> None:
     """An operator's log line: the jobs an expiry acted on, and what each became."""
-    acted = [f"{no} ({kind})" for (_, no), kind in zip(jobs, outcomes, strict=False) if isinstance(kind, str)]
+    acted = [
+        (tenant, f"{no} ({kind})") for (tenant, no), kind in zip(jobs, outcomes, strict=False) if isinstance(kind, str)
+    ]
     if acted:
-        log.info("%s: %s%s", what, ", ".join(acted[:10]), f" and {len(acted) - 10} more" if len(acted) > 10 else "")
+        log.info("%s: %s", what, logs.jobs_named(acted))
 
 
 async def apply_each(run: RunOps, ops: Sequence[JobOp[Any]]) -> list[Any]:

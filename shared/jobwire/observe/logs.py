@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -30,6 +30,13 @@ FIELDS = ("tenant", "job_no", "worker_id", "method", "code", "error_category", "
 
 Fields = Mapping[str, str | int | float]
 _bound: contextvars.ContextVar[Fields] = contextvars.ContextVar("jobwire_log_fields", default=MappingProxyType({}))
+
+
+def jobs_named(jobs: Sequence[tuple[str, str]], most: int = 10) -> str:
+    """(tenant, job_no) pairs for one log line: `acme/PT-20261206-001, ...`, the first `most`
+    and how many more (a job number is its tenant's: alone it is ambiguous)."""
+    named = ", ".join(f"{tenant}/{job_no}" for tenant, job_no in jobs[:most])
+    return named + (f" and {len(jobs) - most} more" if len(jobs) > most else "")
 
 
 def bind(**fields: str | int | float) -> None:

@@ -155,7 +155,7 @@ class Jobs:
 
     async def requeue(self, who: Principal, job_no: str, reason: str) -> JobRecord:
         job = await self._one(Requeue(scope=who.scope, job_no=job_no, reason=reason, by=who.name))
-        log.info("job %s requeued by %s: %s", job_no, who.name, reason or "no reason given")
+        log.info("job %s/%s requeued by %s: %s", who.tenant, job_no, who.name, reason or "no reason given")
         self.wakeup.notify(who.tenant, job.queue, job.job_type)
         self.news()
         return job

@@ -36,6 +36,7 @@ from jobwire.db.changes import JobOp
 from jobwire.db.disconnects import Disconnected, MarkDisconnected, expire
 from jobwire.db.reaper import apply_each
 from jobwire.db.store import Call, Work
+from jobwire.observe import logs
 from jobwire.rpc.batching import Batcher
 from jobwire.rpc.metrics import Metrics
 from jobwire.worker.server.holdings import Held
@@ -87,14 +88,14 @@ class Disconnects:
                 return
             log.info(
                 "a worker session ended (%s) holding %s: each ends as an expired lease in %.1fs unless its worker"
-                " names it again", why, _job_nos(marked), self._grace.total_seconds(),
+                " names it again", why, _named(marked), self._grace.total_seconds(),
             )  # fmt: skip
             await asyncio.sleep(max(0.0, max((g.ends_at - self._now()).total_seconds() for g in marked)) + MARGIN_S)
             acted = await expire(self._run, marked, by=self._by)
             if acted:
-                log.info("leases of an ended session expired (their worker did not come back): %s", _job_nos(marked))
-            self._metrics.disconnected("expired", acted)
-            self._metrics.disconnected("untouched", len(marked) - acted)
+                log.info("leases of an ended session expired (their worker did not come back): %s", _named(acted))
+            self._metrics.disconnected("expired", len(acted))
+            self._metrics.disconnected("untouched", len(marked) - len(acted))
         except Exception:  # whatever it was, the reaper handles them as any expired lease
             log.warning("disconnected session: %d lease(s) left to the reaper", len(leases), exc_info=True)
 
@@ -112,6 +113,5 @@ class Disconnects:
         return list(await self._commits(Call(ops)))
 
 
-def _job_nos(leases: Sequence[Disconnected]) -> str:
-    shown = ", ".join(g.job_no for g in leases[:10])
-    return shown + (f" and {len(leases) - 10} more" if len(leases) > 10 else "")
+def _named(leases: Sequence[Disconnected]) -> str:
+    return logs.jobs_named([(g.tenant, g.job_no) for g in leases])

@@ -1251,7 +1251,7 @@ def test_inspect_lists_a_stalled_lease_and_requeue_hands_the_job_back(stack: Sta
     assert details(requeued.out)["status"] == "Queued"
     events = stack.jobctl("--json", "events", job_no, token=ADMIN).json()
     assert events[-1]["kind"] == "REQUEUED"
-    assert re.fullmatch(r"requeued by \w+: worker host died", events[-1]["detail"]), events[-1]  # who, then why
+    assert re.fullmatch(r"requeued by admin \w+: worker host died", events[-1]["detail"]), events[-1]  # who, then why
     with pytest.raises(grpc.RpcError) as late:  # the old lease can never write again
         stack.worker.complete(lease)
     assert late.value.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -93,7 +93,7 @@ async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve, caplog)
     await later(s, PAST_THE_LEASE)
     # the server's log names the job, for an operator who reads logs before the trail
     said = [r.getMessage() for r in caplog.records if r.name == "jobwire.db.reaper"]
-    assert f"leases expired, marked stalled: {job.job_no} (LEASE_EXPIRED)" in said, said
+    assert f"leases expired, marked stalled: default/{job.job_no} (LEASE_EXPIRED)" in said, said
     stalled = await get(s, job.job_no)
     assert stalled.stalled and stalled.status == job_pb2.Job.RUNNING and stalled.stage == "PROCESSING"
     # ListWorkers says which of a worker's leases are stalled: a dead worker's read so at once
@@ -125,7 +125,7 @@ async def test_inspect_policy_keeps_a_stalled_job_for_an_operator(serve, caplog)
     requeued = await s.admin.Requeue(admin_pb2.RequeueRequest(job_no=job.job_no, reason="host w1 is gone"))
     assert requeued.status == job_pb2.Job.QUEUED and not requeued.stalled
     said = [r.getMessage() for r in caplog.records if r.name == "jobwire.jobapi.jobs"]
-    assert f"job {job.job_no} requeued by anonymous: host w1 is gone" in said, said
+    assert f"job default/{job.job_no} requeued by anonymous: host w1 is gone" in said, said
     [second] = await claim(s, worker_id="w2", lease=30)
     assert second.job_no == job.job_no and second.worker_token != lease.worker_token
     assert second.checkpoint == b"cp-3" and second.attempt == 2

@@ -557,7 +557,7 @@ async def test_requeue_revokes_the_lease(served) -> None:  # type: ignore[no-unt
     assert after.status == Status.QUEUED and after.version == requeued.version
     events = await served.admin.ListEvents(admin_pb2.ListEventsRequest(job_no=lease.job_no))
     requeue_events = [e for e in events.events if e.kind == "REQUEUED"]
-    assert len(requeue_events) == 1 and requeue_events[0].detail == "requeued by anonymous: worker host died"
+    assert len(requeue_events) == 1 and requeue_events[0].detail == "requeued by admin anonymous: worker host died"
 
 
 async def test_terminal_jobs_hold_no_token(served) -> None:  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from jobwire.domain.job import JobRecord
 from jobwire.domain.lease import revoke
 from jobwire.domain.review import Review, evidence
 from jobwire.domain.states import Action, Status
-from jobwire.domain.user_decisions import on_cancel, on_requeue, on_resolve, on_retry
+from jobwire.domain.user_decisions import on_cancel, on_requeue, on_resolve, on_retry, requeue_detail
 
 
 class _UserAction(JobOp[JobRecord]):
@@ -111,5 +111,6 @@ class Requeue(_UserAction):
         holding = holding_of(row)
         ending = on_requeue(Status(row["status"]), holding, attempts_of(row), now)
         values = {**holding_values(revoke(holding)), **ending_values(ending, now)}
-        said = ": ".join(part for part in (f"requeued by {self.by}" if self.by else "", self.reason) if part)
-        return Change(action=Action.REQUEUE, kind=ending.kind, values=values, detail=said or None)
+        return Change(
+            action=Action.REQUEUE, kind=ending.kind, values=values, detail=requeue_detail(self.by, self.reason)
+        )

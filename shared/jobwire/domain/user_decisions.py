@@ -119,3 +119,9 @@ def on_requeue(current: Status, holding: Holding, attempts: Attempts, now: datet
             "the job's lease is alive; cancel it or wait for the lease to expire", reason="LEASE_ACTIVE"
         )
     return Ending(status=Status.QUEUED, kind=EventKind.REQUEUED, run_after=now, attempt_base=attempts.base + 1)
+
+
+def requeue_detail(by: str, reason: str) -> str | None:
+    """What a requeue's event says: who decided (as a forced retry's does), then why."""
+    said = [f"requeued by admin {by}" if by else "", reason]
+    return ": ".join(part for part in said if part) or None

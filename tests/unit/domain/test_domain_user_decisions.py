@@ -13,7 +13,7 @@ from jobwire.domain.job import ErrorCategory, JobFailure
 from jobwire.domain.lease import Holding, alive
 from jobwire.domain.review import Decision, Review
 from jobwire.domain.states import Action, Status, allowed
-from jobwire.domain.user_decisions import on_cancel, on_requeue, on_resolve, on_retry
+from jobwire.domain.user_decisions import on_cancel, on_requeue, on_resolve, on_retry, requeue_detail
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -162,3 +162,10 @@ def test_a_lease_still_alive_is_not_requeued() -> None:
 def test_only_a_running_job_is_requeued(status: Status) -> None:
     with pytest.raises(InvalidTransition, match=f"a {status.value} job cannot be requeued"):
         on_requeue(status, holding(expires_in_s=None), ATTEMPTS, NOW)
+
+
+def test_a_requeue_says_who_decided_then_why() -> None:
+    assert requeue_detail("oncall", "host gone") == "requeued by admin oncall: host gone"
+    assert requeue_detail("oncall", "") == "requeued by admin oncall"
+    assert requeue_detail("", "host gone") == "host gone"
+    assert requeue_detail("", "") is None

@@ -99,12 +99,18 @@ def test_sigterm_stops_the_server_the_example_worker_and_the_gateway(launcher: L
     assert _gone_within(launcher.children, 5), "a child outlived the launcher"
 
 
-@pytest.mark.parametrize("started", ["terminal", "background"])
-def test_ctrl_c_stops_every_process_in_order_and_the_running_job_is_released(tmp_path: Path, started: str) -> None:
-    """SIGINT to the launcher's process group, as a terminal's Ctrl-C sends it, even to a
-    launcher started with SIGINT ignored: it exits 0 and says it is stopping (not "the
-    example worker exited"), and its worker, stopped before the server, hands its running
-    job back (told at once with the server, it used to abandon it)."""
+@pytest.mark.parametrize(
+    ("started", "told"),
+    [("terminal", signal.SIGINT), ("background", signal.SIGINT), ("terminal", signal.SIGHUP)],  # Ctrl-C; closed
+)
+def test_ctrl_c_or_a_closed_terminal_stops_every_process_in_order_and_the_running_job_is_released(
+    tmp_path: Path, started: str, told: signal.Signals
+) -> None:
+    """SIGINT to the launcher's process group, as a terminal's Ctrl-C sends it (even to a
+    launcher started with SIGINT ignored), or SIGHUP, as a closing terminal does: it exits 0
+    and says it is stopping (not "the example worker exited"), and its worker, stopped
+    before the server, hands its running job back (told at once with the server, it used
+    to abandon it; on SIGHUP the launcher died and left its children running)."""
     with _launch(tmp_path, started=started) as launched:
         found = re.search(r"AdminService on (\S+)\n", launched.printed)
         assert found, launched.printed
@@ -114,7 +120,7 @@ def test_ctrl_c_stops_every_process_in_order_and_the_running_job_is_released(tmp
             while client.get(job.job_no).status != JobStatus.RUNNING:
                 assert time.monotonic() < deadline, "the example worker never started the job"
                 time.sleep(0.05)
-        os.killpg(launched.proc.pid, signal.SIGINT)
+        os.killpg(launched.proc.pid, told)
         assert launched.proc.wait(timeout=60) == 0
         assert launched.proc.stdout is not None
         said = launched.proc.stdout.read()

@@ -28,6 +28,10 @@ from typing import IO
 
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0  # a child that takes longer to stop (a worker past its grace, hung) is killed
+# Ctrl-C, `kill` or a service manager, and the terminal closing: the children, in process
+# groups of their own, hear none of these, so the launcher stops them.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WATCH_INTERVAL_S = 0.5  # how soon the launcher notices that one of its processes died
 GATEWAY_LISTEN = "127.0.0.1:8080"  # jobwire.gateway's default
 GATEWAY_PORT_TAKEN = 3  # jobwire.gateway's exit code when another program holds its port
@@ -88,7 +92,11 @@ def service_pair(listen: str, database_url: str, gateway_listen: str | None = No
             if proc is not None and proc.poll() is None:
                 proc.terminate()
             if proc is not None:
-                proc.wait(timeout=60)
+                try:
+                    proc.wait(timeout=STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:  # hung: the others must still be stopped
+                    proc.kill()
+                    proc.wait()
 
 
 def _start_gateway(target: str, listen: str) -> tuple[subprocess.Popen[str] | None, str | None]:
@@ -140,19 +148,17 @@ def _pass_through(stream: IO[str]) -> None:
 
 
 def _stop_on_signals() -> None:
-    """Ctrl-C, and SIGTERM (a service manager, `kill`), stop every process, in order.
-
-    SIGINT too is set here: a shell without job control starts a background command with
-    SIGINT ignored, and the launcher would then outlive the children a Ctrl-C (or `kill
-    -INT`) stopped, and take their ending for a failure."""
+    """Ctrl-C, SIGTERM (a service manager, `kill`) and SIGHUP (the terminal closed) stop
+    every process, in order. Set even where inherited as ignored: a shell without job
+    control starts a background command with SIGINT ignored."""
 
     def stop(signum: int, frame: object) -> None:
-        for each in (signal.SIGTERM, signal.SIGINT):  # once: a second Ctrl-C must not cut the stopping short
+        for each in STOP_SIGNALS:  # once: a second Ctrl-C must not cut the stopping short
             signal.signal(each, signal.SIG_IGN)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    for each in STOP_SIGNALS:
+        signal.signal(each, stop)
 
 
 def examples(results: Path) -> dict[str, dict[str, object]]:

@@ -73,8 +73,9 @@ def cmd_workers(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_health(ctx: Context, args: argparse.Namespace) -> int:
-    """grpc.health.v1's answer, as a probe or a person asks it: SERVING exits 0, anything else 5
-    (a server whose database is unreachable answers NOT_SERVING); no token needed."""
+    """grpc.health.v1's answer, as a probe or a person asks it, no token needed: SERVING exits
+    0, NOT_SERVING (a server whose database is unreachable) 5, no answer 5 as any call's,
+    an unknown --service 4 (NOT_FOUND)."""
     with ctx.jobs() as client:
         try:
             reply = health_pb2_grpc.HealthStub(client.channel).Check(

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2
 from rich.console import Console
 
-from jobwire.client import Job, commands
+from jobwire.client import Job, admin_commands, commands
 from jobwire.client.channel import ChannelConfig
 from jobwire.client.cli import build_parser, report_error, run
 from jobwire.client.errors import NotFoundError, PermissionDeniedError, UnauthenticatedError, UnavailableError
@@ -352,3 +353,29 @@ def test_inspect_kind_offers_and_names_every_kind(capsys: pytest.CaptureFixture[
     said = capsys.readouterr().err
     assert "unknown finding kind 'STALE'" in said and all(kind in said for kind in commands.FINDING_KINDS)
     assert build_parser({}).parse_args(["inspect", "--kind", "no_worker"]).kind == [5]
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(health_pb2.HealthCheckResponse.SERVING, 0), (health_pb2.HealthCheckResponse.NOT_SERVING, 5)],
+)
+def test_health_exits_0_serving_and_5_not(
+    monkeypatch: pytest.MonkeyPatch, status: health_pb2.HealthCheckResponse.ServingStatus.ValueType, code: int
+) -> None:
+    class Answering:
+        def __init__(self, channel: object) -> None:
+            pass
+
+        def Check(self, request: health_pb2.HealthCheckRequest, timeout: float) -> health_pb2.HealthCheckResponse:
+            return health_pb2.HealthCheckResponse(status=status)
+
+    class Channelled(_Results):
+        channel = None
+
+    monkeypatch.setattr(admin_commands.health_pb2_grpc, "HealthStub", Answering)
+    monkeypatch.setattr(commands.Context, "jobs", lambda self: Channelled([]))
+    out = console()
+    ctx = commands.Context(config=ChannelConfig(target="h:1"), locale="en", as_json=False, timeout=2.0,
+                           out=out, err=console())  # fmt: skip
+    assert admin_commands.cmd_health(ctx, argparse.Namespace(service="")) == code
+    assert out.export_text().strip() == f"h:1: {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"

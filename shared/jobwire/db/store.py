@@ -367,7 +367,7 @@ class JobStore:
     def worker_serves(self, tenant: str, worker_id: str) -> tuple[list[str], list[str]]:
         """The queues and job types of a worker's last claim, as any serving process recorded
         them (its ListWorkers row); none for a worker never seen."""
-        return self.db.read(lambda c: workers.serves(c, tenant, worker_id))
+        return self.db.read(lambda c: workers.last_claim(c, tenant, worker_id))
 
     def turns_due(self, queues: Sequence[str]) -> bool:
         """Whether a shared fleet's claim of `queues` must first list whose turn it is (`list_turns`)."""

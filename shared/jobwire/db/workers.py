@@ -70,7 +70,7 @@ def list_workers(
     return workers, "" if last is None else encode_worker_token(last)
 
 
-def serves(conn: Connection, tenant: str, worker_id: str) -> tuple[list[str], list[str]]:
+def last_claim(conn: Connection, tenant: str, worker_id: str) -> tuple[list[str], list[str]]:
     """The queues and job types a worker's row records (its last claim's); none if it has no row."""
     query = sa.select(worker_table.c.queues, worker_table.c.job_types).where(
         worker_table.c.tenant == tenant, worker_table.c.worker_id == worker_id

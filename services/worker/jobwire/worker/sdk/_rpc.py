@@ -18,6 +18,7 @@ from typing import Protocol, TypeVar
 import grpc
 
 from jobwire.client import Backoff, Pauses, error_reason, status_code
+from jobwire.client.errors import from_rpc_error
 from jobwire.v1 import job_pb2, worker_pb2
 from jobwire.worker.sdk._frames import SessionDown
 
@@ -104,13 +105,8 @@ def is_lease_lost(error: BaseException) -> bool:
 
 
 def describe(error: BaseException) -> str:
-    code = _code(error)
-    if code is None:
-        return repr(error)
-    details = getattr(error, "details", lambda: "")()
-    reason = error_reason(error) if isinstance(error, grpc.RpcError) else None
-    reason = None if reason == code.name else reason  # said once: not UNAUTHENTICATED UNAUTHENTICATED
-    return f"{code.name}" + (f" {reason}" if reason else "") + (f": {details}" if details else "")
+    """A failed call as a log line says it: `CODE REASON: message`, as jobctl prints one."""
+    return str(from_rpc_error(error)) if isinstance(error, grpc.RpcError) else repr(error)
 
 
 def retry_level(error: BaseException) -> int:
